@@ -1,0 +1,78 @@
+package v1alpha1
+
+// Condition types of a TerraformRun. Ready, Reconciling and Stalled follow
+// kstatus (https://github.com/kubernetes-sigs/cli-utils/tree/master/pkg/kstatus);
+// the others are domain conditions.
+const (
+	// ReadyCondition is True when the latest run for the current spec
+	// succeeded and its outputs were written. Polarity: normal-true.
+	ReadyCondition = "Ready"
+	// ReconcilingCondition is True while a run is in progress.
+	// Polarity: abnormal-true (kstatus).
+	ReconcilingCondition = "Reconciling"
+	// StalledCondition is True when no progress is possible without a person:
+	// a failed or rejected run, a missing engine, a stuck destroy.
+	// Polarity: abnormal-true (kstatus).
+	StalledCondition = "Stalled"
+	// PlannedCondition is True when the latest plan finished; its message
+	// gives the summary. Polarity: normal-true.
+	PlannedCondition = "Planned"
+	// ApprovedCondition is True when the latest plan was approved and False
+	// when it was rejected, timed out or an approval was refused as stale.
+	// Unknown while it waits. Polarity: normal-true.
+	ApprovedCondition = "Approved"
+	// AppliedCondition is True when the latest plan was applied (or had no
+	// changes), False when the apply failed. Polarity: normal-true.
+	AppliedCondition = "Applied"
+)
+
+// Condition reasons. Reasons are PascalCase and never carry secrets.
+const (
+	ReasonProgressing        = "Progressing"
+	ReasonSucceeded          = "Succeeded"
+	ReasonRunFailed          = "RunFailed"
+	ReasonAwaitingApproval   = "AwaitingApproval"
+	ReasonApproved           = "Approved"
+	ReasonAutoApproved       = "AutoApproved"
+	ReasonRejected           = "Rejected"
+	ReasonApprovalTimeout    = "ApprovalTimeout"
+	ReasonStaleApproval      = "StaleApproval"
+	ReasonNoChanges          = "NoChanges"
+	ReasonPlanned            = "Planned"
+	ReasonApplied            = "Applied"
+	ReasonEngineUnavailable  = "EngineUnavailable"
+	ReasonChildDeleted       = "ChildDeleted"
+	ReasonSuspended          = "Suspended"
+	ReasonDestroying         = "Destroying"
+	ReasonDestroyFailed      = "DestroyFailed"
+	ReasonDestroyTimeout     = "DestroyTimeout"
+	ReasonSuperseded         = "Superseded"
+	ReasonOutputsFailed      = "OutputsFailed"
+	ReasonInvalidSpec        = "InvalidSpec"
+)
+
+// Labels and annotations opr8r reads or writes.
+const (
+	// Finalizer guards the destroy pipeline.
+	Finalizer = "infra.opr8r.io/destroy"
+	// RunRequestAnnotation asks for a new run of an unchanged spec: set it to
+	// any new value (kubectl tfrun rerun writes a timestamp).
+	RunRequestAnnotation = "infra.opr8r.io/run-requested-at"
+	// SkipDestroyAnnotation, set to "true", is the escape hatch for a stuck
+	// deletion: the finalizer is removed without destroying anything.
+	SkipDestroyAnnotation = "infra.opr8r.io/skip-destroy"
+	// RunNameLabel on an engine object names its TerraformRun.
+	RunNameLabel = "infra.opr8r.io/run"
+	// RunTypeLabel on an engine object is apply or destroy.
+	RunTypeLabel = "infra.opr8r.io/run-type"
+	// SpecHashLabel on an engine object is the spec hash it was built for.
+	SpecHashLabel = "infra.opr8r.io/spec-hash"
+	// ManagedByLabel marks every object opr8r creates; the manager's caches
+	// of engine objects, Secrets and ConfigMaps select on it.
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	// ManagedByValue is the value of ManagedByLabel.
+	ManagedByValue = "opr8r"
+	// ComponentLabel says what an opr8r-made Secret or ConfigMap holds:
+	// inputs, raw-outputs, plan or outputs.
+	ComponentLabel = "infra.opr8r.io/component"
+)

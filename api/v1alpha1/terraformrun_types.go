@@ -1,0 +1,677 @@
+package v1alpha1
+
+import (
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// EngineName names a workflow engine that runs the pipeline of a TerraformRun.
+// +kubebuilder:validation:Enum=argo;tekton
+type EngineName string
+
+const (
+	// EngineArgo runs the pipeline as an Argo Workflows Workflow.
+	EngineArgo EngineName = "argo"
+	// EngineTekton runs the pipeline as a Tekton PipelineRun.
+	EngineTekton EngineName = "tekton"
+)
+
+// ApprovalMode says who lets a plan with changes be applied.
+// +kubebuilder:validation:Enum=Manual;Auto
+type ApprovalMode string
+
+const (
+	// ApprovalManual waits at the approval gate until a person approves the
+	// plan's digest, through the TerraformRun, the kubectl plugin or the engine.
+	ApprovalManual ApprovalMode = "Manual"
+	// ApprovalAuto applies every plan without waiting.
+	ApprovalAuto ApprovalMode = "Auto"
+)
+
+// DeletionPolicy says what deleting a TerraformRun does to the infrastructure
+// it manages.
+// +kubebuilder:validation:Enum=Destroy;Retain
+type DeletionPolicy string
+
+const (
+	// DeletionDestroy runs a destroy pipeline before the object goes away.
+	DeletionDestroy DeletionPolicy = "Destroy"
+	// DeletionRetain leaves the infrastructure and its state in place.
+	DeletionRetain DeletionPolicy = "Retain"
+)
+
+// BackendType names a Terraform state backend that opr8r can configure from a
+// Secret.
+// +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_]{0,31}$`
+type BackendType string
+
+// TerraformRunSpec is the desired state of a TerraformRun: which module to
+// run, with what inputs, where its state lives and how its plans are approved.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.approval) || !has(self.approval.approvedPlan) || !has(self.approval.rejectedPlan) || self.approval.approvedPlan != self.approval.rejectedPlan",message="spec.approval.approvedPlan and spec.approval.rejectedPlan name the same plan; set only one"
+type TerraformRunSpec struct {
+	// Engine is the workflow engine that runs the pipeline: argo or tekton.
+	// When empty, the manager's --default-engine is used.
+	// +optional
+	Engine EngineName `json:"engine,omitempty"`
+
+	// Source is where the Terraform module comes from. Exactly one of git,
+	// inline and configMapRef must be set.
+	Source Source `json:"source"`
+
+	// Terraform configures the Terraform (or OpenTofu) invocation.
+	// +optional
+	Terraform TerraformSpec `json:"terraform,omitempty"`
+
+	// Backend says where Terraform state lives. When unset, state lives in a
+	// Secret in the run's namespace through Terraform's kubernetes backend,
+	// locked with a Lease.
+	// +optional
+	Backend *BackendSpec `json:"backend,omitempty"`
+
+	// Approval says how plans with changes are approved before they are applied.
+	// +optional
+	Approval ApprovalSpec `json:"approval,omitempty"`
+
+	// Outputs says where Terraform outputs are written and under which keys.
+	// +optional
+	Outputs OutputsSpec `json:"outputs,omitempty"`
+
+	// DeletionPolicy says what deleting this object does: Destroy (the default)
+	// runs a destroy pipeline first; Retain leaves the infrastructure in place.
+	// +kubebuilder:default=Destroy
+	// +optional
+	DeletionPolicy DeletionPolicy `json:"deletionPolicy,omitempty"`
+
+	// Runner configures the pods that run the pipeline's steps.
+	// +optional
+	Runner RunnerSpec `json:"runner,omitempty"`
+
+	// History configures how long finished pipelines are kept.
+	// +optional
+	History HistorySpec `json:"history,omitempty"`
+
+	// Suspend stops new runs from starting. A run already in progress is still
+	// followed to its end, and deletion still works.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// Source is where the Terraform module comes from. Exactly one field is set.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.git) ? 1 : 0) + (has(self.inline) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) == 1",message="spec.source must set exactly one of git, inline or configMapRef"
+type Source struct {
+	// Git fetches the module from a git repository.
+	// +optional
+	Git *GitSource `json:"git,omitempty"`
+
+	// Inline holds the module's files in this object.
+	// +optional
+	Inline *InlineSource `json:"inline,omitempty"`
+
+	// ConfigMapRef takes the module's files from a ConfigMap in the run's
+	// namespace: each key is a file name.
+	// +optional
+	ConfigMapRef *LocalObjectReference `json:"configMapRef,omitempty"`
+}
+
+// GitSource fetches a Terraform module from a git repository.
+//
+// +kubebuilder:validation:XValidation:rule="!self.url.matches('^[a-z+]+://[^/@]*@') || self.url.startsWith('ssh://')",message="spec.source.git.url must not embed credentials; put them in a Secret named by spec.source.git.credentialsSecretRef"
+type GitSource struct {
+	// URL is the repository: https://, http://, ssh://, file:// or the
+	// scp-like git@host:path form.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^(https?|ssh|file|git)://[^\\\\s]+$') || self.matches('^[A-Za-z0-9._-]+@[A-Za-z0-9.-]+:[^\\\\s]+$')",message="spec.source.git.url must be an https://, http://, ssh://, git://, file:// or user@host:path URL without spaces"
+	URL string `json:"url"`
+
+	// Ref is the branch, tag or full commit SHA to check out.
+	// +kubebuilder:default=main
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=255
+	// +kubebuilder:validation:XValidation:rule="self.matches('^[A-Za-z0-9._/-]+$') && !self.contains('..') && !self.startsWith('-')",message="spec.source.git.ref must be a branch, tag or commit SHA (letters, digits, '.', '_', '/', '-'; no '..')"
+	// +optional
+	Ref string `json:"ref,omitempty"`
+
+	// Path is the module's directory inside the repository, relative to its root.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="spec.source.git.path must be relative to the repository root and must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// CredentialsSecretRef names a Secret with the repository's credentials:
+	// the key "token" (and optionally "username") for https, or the keys
+	// "identity" and "known_hosts" for ssh. They are mounted as files and never
+	// put in the URL, arguments or environment.
+	// +optional
+	CredentialsSecretRef *LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+}
+
+// InlineSource holds a module's files in the TerraformRun itself.
+type InlineSource struct {
+	// Files maps a file name (no directories) to its content.
+	// +kubebuilder:validation:MinProperties=1
+	// +kubebuilder:validation:MaxProperties=64
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$'))",message="spec.source.inline.files keys must be plain file names (letters, digits, '.', '_', '-'; not starting with '.')"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 262144)",message="spec.source.inline.files: each file must be at most 256 KiB; use a git or configMapRef source for larger modules"
+	Files map[string]string `json:"files"`
+}
+
+// LocalObjectReference names an object in the TerraformRun's namespace.
+type LocalObjectReference struct {
+	// Name is the object's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+}
+
+// TerraformSpec configures the Terraform (or OpenTofu) invocation.
+type TerraformSpec struct {
+	// Image is the Terraform or OpenTofu image the steps run in. When empty,
+	// the manager's --terraform-image is used.
+	// +kubebuilder:validation:MaxLength=512
+	// +optional
+	Image string `json:"image,omitempty"`
+
+	// Workspace is the Terraform workspace.
+	// +kubebuilder:default=default
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`
+	// +optional
+	Workspace string `json:"workspace,omitempty"`
+
+	// Vars sets Terraform input variables; each value may be any JSON value.
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_-]{0,127}$'))",message="spec.terraform.vars keys must be valid Terraform variable names (a letter or '_' first, then letters, digits, '_' or '-')"
+	// +optional
+	Vars map[string]apiextensionsv1.JSON `json:"vars,omitempty"`
+
+	// VarsFrom reads variables from Secrets or ConfigMaps: each key is a
+	// variable name and each value its (HCL or JSON) value. They are mounted
+	// as files. Later entries win over earlier ones and over vars.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	VarsFrom []VarsFromSource `json:"varsFrom,omitempty"`
+
+	// Env sets environment variables of the Terraform process from Secret
+	// keys, for example provider credentials. The Secret is mounted as a file
+	// and read by the step runner, so values never appear in the pod spec.
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=name
+	// +optional
+	Env []SecretEnvVar `json:"env,omitempty"`
+
+	// Files mounts Secrets as files, for example a cloud credentials file.
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Files []SecretFile `json:"files,omitempty"`
+}
+
+// VarsFromSource names a Secret or ConfigMap whose keys are Terraform variables.
+type VarsFromSource struct {
+	// Kind is Secret or ConfigMap.
+	// +kubebuilder:validation:Enum=Secret;ConfigMap
+	Kind string `json:"kind"`
+	// Name is the object's name in the run's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Optional lets the run go on when the object is missing.
+	// +optional
+	Optional bool `json:"optional,omitempty"`
+}
+
+// SecretEnvVar sets one environment variable of the Terraform process from a
+// Secret key.
+type SecretEnvVar struct {
+	// Name is the environment variable's name.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="!(self in ['PATH', 'HOME', 'TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TF_PLUGIN_CACHE_DIR', 'TF_WORKSPACE', 'TF_IN_AUTOMATION', 'TF_INPUT'])",message="spec.terraform.env name is reserved by the step runner"
+	Name string `json:"name"`
+	// SecretKeyRef is the Secret key that holds the value.
+	SecretKeyRef SecretKeyRef `json:"secretKeyRef"`
+}
+
+// SecretKeyRef names one key of a Secret in the run's namespace.
+type SecretKeyRef struct {
+	// Name is the Secret's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+	// Key is the key inside the Secret.
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key"`
+}
+
+// SecretFile mounts a Secret's keys as files in every Terraform step.
+type SecretFile struct {
+	// SecretName is the Secret to mount.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	SecretName string `json:"secretName"`
+	// MountPath is the absolute directory the keys appear in.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="spec.terraform.files mountPath must be an absolute path without '..'"
+	// +kubebuilder:validation:XValidation:rule="!(self == '/' || self.startsWith('/workspace') || self.startsWith('/opr8r') || self.startsWith('/proc') || self.startsWith('/sys') || self.startsWith('/dev') || self.startsWith('/etc') || self.startsWith('/bin') || self.startsWith('/usr') || self.startsWith('/tmp'))",message="spec.terraform.files mountPath must not hide a system or runner directory (/, /bin, /dev, /etc, /opr8r, /proc, /sys, /tmp, /usr, /workspace)"
+	MountPath string `json:"mountPath"`
+	// EnvName, when set, exports the mounted directory's path (or, with
+	// key, the file's path) to Terraform under this name, for example
+	// GOOGLE_APPLICATION_CREDENTIALS.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +optional
+	EnvName string `json:"envName,omitempty"`
+	// Key selects one key of the Secret for envName.
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +optional
+	Key string `json:"key,omitempty"`
+}
+
+// BackendSpec says where Terraform state lives. At most one field is set;
+// with none, the kubernetes backend is used.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.kubernetes) && has(self.configSecretRef))",message="spec.backend must set at most one of kubernetes or configSecretRef"
+type BackendSpec struct {
+	// Kubernetes stores state in a Secret in the run's namespace, named
+	// tfstate-<workspace>-<secretSuffix>, with Lease locking.
+	// +optional
+	Kubernetes *KubernetesBackend `json:"kubernetes,omitempty"`
+
+	// ConfigSecretRef configures another backend (s3, gcs, azurerm, ...) from
+	// a Secret whose "config" key holds the backend's settings in HCL, as
+	// passed to terraform init -backend-config.
+	// +optional
+	ConfigSecretRef *BackendConfigRef `json:"configSecretRef,omitempty"`
+}
+
+// KubernetesBackend configures Terraform's kubernetes backend.
+type KubernetesBackend struct {
+	// SecretSuffix names the state Secret. It defaults to the run's name.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=200
+	// +optional
+	SecretSuffix string `json:"secretSuffix,omitempty"`
+}
+
+// BackendConfigRef configures a Terraform backend from a Secret.
+type BackendConfigRef struct {
+	// Type is the backend type, for example s3, gcs or azurerm.
+	Type BackendType `json:"type"`
+	// Name is the Secret's name in the run's namespace.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+}
+
+// ApprovalSpec says how plans are approved. A plan is named by its digest,
+// "sha256:<hex>", which status.plan.digest shows.
+type ApprovalSpec struct {
+	// Mode is Manual (the default), which waits at the approval gate, or Auto.
+	// +kubebuilder:default=Manual
+	// +optional
+	Mode ApprovalMode `json:"mode,omitempty"`
+
+	// Timeout rejects a plan that has waited this long for approval.
+	// Unset means wait without limit.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('8760h')",message="spec.approval.timeout must be positive and at most 8760h (one year), for example 30m or 24h"
+	// +optional
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+
+	// ApprovedPlan approves the plan with this digest. An approval that does
+	// not match the plan waiting at the gate is refused and reported.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	// +optional
+	ApprovedPlan string `json:"approvedPlan,omitempty"`
+
+	// RejectedPlan rejects the plan with this digest.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	// +optional
+	RejectedPlan string `json:"rejectedPlan,omitempty"`
+
+	// RejectReason says why the plan was rejected; it is shown in status.
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	RejectReason string `json:"rejectReason,omitempty"`
+}
+
+// OutputsSpec says where Terraform outputs go. Values, sensitive or not, are
+// written only to the outputs Secret; status lists output names.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.include) || !has(self.exclude) || !self.include.exists(n, n in self.exclude)",message="spec.outputs: a name may not be both included and excluded"
+type OutputsSpec struct {
+	// SecretName is the Secret the outputs are written to. It defaults to
+	// <run name>-outputs.
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +optional
+	SecretName string `json:"secretName,omitempty"`
+
+	// Include lists the outputs to write; empty means all.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +optional
+	Include []string `json:"include,omitempty"`
+
+	// Exclude lists outputs not to write.
+	// +kubebuilder:validation:MaxItems=256
+	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +optional
+	Exclude []string `json:"exclude,omitempty"`
+
+	// Rename maps an output name to the Secret key it is written under.
+	// +kubebuilder:validation:MaxProperties=256
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_-]*$'))",message="spec.outputs.rename keys must be Terraform output names"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^[-._a-zA-Z0-9]{1,253}$'))",message="spec.outputs.rename values must be valid Secret keys (letters, digits, '-', '_', '.')"
+	// +optional
+	Rename map[string]string `json:"rename,omitempty"`
+}
+
+// RunnerSpec configures the pods that run the pipeline's steps.
+type RunnerSpec struct {
+	// ServiceAccountName is the service account of the step pods. It needs
+	// the rights of the runner Role (config/rbac/runner_role.yaml). When
+	// empty, the manager's --runner-service-account is used.
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	ServiceAccountName string `json:"serviceAccountName,omitempty"`
+
+	// Resources are the requests and limits of each step container.
+	// +optional
+	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
+
+	// NodeSelector constrains the step pods to matching nodes.
+	// +optional
+	NodeSelector map[string]string `json:"nodeSelector,omitempty"`
+
+	// Tolerations of the step pods.
+	// +optional
+	Tolerations []corev1.Toleration `json:"tolerations,omitempty"`
+
+	// Workspace configures the volume shared by the steps of one pipeline.
+	// +optional
+	Workspace WorkspaceVolume `json:"workspace,omitempty"`
+}
+
+// WorkspaceVolume configures the per-pipeline volume that carries the
+// checkout, the provider cache and the plan file between steps.
+type WorkspaceVolume struct {
+	// Size of the volume.
+	// +kubebuilder:default="1Gi"
+	// +optional
+	Size *resource.Quantity `json:"size,omitempty"`
+
+	// StorageClassName of the volume; empty means the cluster default.
+	// +optional
+	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// HistorySpec configures how long finished pipelines are kept.
+type HistorySpec struct {
+	// TTLAfterFinished deletes a finished pipeline object after this long.
+	// Its results are copied to status first. Unset keeps it until it is
+	// pruned by keepFinished.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="spec.history.ttlAfterFinished must not be negative"
+	// +optional
+	TTLAfterFinished *metav1.Duration `json:"ttlAfterFinished,omitempty"`
+
+	// KeepFinished is how many finished pipelines to keep per TerraformRun.
+	// +kubebuilder:default=3
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	KeepFinished *int32 `json:"keepFinished,omitempty"`
+}
+
+// RunType is what a pipeline does.
+type RunType string
+
+const (
+	// RunApply plans, waits for approval and applies.
+	RunApply RunType = "apply"
+	// RunDestroy plans a destroy and applies it; it runs on deletion.
+	RunDestroy RunType = "destroy"
+)
+
+// StepPhase is the phase of one pipeline step.
+type StepPhase string
+
+const (
+	// StepPending has not started.
+	StepPending StepPhase = "Pending"
+	// StepRunning is running, or waiting at the approval gate.
+	StepRunning StepPhase = "Running"
+	// StepSucceeded finished successfully.
+	StepSucceeded StepPhase = "Succeeded"
+	// StepFailed finished with an error.
+	StepFailed StepPhase = "Failed"
+	// StepSkipped did not run because its condition was false.
+	StepSkipped StepPhase = "Skipped"
+)
+
+// StepStatus is the observed state of one pipeline step.
+type StepStatus struct {
+	// Name is the step: clone, init, plan, approve, apply, export-outputs or cleanup.
+	Name string `json:"name"`
+	// Phase is Pending, Running, Succeeded, Failed or Skipped.
+	Phase StepPhase `json:"phase"`
+	// StartedAt is when the step started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the step finished.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Message is the engine's or terraform's short message about the step.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// ChildReference names the engine object of a run.
+type ChildReference struct {
+	// APIVersion of the object, for example argoproj.io/v1alpha1.
+	APIVersion string `json:"apiVersion"`
+	// Kind of the object, for example Workflow.
+	Kind string `json:"kind"`
+	// Name of the object in the run's namespace.
+	Name string `json:"name"`
+}
+
+// RunPhase is the phase of one pipeline run.
+type RunPhase string
+
+const (
+	// RunPending has been created but has not started.
+	RunPending RunPhase = "Pending"
+	// RunRunning is running.
+	RunRunning RunPhase = "Running"
+	// RunAwaitingApproval waits at the approval gate.
+	RunAwaitingApproval RunPhase = "AwaitingApproval"
+	// RunSucceeded finished successfully.
+	RunSucceeded RunPhase = "Succeeded"
+	// RunFailed finished with an error.
+	RunFailed RunPhase = "Failed"
+	// RunRejected finished because its plan was rejected or timed out.
+	RunRejected RunPhase = "Rejected"
+)
+
+// RunStatus is the state of one pipeline run of a TerraformRun.
+type RunStatus struct {
+	// ID is the run's id, the name of its engine object.
+	ID string `json:"id"`
+	// Type is apply or destroy.
+	Type RunType `json:"type"`
+	// Engine is the engine that runs it.
+	Engine EngineName `json:"engine"`
+	// SpecHash is the hash of the spec the run was started for.
+	SpecHash string `json:"specHash"`
+	// Attempt counts runs started for the same spec hash, from 1.
+	Attempt int32 `json:"attempt"`
+	// Child is the engine object.
+	Child ChildReference `json:"child"`
+	// Phase is the run's phase.
+	Phase RunPhase `json:"phase"`
+	// StartedAt is when the run started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when the run finished.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Commit is the git commit the run checked out.
+	// +optional
+	Commit string `json:"commit,omitempty"`
+	// Steps are the pipeline's steps in order.
+	// +optional
+	Steps []StepStatus `json:"steps,omitempty"`
+	// Message is a short description of the run's state; on failure it
+	// carries terraform's own error text.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// PlanStatus summarizes the plan of the latest run.
+type PlanStatus struct {
+	// Add is the number of resources to create.
+	Add int32 `json:"add"`
+	// Change is the number of resources to update in place.
+	Change int32 `json:"change"`
+	// Destroy is the number of resources to destroy.
+	Destroy int32 `json:"destroy"`
+	// Replace is the number of resources to replace (counted in add and destroy too).
+	// +optional
+	Replace int32 `json:"replace,omitempty"`
+	// HasChanges is true when applying the plan would change anything.
+	HasChanges bool `json:"hasChanges"`
+	// Digest is the plan file's sha256 digest, "sha256:<hex>"; approvals name it.
+	Digest string `json:"digest"`
+	// Summary is the plan in the form "+1 ~0 -0" for printing.
+	Summary string `json:"summary"`
+	// RunID is the run that made the plan.
+	RunID string `json:"runID"`
+}
+
+// ApprovalSource says how a plan was approved or rejected.
+type ApprovalSource string
+
+const (
+	// ApprovedBySpec was approved through spec.approval (or kubectl tfrun).
+	ApprovedBySpec ApprovalSource = "TerraformRun"
+	// ApprovedByEngine was approved in the engine (argo resume, the Argo UI).
+	ApprovedByEngine ApprovalSource = "Engine"
+	// ApprovedAutomatically was approved by approval mode Auto.
+	ApprovedAutomatically ApprovalSource = "Auto"
+	// ApprovalTimedOut was rejected because spec.approval.timeout expired.
+	ApprovalTimedOut ApprovalSource = "Timeout"
+)
+
+// ApprovalStatus records the decision about the latest plan.
+type ApprovalStatus struct {
+	// Digest is the plan the decision is about.
+	Digest string `json:"digest"`
+	// Approved is true when the plan was approved, false when rejected.
+	Approved bool `json:"approved"`
+	// Source is how the decision was made: TerraformRun, Engine, Auto or Timeout.
+	Source ApprovalSource `json:"source"`
+	// By names who decided, when the engine records it.
+	// +optional
+	By string `json:"by,omitempty"`
+	// At is when the decision was made.
+	At metav1.Time `json:"at"`
+	// Reason is the reason given for a rejection.
+	// +optional
+	Reason string `json:"reason,omitempty"`
+}
+
+// TerraformRunStatus is the observed state of a TerraformRun.
+type TerraformRunStatus struct {
+	// Conditions are Ready, Reconciling and Stalled (kstatus), plus Planned,
+	// Approved and Applied.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// ObservedGeneration is the generation whose run has finished.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// LastAppliedHash is the spec hash of the last successful apply.
+	// +optional
+	LastAppliedHash string `json:"lastAppliedHash,omitempty"`
+
+	// LastHandledRunRequest echoes the infra.opr8r.io/run-requested-at
+	// annotation of the last rerun request that started a run.
+	// +optional
+	LastHandledRunRequest string `json:"lastHandledRunRequest,omitempty"`
+
+	// Run is the latest (or active) pipeline run.
+	// +optional
+	Run *RunStatus `json:"run,omitempty"`
+
+	// Plan is the latest plan.
+	// +optional
+	Plan *PlanStatus `json:"plan,omitempty"`
+
+	// Approval is the decision about the latest plan.
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
+
+	// Outputs lists the names of the outputs written to the outputs Secret;
+	// never their values.
+	// +optional
+	Outputs []string `json:"outputs,omitempty"`
+
+	// OutputsSecretName is the Secret that holds the output values.
+	// +optional
+	OutputsSecretName string `json:"outputsSecretName,omitempty"`
+
+	// Phase is a one-word summary for people; conditions are the source of truth.
+	// +optional
+	Phase string `json:"phase,omitempty"`
+
+	// PlanSummary is status.plan.summary, for the printer column.
+	// +optional
+	PlanSummary string `json:"planSummary,omitempty"`
+}
+
+// TerraformRun runs a Terraform module through a workflow engine: clone, init,
+// plan, an approval gate, apply and export of outputs.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tfrun;tfr,categories=opr8r
+// +kubebuilder:printcolumn:name="Engine",type=string,JSONPath=`.status.run.engine`
+// +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
+// +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.status.planSummary`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+// +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters so that engine object names fit in 63"
+type TerraformRun struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the desired state.
+	Spec TerraformRunSpec `json:"spec"`
+	// Status is the observed state.
+	// +optional
+	Status TerraformRunStatus `json:"status,omitempty"`
+}
+
+// TerraformRunList is a list of TerraformRuns.
+//
+// +kubebuilder:object:root=true
+type TerraformRunList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the TerraformRuns.
+	Items []TerraformRun `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TerraformRun{}, &TerraformRunList{})
+}

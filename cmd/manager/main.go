@@ -1,0 +1,143 @@
+// Command manager runs the opr8r controller manager.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/config/crd"
+	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/manager"
+)
+
+func main() {
+	var (
+		engines, defaultEngine, namespaces string
+		metricsAddr, probeAddr             string
+		leaderElect, installCRDs           bool
+		maxConcurrent                      int
+		qps                                float64
+		burst                              int
+		destroyTimeout                     time.Duration
+		cfg                                engine.Config
+	)
+	flag.StringVar(&engines, "engines", "argo", "Comma-separated engines to enable (argo).")
+	flag.StringVar(&defaultEngine, "default-engine", "argo", "Engine used when spec.engine is empty.")
+	flag.StringVar(&cfg.TerraformImage, "terraform-image", "docker.io/hashicorp/terraform:1.11", "Default Terraform or OpenTofu image for steps.")
+	flag.StringVar(&cfg.StepImage, "step-image", "ghcr.io/opr8r/opr8r:latest", "Image that holds the opr8r-step binary.")
+	flag.StringVar(&cfg.RunnerServiceAccount, "runner-service-account", "opr8r-runner", "Default service account of step pods (bind it to the opr8r-runner Role).")
+	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
+	flag.StringVar(&namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
+	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
+	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election (for more than one replica).")
+	flag.BoolVar(&installCRDs, "install-crds", false, "Server-side apply opr8r's CRDs at start (for development).")
+	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "TerraformRuns reconciled in parallel.")
+	flag.Float64Var(&qps, "kube-api-qps", 50, "Client QPS towards the API server.")
+	flag.IntVar(&burst, "kube-api-burst", 100, "Client burst towards the API server.")
+	flag.DurationVar(&destroyTimeout, "destroy-timeout", controller.DefaultDestroyTimeout, "A deletion whose destroy runs longer is marked Stalled.")
+	opts := zap.Options{}
+	opts.BindFlags(flag.CommandLine)
+	flag.Parse()
+	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
+	log := ctrl.Log.WithName("setup")
+
+	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, cfg); err != nil {
+		log.Error(err, "manager failed")
+		os.Exit(1)
+	}
+}
+
+func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout time.Duration, cfg engine.Config) error {
+	restCfg, err := ctrl.GetConfig()
+	if err != nil {
+		return fmt.Errorf("no kubeconfig: %w", err)
+	}
+	restCfg.QPS, restCfg.Burst = float32(qps), burst
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return err
+	}
+	if installCRDs {
+		if err := applyCRDs(restCfg); err != nil {
+			return err
+		}
+	}
+	var nsList []string
+	if namespaces != "" {
+		nsList = strings.Split(namespaces, ",")
+	}
+	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
+		Scheme:                 scheme,
+		Cache:                  manager.CacheOptions(nsList),
+		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
+		HealthProbeBindAddress: probeAddr,
+		LeaderElection:         leaderElect,
+		LeaderElectionID:       "opr8r.infra.opr8r.io",
+	})
+	if err != nil {
+		return err
+	}
+	var names []infrav1.EngineName
+	for _, n := range strings.Split(engines, ",") {
+		names = append(names, infrav1.EngineName(strings.TrimSpace(n)))
+	}
+	controller.RegisterMetrics()
+	if _, err := manager.Setup(mgr, manager.Options{
+		Engines: names, DefaultEngine: infrav1.EngineName(defaultEngine), Engine: cfg,
+		MaxConcurrentReconciles: maxConcurrent, DestroyTimeout: destroyTimeout,
+	}); err != nil {
+		return err
+	}
+	if err := mgr.AddHealthzCheck("healthz", healthz.Ping); err != nil {
+		return err
+	}
+	if err := mgr.AddReadyzCheck("readyz", healthz.Ping); err != nil {
+		return err
+	}
+	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// applyCRDs server-side applies the embedded CRDs.
+func applyCRDs(restCfg *rest.Config) error {
+	s := runtime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return err
+	}
+	c, err := client.New(restCfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	return fs.WalkDir(crd.Bases, "bases", func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := crd.Bases.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		obj := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, obj); err != nil {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+		obj.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		return c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("opr8r"), client.ForceOwnership)
+	})
+}

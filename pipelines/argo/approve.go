@@ -1,0 +1,132 @@
+package argo
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/packer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Approve implements engine.Approver. It does what `argo resume
+// --node-field-selector displayName=approve` does after `argo node set`
+// supplies the outputs (workflow/util.updateSuspendedNode): the active
+// suspend node gets its supplied outputs, phase Succeeded, a "Resumed by:"
+// message and finishedAt, and the Workflow is written with a full Update
+// guarded by its resourceVersion. A conflict is returned to the caller,
+// which retries with a fresh object.
+func (Engine) Approve(ctx context.Context, c client.Client, obj client.Object, d engine.Decision) error {
+	return decideGate(ctx, c, obj, func(n *wfv1.NodeStatus) error {
+		if err := supplyOutput(n, paramDecision, decisionApprove); err != nil {
+			return err
+		}
+		if err := supplyOutput(n, paramApprovedDigest, d.Digest); err != nil {
+			return err
+		}
+		n.Phase = wfv1.NodeSucceeded
+		n.Message = "Resumed by: " + actor(d)
+		return nil
+	})
+}
+
+// Reject implements engine.Approver. Like `argo stop --node-field-selector`,
+// it fails the suspend node: apply is skipped and the Workflow fails, and the
+// exit handler still runs.
+func (Engine) Reject(ctx context.Context, c client.Client, obj client.Object, d engine.Decision) error {
+	return decideGate(ctx, c, obj, func(n *wfv1.NodeStatus) error {
+		if err := supplyOutput(n, paramDecision, decisionReject); err != nil {
+			return err
+		}
+		n.Phase = wfv1.NodeFailed
+		n.Message = fmt.Sprintf("Rejected: %s. Resumed by: %s", d.Reason, actor(d))
+		return nil
+	})
+}
+
+func actor(d engine.Decision) string {
+	if d.By == "" {
+		return ActorName
+	}
+	return ActorName + " (" + d.By + ")"
+}
+
+func decideGate(ctx context.Context, c client.Client, obj client.Object, decide func(*wfv1.NodeStatus) error) error {
+	orig, ok := obj.(*wfv1.Workflow)
+	if !ok {
+		return fmt.Errorf("argo: expected a Workflow, got %T", obj)
+	}
+	wf := orig.DeepCopy()
+	if wf.Status.IsOffloadNodeStatus() {
+		return fmt.Errorf("workflow %s has offloaded node status; opr8r cannot resume it (disable nodeStatusOffLoad)", wf.Name)
+	}
+	compressed := wf.Status.CompressedNodes != ""
+	if compressed {
+		if err := packer.DecompressWorkflow(wf); err != nil {
+			return fmt.Errorf("decompressing workflow %s: %w", wf.Name, err)
+		}
+	}
+	var id string
+	for nid, n := range wf.Status.Nodes {
+		// Only the opr8r gate, by display name: a resume without a selector
+		// would resume every suspend node.
+		if n.DisplayName == pipeline.StepApprove && n.IsActiveSuspendNode() {
+			id = nid
+			break
+		}
+	}
+	if id == "" {
+		return engine.ErrGateNotPending
+	}
+	n := wf.Status.Nodes[id]
+	if err := decide(&n); err != nil {
+		return err
+	}
+	n.FinishedAt = metav1.Time{Time: time.Now().UTC()}
+	wf.Status.Nodes.Set(id, n)
+	if compressed {
+		if err := packer.CompressWorkflowIfNeeded(wf); err != nil {
+			return fmt.Errorf("compressing workflow %s: %w", wf.Name, err)
+		}
+	}
+	if wf.Labels == nil {
+		wf.Labels = map[string]string{}
+	}
+	wf.Labels[actorLabel] = ActorName
+	wf.Labels[actionLabel] = "Resume"
+	return c.Update(ctx, wf)
+}
+
+// supplyOutput sets a supplied output parameter, as `argo node set` does.
+func supplyOutput(n *wfv1.NodeStatus, name, value string) error {
+	if n.Outputs == nil {
+		return fmt.Errorf("approval node %s has no outputs; was it created by opr8r?", n.ID)
+	}
+	for i, p := range n.Outputs.Parameters {
+		if p.Name == name {
+			n.Outputs.Parameters[i].Value = wfv1.AnyStringPtr(value)
+			n.Outputs.Parameters[i].ValueFrom = nil
+			return nil
+		}
+	}
+	return fmt.Errorf("approval node %s has no output parameter %q", n.ID, name)
+}
+
+// Cancel implements engine.Canceller with spec.shutdown=Stop, which still
+// runs the exit handler (cleanup). A finished Workflow is left alone.
+func (Engine) Cancel(ctx context.Context, c client.Client, obj client.Object, reason string) error {
+	wf, ok := obj.(*wfv1.Workflow)
+	if !ok {
+		return fmt.Errorf("argo: expected a Workflow, got %T", obj)
+	}
+	if wf.Status.Phase.Completed() || wf.Spec.Shutdown != "" {
+		return nil
+	}
+	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"shutdown":"Stop"}}`))
+	return c.Patch(ctx, wf, patch)
+}

@@ -1,0 +1,261 @@
+// Package argo runs TerraformRun pipelines as Argo Workflows Workflows.
+//
+// The Workflow is a DAG clone → init → plan → approve → apply →
+// export-outputs, with an onExit cleanup. The approval gate is a suspend
+// template; approving it through the TerraformRun resumes the node exactly
+// the way `argo resume` does (workflow/util.ResumeWorkflow in Argo v3.7).
+package argo
+
+import (
+	"fmt"
+	"strings"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+const (
+	entrypoint   = "main"
+	workflowKind = "Workflow"
+
+	// Output parameters of the approve (suspend) node. The Argo UI shows the
+	// decision input's enum as a dropdown and sets the outputs before resume.
+	paramDecision       = "decision"
+	paramApprovedDigest = "approved-digest"
+	decisionApprove     = "approve"
+	decisionReject      = "reject"
+
+	// Labels Argo's creator.LabelActor puts on a Workflow that a user resumed.
+	actorLabel  = "workflows.argoproj.io/actor"
+	actionLabel = "workflows.argoproj.io/action"
+
+	// ActorName is the actor opr8r records when it resumes a gate itself.
+	ActorName = "opr8r"
+)
+
+// Engine is the Argo Workflows engine.
+type Engine struct{}
+
+var (
+	_ engine.Engine    = Engine{}
+	_ engine.Approver  = Engine{}
+	_ engine.Canceller = Engine{}
+)
+
+// New returns the Argo engine.
+func New() Engine { return Engine{} }
+
+// Name implements engine.Engine.
+func (Engine) Name() infrav1.EngineName { return infrav1.EngineArgo }
+
+// ChildGVK implements engine.Engine.
+func (Engine) ChildGVK() schema.GroupVersionKind {
+	return wfv1.SchemeGroupVersion.WithKind(workflowKind)
+}
+
+// NewChild implements engine.Engine.
+func (Engine) NewChild() client.Object { return &wfv1.Workflow{} }
+
+// NewChildList implements engine.Engine.
+func (Engine) NewChildList() client.ObjectList { return &wfv1.WorkflowList{} }
+
+// Build implements engine.Engine.
+func (Engine) Build(req engine.Request) (client.Object, error) {
+	p, err := pipeline.Build(req)
+	if err != nil {
+		return nil, err
+	}
+	run := req.Run
+	wf := &wfv1.Workflow{
+		TypeMeta: metav1.TypeMeta{APIVersion: wfv1.SchemeGroupVersion.String(), Kind: workflowKind},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      p.Name,
+			Namespace: p.Namespace,
+			Labels:    p.Labels,
+			Annotations: map[string]string{
+				"workflows.argoproj.io/title":       fmt.Sprintf("terraform %s %s/%s", p.Type, run.Namespace, run.Name),
+				"workflows.argoproj.io/description": description(p),
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))},
+		},
+		Spec: wfv1.WorkflowSpec{
+			Entrypoint:         entrypoint,
+			OnExit:             pipeline.StepCleanup,
+			ServiceAccountName: p.ServiceAccountName,
+			SecurityContext:    p.PodSecurityContext,
+			NodeSelector:       p.NodeSelector,
+			Tolerations:        p.Tolerations,
+			PodMetadata:        &wfv1.Metadata{Labels: p.Labels},
+			Volumes:            p.Volumes,
+			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
+				ObjectMeta: metav1.ObjectMeta{Name: pipeline.WorkspaceVolume},
+				Spec: corev1.PersistentVolumeClaimSpec{
+					AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+					StorageClassName: p.StorageClassName,
+					Resources: corev1.VolumeResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceStorage: p.WorkspaceSize},
+					},
+				},
+			}},
+			// The workspace holds the plan file, which may contain secrets:
+			// delete it as soon as the Workflow completes, whatever the result.
+			VolumeClaimGC: &wfv1.VolumeClaimGC{Strategy: wfv1.VolumeClaimGCOnCompletion},
+		},
+	}
+	if p.TTLAfterFinished != nil {
+		wf.Spec.TTLStrategy = &wfv1.TTLStrategy{SecondsAfterCompletion: ptr.To(int32(p.TTLAfterFinished.Seconds()))}
+	}
+	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p))
+	for _, s := range p.Steps {
+		if s.Gate {
+			wf.Spec.Templates = append(wf.Spec.Templates, gateTemplate())
+			continue
+		}
+		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, s, req.Config.StepImage))
+	}
+	wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, p.Cleanup, req.Config.StepImage))
+	return wf, nil
+}
+
+func description(p *pipeline.Pipeline) string {
+	if p.ManualApproval {
+		return "Plans, waits for approval, applies and exports outputs. Approve with `kubectl tfrun approve`, `argo resume` or the RESUME button."
+	}
+	if p.Type == infrav1.RunDestroy {
+		return "Destroys everything the TerraformRun manages (it is being deleted)."
+	}
+	return "Plans, applies (approval mode Auto) and exports outputs."
+}
+
+func taskParam(task, name string) string {
+	return fmt.Sprintf("{{tasks.%s.outputs.parameters.%s}}", task, name)
+}
+
+// dagTemplate wires the steps. Engine-native conditions skip the gate when
+// the plan has no changes, and skip apply when it has none or was rejected.
+func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
+	hasChanges := taskParam(pipeline.StepPlan, pipeline.ResultHasChanges) + " == true"
+	tasks := []wfv1.DAGTask{
+		{Name: pipeline.StepClone, Template: pipeline.StepClone},
+		{Name: pipeline.StepInit, Template: pipeline.StepInit, Depends: pipeline.StepClone},
+		{Name: pipeline.StepPlan, Template: pipeline.StepPlan, Depends: pipeline.StepInit},
+	}
+	applyTask := wfv1.DAGTask{Name: pipeline.StepApply, Template: pipeline.StepApply}
+	exportDepends := pipeline.StepApply + ".Succeeded || " + pipeline.StepApply + ".Skipped"
+	if p.ManualApproval {
+		tasks = append(tasks, wfv1.DAGTask{
+			Name:     pipeline.StepApprove,
+			Template: pipeline.StepApprove,
+			Depends:  pipeline.StepPlan,
+			When:     hasChanges,
+			Arguments: wfv1.Arguments{Parameters: []wfv1.Parameter{
+				{Name: "digest", Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
+				{Name: "summary", Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultSummary))},
+			}},
+		})
+		applyTask.Depends = pipeline.StepApprove + ".Succeeded"
+		applyTask.When = fmt.Sprintf("'%s' == '%s'", taskParam(pipeline.StepApprove, paramDecision), decisionApprove)
+		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepApprove, paramApprovedDigest))}}
+		// With no changes the gate is skipped and apply omitted; outputs are
+		// still exported.
+		exportDepends = pipeline.StepApply + ".Succeeded || " + pipeline.StepApprove + ".Skipped"
+	} else {
+		applyTask.Depends = pipeline.StepPlan
+		applyTask.When = hasChanges
+		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))}}
+	}
+	tasks = append(tasks, applyTask)
+	if p.Type == infrav1.RunApply {
+		tasks = append(tasks, wfv1.DAGTask{Name: pipeline.StepExport, Template: pipeline.StepExport, Depends: exportDepends})
+	}
+	return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
+}
+
+// gateTemplate is the approval gate: a suspend node without a duration (a
+// duration would auto-approve when it expires; opr8r enforces the timeout).
+func gateTemplate() wfv1.Template {
+	return wfv1.Template{
+		Name: pipeline.StepApprove,
+		Inputs: wfv1.Inputs{Parameters: []wfv1.Parameter{
+			{Name: "digest"},
+			{Name: "summary"},
+			{
+				Name:        paramDecision,
+				Default:     wfv1.AnyStringPtr(decisionApprove),
+				Enum:        []wfv1.AnyString{decisionApprove, decisionReject},
+				Description: wfv1.AnyStringPtr("approve applies the plan whose digest is shown; reject skips apply"),
+			},
+		}},
+		Outputs: wfv1.Outputs{Parameters: []wfv1.Parameter{
+			{Name: paramDecision, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(decisionApprove)}},
+			{Name: paramApprovedDigest, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr("{{inputs.parameters.digest}}")}},
+		}},
+		Suspend: &wfv1.SuspendTemplate{},
+	}
+}
+
+var replacer = strings.NewReplacer(
+	pipeline.PhOwnerUID, "{{workflow.uid}}",
+	pipeline.PhOwnerName, "{{workflow.name}}",
+	pipeline.PhResultsDir, pipeline.ResultsDirArgo,
+	pipeline.PhApprovedDigest, "{{inputs.parameters."+paramApprovedDigest+"}}",
+)
+
+func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {
+	mounts := []corev1.VolumeMount{
+		{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir},
+		{Name: pipeline.TmpVolume, MountPath: pipeline.TmpDir},
+	}
+	volumes := []corev1.Volume{{Name: pipeline.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
+	t := wfv1.Template{
+		Name:     s.Name,
+		Metadata: wfv1.Metadata{Labels: map[string]string{"infra.opr8r.io/step": s.Name}},
+	}
+	if s.NeedsStepBinary {
+		binMount := corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir}
+		mounts = append(mounts, corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir, ReadOnly: true})
+		volumes = append(volumes, corev1.Volume{Name: pipeline.StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
+		t.InitContainers = []wfv1.UserContainer{{Container: corev1.Container{
+			Name:            "install-opr8r-step",
+			Image:           stepImage,
+			ImagePullPolicy: p.ImagePullPolicy,
+			Command:         []string{pipeline.ImageStepBinary},
+			Args:            []string{"install", "--dest=" + pipeline.StepBinDir},
+			VolumeMounts:    []corev1.VolumeMount{binMount},
+			SecurityContext: s.SecurityContext,
+			Resources:       s.Resources,
+		}}}
+	}
+	t.Volumes = volumes
+	t.Container = &corev1.Container{
+		Name:            "main",
+		Image:           s.Image,
+		ImagePullPolicy: p.ImagePullPolicy,
+		Command:         s.Command,
+		Args:            pipeline.Replace(s.Args, replacer),
+		Env:             s.Env,
+		VolumeMounts:    append(mounts, s.VolumeMounts...),
+		Resources:       s.Resources,
+		SecurityContext: s.SecurityContext,
+	}
+	if s.Name == pipeline.StepApply {
+		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
+	}
+	for _, r := range s.Results {
+		t.Outputs.Parameters = append(t.Outputs.Parameters, wfv1.Parameter{
+			Name: r,
+			// The default keeps a failed step's own message: without it Argo
+			// would report the missing result file instead.
+			ValueFrom: &wfv1.ValueFrom{Path: pipeline.ResultsDirArgo + "/" + r, Default: wfv1.AnyStringPtr("")},
+		})
+	}
+	return t
+}

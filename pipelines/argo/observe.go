@@ -1,0 +1,240 @@
+package argo
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/packer"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// stepOrder is the order steps are reported in.
+var stepOrder = []string{
+	pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
+	pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup,
+}
+
+// nodes returns the Workflow's nodes, decompressed. Offloaded node status
+// lives in Argo's database, which opr8r cannot read: that is refused clearly.
+func nodes(wf *wfv1.Workflow) (wfv1.Nodes, error) {
+	if wf.Status.IsOffloadNodeStatus() {
+		return nil, fmt.Errorf("workflow %s has its node status offloaded to Argo's database (nodeStatusOffLoad); opr8r needs it in the object: disable offloading for opr8r's namespace", wf.Name)
+	}
+	if wf.Status.CompressedNodes == "" {
+		return wf.Status.Nodes, nil
+	}
+	c := wf.DeepCopy()
+	if err := packer.DecompressWorkflow(c); err != nil {
+		return nil, fmt.Errorf("decompressing nodes of workflow %s: %w", wf.Name, err)
+	}
+	return c.Status.Nodes, nil
+}
+
+// stepNode finds a step's node by display name, never by id. A retried step
+// has a Retry parent with the task's display name, which is preferred. The
+// exit handler's display name is "<workflow>.onExit".
+func stepNode(wf *wfv1.Workflow, ns wfv1.Nodes, step string) (wfv1.NodeStatus, bool) {
+	display := step
+	if step == pipeline.StepCleanup {
+		display = wf.Name + ".onExit"
+	}
+	var found wfv1.NodeStatus
+	ok := false
+	for _, n := range ns {
+		match := n.DisplayName == display || (step == pipeline.StepCleanup && n.TemplateName == pipeline.StepCleanup)
+		if !match {
+			continue
+		}
+		if !ok || n.Type == wfv1.NodeTypeRetry {
+			found, ok = n, true
+		}
+	}
+	return found, ok
+}
+
+func stepPhase(p wfv1.NodePhase) infrav1.StepPhase {
+	switch p {
+	case wfv1.NodeRunning:
+		return infrav1.StepRunning
+	case wfv1.NodeSucceeded:
+		return infrav1.StepSucceeded
+	case wfv1.NodeSkipped, wfv1.NodeOmitted:
+		return infrav1.StepSkipped
+	case wfv1.NodeFailed, wfv1.NodeError:
+		return infrav1.StepFailed
+	default:
+		return infrav1.StepPending
+	}
+}
+
+func timePtr(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func outputParam(n wfv1.NodeStatus, name string) string {
+	if n.Outputs == nil {
+		return ""
+	}
+	for _, p := range n.Outputs.Parameters {
+		if p.Name == name && p.Value != nil {
+			return p.Value.String()
+		}
+	}
+	return ""
+}
+
+// resultsSynced says whether a pod node's outputs can be trusted.
+func resultsSynced(n wfv1.NodeStatus) bool {
+	return n.TaskResultSynced == nil || *n.TaskResultSynced
+}
+
+// Observe implements engine.Engine.
+func (Engine) Observe(obj client.Object) (engine.Progress, error) {
+	wf, ok := obj.(*wfv1.Workflow)
+	if !ok {
+		return engine.Progress{}, fmt.Errorf("argo: expected a Workflow, got %T", obj)
+	}
+	ns, err := nodes(wf)
+	if err != nil {
+		return engine.Progress{}, err
+	}
+	pr := engine.Progress{
+		StartedAt:  timePtr(wf.Status.StartedAt),
+		FinishedAt: timePtr(wf.Status.FinishedAt),
+		Message:    wf.Status.Message,
+	}
+	var failedMsg string
+	for _, name := range stepOrder {
+		n, found := stepNode(wf, ns, name)
+		if !found {
+			continue
+		}
+		st := infrav1.StepStatus{
+			Name:       name,
+			Phase:      stepPhase(n.Phase),
+			StartedAt:  timePtr(n.StartedAt),
+			FinishedAt: timePtr(n.FinishedAt),
+			Message:    n.Message,
+		}
+		pr.Steps = append(pr.Steps, st)
+		if st.Phase == infrav1.StepFailed && failedMsg == "" && name != pipeline.StepApprove {
+			failedMsg = fmt.Sprintf("step %s failed: %s", name, n.Message)
+		}
+		switch name {
+		case pipeline.StepClone:
+			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
+				pr.Commit = outputParam(n, pipeline.ResultCommit)
+			}
+		case pipeline.StepPlan:
+			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
+				plan, err := planResult(n)
+				if err != nil {
+					return engine.Progress{}, err
+				}
+				pr.Plan = plan
+			}
+		case pipeline.StepApprove:
+			pr.Gate = gate(wf, n)
+		case pipeline.StepApply:
+			pr.Applied = n.Phase == wfv1.NodeSucceeded
+		case pipeline.StepExport:
+			pr.OutputsExported = n.Phase == wfv1.NodeSucceeded
+		}
+	}
+	pr.Phase, pr.Finished = runPhase(wf.Status.Phase, pr.Gate.State)
+	if failedMsg != "" {
+		pr.Message = failedMsg
+	}
+	if pr.Gate.State == engine.GateRejected {
+		pr.Message = "plan rejected: " + pr.Gate.Message
+	}
+	return pr, nil
+}
+
+func runPhase(p wfv1.WorkflowPhase, g engine.GateState) (infrav1.RunPhase, bool) {
+	switch {
+	case p.Completed() && g == engine.GateRejected:
+		return infrav1.RunRejected, true
+	case p == wfv1.WorkflowSucceeded:
+		return infrav1.RunSucceeded, true
+	case p == wfv1.WorkflowFailed || p == wfv1.WorkflowError:
+		return infrav1.RunFailed, true
+	case p == wfv1.WorkflowRunning && g == engine.GatePending:
+		return infrav1.RunAwaitingApproval, false
+	case p == wfv1.WorkflowRunning:
+		return infrav1.RunRunning, false
+	default:
+		return infrav1.RunPending, false
+	}
+}
+
+// planSummary is the plan step's summary result.
+type planSummary struct {
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	Replace int32 `json:"replace"`
+}
+
+func planResult(n wfv1.NodeStatus) (*engine.PlanResult, error) {
+	var s planSummary
+	if raw := outputParam(n, pipeline.ResultSummary); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			return nil, fmt.Errorf("plan step's summary result is not valid JSON: %w", err)
+		}
+	}
+	return &engine.PlanResult{
+		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
+		HasChanges: outputParam(n, pipeline.ResultHasChanges) == "true",
+		Digest:     outputParam(n, pipeline.ResultDigest),
+	}, nil
+}
+
+// gate reads the approval gate. A suspend node that Succeeded with the
+// decision "reject" (the Argo UI's dropdown) is a rejection too.
+func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
+	g := engine.Gate{Since: timePtr(n.StartedAt), DecidedAt: timePtr(n.FinishedAt), Message: n.Message}
+	switch n.Phase {
+	case wfv1.NodeRunning, wfv1.NodePending:
+		g.State = engine.GatePending
+	case wfv1.NodeSkipped, wfv1.NodeOmitted:
+		g.State = engine.GateSkipped
+	case wfv1.NodeFailed, wfv1.NodeError:
+		g.State = engine.GateRejected
+		g.By = resumedBy(wf, n.Message)
+	case wfv1.NodeSucceeded:
+		g.Digest = outputParam(n, paramApprovedDigest)
+		g.By = resumedBy(wf, n.Message)
+		if outputParam(n, paramDecision) == decisionReject {
+			g.State = engine.GateRejected
+			if g.Message == "" {
+				g.Message = "the decision \"reject\" was chosen"
+			}
+		} else {
+			g.State = engine.GateApproved
+		}
+	}
+	return g
+}
+
+// resumedBy says who decided: Argo's actor label when the Argo Server did it,
+// otherwise the "Resumed by:" part of the node message.
+func resumedBy(wf *wfv1.Workflow, msg string) string {
+	if a := wf.Labels[actorLabel]; a != "" {
+		return a
+	}
+	if i := strings.Index(msg, "Resumed by: "); i >= 0 {
+		return strings.TrimSpace(msg[i+len("Resumed by: "):])
+	}
+	return ""
+}

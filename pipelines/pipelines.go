@@ -1,0 +1,13 @@
+// Package pipelines lists every engine opr8r ships. It is the one place an
+// engine is registered; cmd/ selects the enabled ones by flag.
+package pipelines
+
+import (
+	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// All returns every engine opr8r knows, enabled or not.
+func All() []engine.Engine {
+	return []engine.Engine{argo.New()}
+}

@@ -1,0 +1,114 @@
+package controller
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// Availability records which engines' CRDs are served. The reconciler reads
+// it; the EngineWatcher writes it.
+type Availability struct {
+	mu    sync.RWMutex
+	avail map[infrav1.EngineName]bool
+}
+
+// NewAvailability returns an Availability with no engine available.
+func NewAvailability() *Availability {
+	return &Availability{avail: map[infrav1.EngineName]bool{}}
+}
+
+// IsAvailable says whether the engine's CRD is served and watched.
+func (a *Availability) IsAvailable(n infrav1.EngineName) bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.avail[n]
+}
+
+// Set records an engine's availability.
+func (a *Availability) Set(n infrav1.EngineName, v bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.avail[n] = v
+}
+
+// EngineWatcher is a manager runnable that waits for each enabled engine's
+// CRD to be served, then watches the engine's children (only opr8r's, by
+// label, through the manager's cache) and marks the engine available. An
+// engine whose CRD is missing leaves its runs Stalled with reason
+// EngineUnavailable instead of crashing the manager; installing the CRD
+// later makes them continue. (Kueue's jobframework waits for APIs the same
+// way.)
+type EngineWatcher struct {
+	Cache      cache.Cache
+	Mapper     meta.RESTMapper
+	Client     client.Client
+	Controller controller.Controller
+	Engines    *engine.Registry
+	Available  *Availability
+	Period     time.Duration
+}
+
+// Start implements manager.Runnable.
+func (w *EngineWatcher) Start(ctx context.Context) error {
+	log := ctrl.LoggerFrom(ctx).WithName("engine-watcher")
+	period := w.Period
+	if period == 0 {
+		period = 5 * time.Second
+	}
+	watched := map[infrav1.EngineName]bool{}
+	for {
+		for _, e := range w.Engines.All() {
+			if watched[e.Name()] {
+				continue
+			}
+			gvk := e.ChildGVK()
+			if _, err := w.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				if !meta.IsNoMatchError(err) {
+					log.Error(err, "checking engine CRD", "engine", e.Name())
+				}
+				continue
+			}
+			src := source.Kind(w.Cache, e.NewChild(),
+				handler.EnqueueRequestForOwner(w.Client.Scheme(), w.Mapper, &infrav1.TerraformRun{}, handler.OnlyControllerOwner()),
+				predicate.ResourceVersionChangedPredicate{})
+			if err := w.Controller.Watch(src); err != nil {
+				log.Error(err, "watching engine children", "engine", e.Name())
+				continue
+			}
+			watched[e.Name()] = true
+			w.Available.Set(e.Name(), true)
+			log.Info("engine available", "engine", e.Name(), "kind", gvk.Kind)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(period):
+		}
+	}
+}
+
+// NeedLeaderElection implements manager.LeaderElectionRunnable: every
+// replica's controller needs the watches.
+func (w *EngineWatcher) NeedLeaderElection() bool { return false }
+
+// deletionPredicate passes updates that start a deletion.
+type deletionPredicate struct{ predicate.Funcs }
+
+// Update implements predicate.Predicate.
+func (deletionPredicate) Update(e event.UpdateEvent) bool {
+	return e.ObjectNew.GetDeletionTimestamp() != nil
+}

@@ -1,0 +1,178 @@
+package controller
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// RawOutputsKey is the key of the raw outputs Secret that holds
+// `terraform output -json`.
+const RawOutputsKey = "outputs.json"
+
+// tfOutput is one entry of `terraform output -json`.
+type tfOutput struct {
+	Sensitive bool            `json:"sensitive"`
+	Value     json.RawMessage `json:"value"`
+}
+
+// SelectOutputs applies include, exclude and rename to terraform's outputs and
+// returns the Secret data. Strings are written as they are; other values as
+// JSON.
+func SelectOutputs(spec infrav1.OutputsSpec, raw []byte) (map[string][]byte, error) {
+	var outs map[string]tfOutput
+	if err := json.Unmarshal(raw, &outs); err != nil {
+		return nil, fmt.Errorf("the export step's outputs are not terraform output -json: %w", err)
+	}
+	include := map[string]bool{}
+	for _, n := range spec.Include {
+		include[n] = true
+	}
+	exclude := map[string]bool{}
+	for _, n := range spec.Exclude {
+		exclude[n] = true
+	}
+	data := map[string][]byte{}
+	for name, o := range outs {
+		if (len(include) > 0 && !include[name]) || exclude[name] {
+			continue
+		}
+		key := name
+		if k, ok := spec.Rename[name]; ok {
+			key = k
+		}
+		if _, dup := data[key]; dup {
+			return nil, fmt.Errorf("spec.outputs.rename maps two outputs to the Secret key %q", key)
+		}
+		var s string
+		if err := json.Unmarshal(o.Value, &s); err == nil {
+			data[key] = []byte(s)
+		} else {
+			data[key] = []byte(o.Value)
+		}
+	}
+	return data, nil
+}
+
+// projectOutputs writes the user's outputs Secret from the raw outputs Secret
+// of a child, and lists the keys (never values) in status. Sets nothing on
+// success; a failure is returned and retried, so outputs are never lost.
+func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *infrav1.TerraformRun, child string) error {
+	raw := &corev1.Secret{}
+	key := types.NamespacedName{Namespace: run.Namespace, Name: pipeline.RawOutputsSecretName(child)}
+	if err := r.Get(ctx, key, raw); err != nil {
+		if !apierrors.IsNotFound(err) {
+			return fmt.Errorf("reading outputs of run %s: %w", child, err)
+		}
+		if err := r.APIReader.Get(ctx, key, raw); err != nil {
+			return fmt.Errorf("reading outputs of run %s: %w", child, err)
+		}
+	}
+	data, err := SelectOutputs(eff.Spec.Outputs, raw.Data[RawOutputsKey])
+	if err != nil {
+		r.transition(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonOutputsFailed, err.Error())
+		return &stallingError{reason: infrav1.ReasonOutputsFailed, msg: err.Error()}
+	}
+	name := pipeline.OutputsSecretName(eff)
+	if err := r.writeOutputsSecret(ctx, run, name, data); err != nil {
+		return err
+	}
+	keys := make([]string, 0, len(data))
+	for k := range data {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	run.Status.Outputs = keys
+	run.Status.OutputsSecretName = name
+	return nil
+}
+
+// writeOutputsSecret creates or updates the outputs Secret, owned by the run.
+// A Secret of that name that opr8r does not own is never overwritten.
+func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, name string, data map[string][]byte) error {
+	want := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: map[string]string{
+			infrav1.ManagedByLabel: infrav1.ManagedByValue,
+			infrav1.RunNameLabel:   run.Name,
+			infrav1.ComponentLabel: "outputs",
+		}},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if err := controllerutil.SetControllerReference(run, want, r.Scheme()); err != nil {
+		return err
+	}
+	got := &corev1.Secret{}
+	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
+	if apierrors.IsNotFound(err) {
+		err = r.Create(ctx, want)
+		if apierrors.IsAlreadyExists(err) {
+			return &stallingError{reason: infrav1.ReasonOutputsFailed,
+				msg: fmt.Sprintf("Secret %s exists and is not managed by opr8r; set spec.outputs.secretName to another name", name)}
+		}
+		if err == nil {
+			r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("wrote %d outputs to Secret %s", len(data), name))
+		}
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	if !metav1.IsControlledBy(got, run) {
+		return &stallingError{reason: infrav1.ReasonOutputsFailed,
+			msg: fmt.Sprintf("Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)}
+	}
+	if apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
+		return nil
+	}
+	got.Data = want.Data
+	for k, v := range want.Labels {
+		if got.Labels == nil {
+			got.Labels = map[string]string{}
+		}
+		got.Labels[k] = v
+	}
+	if err := r.Update(ctx, got); err != nil {
+		return fmt.Errorf("updating Secret %s: %w", name, err)
+	}
+	r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(data), name))
+	return nil
+}
+
+// restoreOutputs rewrites the outputs Secret of the latest successful run if
+// a person edited or deleted it, as long as that run's raw outputs still exist.
+func (r *TerraformRunReconciler) restoreOutputs(ctx context.Context, run, eff *infrav1.TerraformRun) error {
+	if run.Status.OutputsSecretName == "" {
+		return nil
+	}
+	raw := &corev1.Secret{}
+	err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: pipeline.RawOutputsSecretName(run.Status.Run.ID)}, raw)
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	return r.projectOutputs(ctx, run, eff, run.Status.Run.ID)
+}
+
+func labelsContain(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,212 @@
+// Package engine is the seam between the TerraformRun reconciler and the
+// workflow engines that run its pipelines. The reconciler only talks to the
+// Engine interface and the optional interfaces below; each engine lives in its
+// own package under pipelines/ and is listed once in pipelines.All.
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Engine translates a TerraformRun into an engine object (the child) and reads
+// the child's progress back. Build and Observe are pure: they make no API calls,
+// so they are tested offline.
+type Engine interface {
+	// Name is the value of spec.engine that selects this engine.
+	Name() infrav1.EngineName
+	// ChildGVK is the group, version and kind of the child object.
+	ChildGVK() schema.GroupVersionKind
+	// NewChild returns an empty child object, for Get and watches.
+	NewChild() client.Object
+	// NewChildList returns an empty list of child objects.
+	NewChildList() client.ObjectList
+	// Build returns the child for a run. It must be deterministic: the same
+	// request always gives the same object.
+	Build(req Request) (client.Object, error)
+	// Observe reads a child's status into engine-neutral progress.
+	Observe(child client.Object) (Progress, error)
+}
+
+// Approver is an optional interface that engines implement when their
+// approval gate can be decided through the API (all current engines do).
+type Approver interface {
+	// Approve lets the child's pending gate pass for the given plan digest.
+	// It returns ErrGateNotPending if no gate is waiting.
+	Approve(ctx context.Context, c client.Client, child client.Object, d Decision) error
+	// Reject fails the child's pending gate with the decision's reason.
+	// It returns ErrGateNotPending if no gate is waiting.
+	Reject(ctx context.Context, c client.Client, child client.Object, d Decision) error
+}
+
+// Canceller is an optional interface that engines implement when a running
+// child can be stopped while still running its cleanup step.
+type Canceller interface {
+	// Cancel stops the child; its cleanup step still runs.
+	Cancel(ctx context.Context, c client.Client, child client.Object, reason string) error
+}
+
+// ErrGateNotPending says that a child has no approval gate waiting.
+var ErrGateNotPending = errors.New("no approval gate is waiting")
+
+// Decision is an approval or rejection of a plan.
+type Decision struct {
+	// Digest is the plan digest the decision is bound to.
+	Digest string
+	// By says who decided, for the engine's records.
+	By string
+	// Reason says why, for rejections.
+	Reason string
+}
+
+// Config carries the manager-wide settings engines need to build children.
+type Config struct {
+	// StepImage holds the opr8r-step binary; it runs the clone step and
+	// installs the binary into the Terraform steps.
+	StepImage string
+	// TerraformImage is the default Terraform or OpenTofu image.
+	TerraformImage string
+	// RunnerServiceAccount is the default service account of step pods.
+	RunnerServiceAccount string
+	// ImagePullPolicy of every step container; empty means the cluster default.
+	ImagePullPolicy string
+}
+
+// Request asks an engine to build the child of one run.
+type Request struct {
+	// Run is the TerraformRun, with defaults applied.
+	Run *infrav1.TerraformRun
+	// Type is apply or destroy.
+	Type infrav1.RunType
+	// Name is the child's name (see ChildName).
+	Name string
+	// SpecHash is the hash of the spec the run is for.
+	SpecHash string
+	// Config is the manager-wide configuration.
+	Config Config
+}
+
+// Progress is what an engine observed of a child, in engine-neutral terms.
+type Progress struct {
+	// Phase is the run's phase.
+	Phase infrav1.RunPhase
+	// Finished is true once the child will not change any more.
+	Finished bool
+	// StartedAt and FinishedAt are the child's own times.
+	StartedAt, FinishedAt *metav1.Time
+	// Steps are the known steps in pipeline order.
+	Steps []infrav1.StepStatus
+	// Message is a short description; on failure terraform's error text.
+	Message string
+	// Commit is the checked-out commit, once clone has finished.
+	Commit string
+	// Plan is set once the plan step has finished and its results are synced.
+	Plan *PlanResult
+	// Gate is the state of the approval gate.
+	Gate Gate
+	// Applied is true when the apply step succeeded.
+	Applied bool
+	// OutputsExported is true when the export-outputs step succeeded, so the
+	// raw outputs Secret (RawOutputsSecretName) exists.
+	OutputsExported bool
+}
+
+// PlanResult is the plan step's small result.
+type PlanResult struct {
+	Add, Change, Destroy, Replace int32
+	HasChanges                    bool
+	Digest                        string
+}
+
+// GateState is the state of an approval gate.
+type GateState string
+
+const (
+	// GateAbsent: the pipeline has no gate (auto approval, destroy) or the
+	// gate has not been reached.
+	GateAbsent GateState = ""
+	// GateSkipped: the plan had no changes.
+	GateSkipped GateState = "Skipped"
+	// GatePending: the gate waits for a decision.
+	GatePending GateState = "Pending"
+	// GateApproved: the gate passed with an approval.
+	GateApproved GateState = "Approved"
+	// GateRejected: the gate was rejected (failed, or a "reject" choice).
+	GateRejected GateState = "Rejected"
+)
+
+// Gate is the observed approval gate.
+type Gate struct {
+	// State is the gate's state.
+	State GateState
+	// Since is when the gate started waiting.
+	Since *metav1.Time
+	// DecidedAt is when it was decided.
+	DecidedAt *metav1.Time
+	// Digest is the plan digest the gate was decided for.
+	Digest string
+	// By is who decided, as the engine recorded it.
+	By string
+	// Message is the engine's message on the gate.
+	Message string
+}
+
+// Registry holds the enabled engines by name. It is filled explicitly in
+// cmd/ from pipelines.All; there is no init() registration.
+type Registry struct {
+	engines map[infrav1.EngineName]Engine
+}
+
+// NewRegistry returns a registry of the given engines; names must be unique.
+func NewRegistry(engines ...Engine) (*Registry, error) {
+	r := &Registry{engines: map[infrav1.EngineName]Engine{}}
+	for _, e := range engines {
+		if _, dup := r.engines[e.Name()]; dup {
+			return nil, fmt.Errorf("engine %q registered twice", e.Name())
+		}
+		r.engines[e.Name()] = e
+	}
+	return r, nil
+}
+
+// Get returns the engine with the given name.
+func (r *Registry) Get(name infrav1.EngineName) (Engine, bool) {
+	e, ok := r.engines[name]
+	return e, ok
+}
+
+// Names lists the registered engines, sorted.
+func (r *Registry) Names() []infrav1.EngineName {
+	out := make([]infrav1.EngineName, 0, len(r.engines))
+	for n := range r.engines {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+// All returns the registered engines in name order.
+func (r *Registry) All() []Engine {
+	out := make([]Engine, 0, len(r.engines))
+	for _, n := range r.Names() {
+		out = append(out, r.engines[n])
+	}
+	return out
+}
+
+// Elapsed returns how long ago t was, or 0 for nil.
+func Elapsed(now time.Time, t *metav1.Time) time.Duration {
+	if t == nil {
+		return 0
+	}
+	return now.Sub(t.Time)
+}

@@ -1,0 +1,128 @@
+// Package manager wires the TerraformRun controller into a controller-runtime
+// manager. cmd/manager and the integration tests share it, so the tests run
+// the same setup as production.
+package manager
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// Options configures the controller.
+type Options struct {
+	// Engines lists the enabled engines by name.
+	Engines []infrav1.EngineName
+	// DefaultEngine is used when spec.engine is empty.
+	DefaultEngine infrav1.EngineName
+	// Engine is the configuration passed to engines.
+	Engine engine.Config
+	// MaxConcurrentReconciles of the TerraformRun controller.
+	MaxConcurrentReconciles int
+	// DestroyTimeout stalls deletions whose destroy runs longer.
+	DestroyTimeout time.Duration
+	// EnginePollPeriod is how often missing engine CRDs are looked for.
+	EnginePollPeriod time.Duration
+}
+
+// Scheme returns a scheme with every type the manager reads or writes.
+func Scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme, wfv1.AddToScheme} {
+		if err := add(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+// CacheOptions restricts the manager's caches of engine children, Secrets
+// and ConfigMaps to objects opr8r made (labelled managed-by=opr8r), so the
+// manager's memory does not grow with other tenants' objects.
+func CacheOptions(namespaces []string) cache.Options {
+	ours := labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue})
+	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
+		&wfv1.Workflow{}:    {Label: ours},
+		&corev1.Secret{}:    {Label: ours},
+		&corev1.ConfigMap{}: {Label: ours},
+	}}
+	if len(namespaces) > 0 {
+		o.DefaultNamespaces = map[string]cache.Config{}
+		for _, ns := range namespaces {
+			o.DefaultNamespaces[ns] = cache.Config{}
+		}
+	}
+	return o
+}
+
+// Setup adds the TerraformRun controller and the engine watcher to mgr.
+func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, error) {
+	var enabled []engine.Engine
+	known := map[infrav1.EngineName]engine.Engine{}
+	for _, e := range pipelines.All() {
+		known[e.Name()] = e
+	}
+	for _, n := range o.Engines {
+		e, ok := known[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, knownNames(known))
+		}
+		enabled = append(enabled, e)
+	}
+	reg, err := engine.NewRegistry(enabled...)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := reg.Get(o.DefaultEngine); !ok {
+		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
+	}
+	avail := controller.NewAvailability()
+	r := &controller.TerraformRunReconciler{
+		Client:         mgr.GetClient(),
+		APIReader:      mgr.GetAPIReader(),
+		Recorder:       mgr.GetEventRecorder("opr8r"),
+		Engines:        reg,
+		Available:      avail,
+		DefaultEngine:  o.DefaultEngine,
+		Config:         o.Engine,
+		DestroyTimeout: o.DestroyTimeout,
+	}
+	maxConc := o.MaxConcurrentReconciles
+	if maxConc == 0 {
+		maxConc = 4
+	}
+	c, err := r.SetupWithManager(mgr, maxConc)
+	if err != nil {
+		return nil, err
+	}
+	w := &controller.EngineWatcher{
+		Cache: mgr.GetCache(), Mapper: mgr.GetRESTMapper(), Client: mgr.GetClient(),
+		Controller: c, Engines: reg, Available: avail, Period: o.EnginePollPeriod,
+	}
+	if err := mgr.Add(w); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+func knownNames(m map[infrav1.EngineName]engine.Engine) string {
+	var out []string
+	for n := range m {
+		out = append(out, string(n))
+	}
+	return strings.Join(out, ", ")
+}

@@ -1,0 +1,645 @@
+// Package pipeline describes, independently of any engine, what one run of a
+// TerraformRun executes: its steps, their opr8r-step arguments, the volumes
+// they mount and the small results they produce. Engines (pipelines/argo,
+// pipelines/tekton) only wire these steps together in their own syntax.
+//
+// Nothing here reads a secret value: secrets are referenced by name and
+// mounted as files, which the step runner reads.
+package pipeline
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"path"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// Step names, shared by every engine and shown in status.
+const (
+	StepClone   = "clone"
+	StepInit    = "init"
+	StepPlan    = "plan"
+	StepApprove = "approve"
+	StepApply   = "apply"
+	StepExport  = "export-outputs"
+	StepCleanup = "cleanup"
+)
+
+// Result names written by steps into their results directory.
+const (
+	ResultCommit     = "commit"
+	ResultHasChanges = "has-changes"
+	ResultDigest     = "digest"
+	ResultSummary    = "summary"
+)
+
+// Paths inside step containers.
+const (
+	WorkspaceDir    = "/workspace"
+	CheckoutDir     = WorkspaceDir + "/src"
+	PluginCacheDir  = WorkspaceDir + "/.plugin-cache"
+	PlanFile        = WorkspaceDir + "/tfplan"
+	TmpDir          = "/tmp"
+	ResultsDirArgo  = TmpDir + "/opr8r-results"
+	StepBinDir      = "/opr8r/bin"
+	StepBinary      = StepBinDir + "/opr8r-step"
+	ImageStepBinary = "/opr8r-step"
+	SourceDir       = "/opr8r/source"
+	InputsDir       = "/opr8r/inputs"
+	VarsFile        = InputsDir + "/vars.json"
+	GitCredsDir     = "/opr8r/secrets/git"
+	BackendDir      = "/opr8r/secrets/backend"
+	VarsFromDir     = "/opr8r/vars"
+	EnvSecretsDir   = "/opr8r/secrets/env"
+)
+
+// Volume names the engines create themselves.
+const (
+	WorkspaceVolume = "workspace"
+	TmpVolume       = "tmp"
+	StepBinVolume   = "opr8r-bin"
+)
+
+// Placeholders in step arguments that each engine replaces with its own
+// expression (for example {{workflow.uid}} in Argo).
+const (
+	PhOwnerUID       = "{opr8r:owner-uid}"
+	PhOwnerName      = "{opr8r:owner-name}"
+	PhResultsDir     = "{opr8r:results-dir}"
+	PhApprovedDigest = "{opr8r:approved-digest}"
+)
+
+// Pipeline is one run, described independently of any engine.
+type Pipeline struct {
+	// Type is apply or destroy.
+	Type infrav1.RunType
+	// Name is the child's name.
+	Name string
+	// Namespace is the run's namespace.
+	Namespace string
+	// Steps in order; the approve step is a gate, not a container.
+	Steps []Step
+	// Cleanup always runs at the end (Argo onExit, Tekton finally).
+	Cleanup Step
+	// ManualApproval is true when the pipeline has an approval gate.
+	ManualApproval bool
+	// Volumes are the Secret and ConfigMap volumes that steps mount.
+	Volumes []corev1.Volume
+	// ServiceAccountName of the step pods.
+	ServiceAccountName string
+	// WorkspaceSize and StorageClassName of the shared workspace volume.
+	WorkspaceSize    resource.Quantity
+	StorageClassName *string
+	// NodeSelector and Tolerations of the step pods.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	// PodSecurityContext of the step pods.
+	PodSecurityContext *corev1.PodSecurityContext
+	// Labels go on the child and every pod.
+	Labels map[string]string
+	// TTLAfterFinished deletes the finished child after this long.
+	TTLAfterFinished *metav1.Duration
+	// ImagePullPolicy of every container.
+	ImagePullPolicy corev1.PullPolicy
+}
+
+// Step is one container step, or the approval gate.
+type Step struct {
+	// Name is the step's name.
+	Name string
+	// Gate is true for the approval gate, which runs no container.
+	Gate bool
+	// Image is the container image.
+	Image string
+	// Command is the entrypoint.
+	Command []string
+	// Args are the arguments, which may contain placeholders.
+	Args []string
+	// Env holds non-secret environment variables.
+	Env []corev1.EnvVar
+	// VolumeMounts of Secret and ConfigMap volumes (the workspace, tmp and
+	// step-binary volumes are added by engines).
+	VolumeMounts []corev1.VolumeMount
+	// Results are the names of the small results the step writes.
+	Results []string
+	// NeedsStepBinary is true when the image lacks opr8r-step, so engines
+	// install it from the step image into the StepBinVolume first.
+	NeedsStepBinary bool
+	// Resources of the container.
+	Resources corev1.ResourceRequirements
+	// SecurityContext of the container.
+	SecurityContext *corev1.SecurityContext
+}
+
+// Names of objects that belong to one child.
+
+// InputsConfigMapName is the ConfigMap with the run's vars.json.
+func InputsConfigMapName(child string) string { return child + "-inputs" }
+
+// SourceConfigMapName is the ConfigMap with an inline source's files.
+func SourceConfigMapName(child string) string { return child + "-source" }
+
+// RawOutputsSecretName is the Secret the export step writes terraform's
+// outputs to, owned by the child; the operator projects it.
+func RawOutputsSecretName(child string) string { return child + "-tfoutputs" }
+
+// PlanSecretName is the Secret the plan step writes the readable plan to.
+func PlanSecretName(child string) string { return child + "-plan" }
+
+// OutputsSecretName is the user's outputs Secret.
+func OutputsSecretName(run *infrav1.TerraformRun) string {
+	if run.Spec.Outputs.SecretName != "" {
+		return run.Spec.Outputs.SecretName
+	}
+	return run.Name + "-outputs"
+}
+
+// ChildName is the deterministic name of a run's child: racing reconciles
+// compute the same name and adopt instead of duplicating.
+func ChildName(runName string, t infrav1.RunType, specHash string, attempt int32) string {
+	if t == infrav1.RunDestroy {
+		return fmt.Sprintf("%s-destroy-%s-%d", runName, specHash[:8], attempt)
+	}
+	return fmt.Sprintf("%s-%s-%d", runName, specHash[:8], attempt)
+}
+
+// Defaults returns a copy of run with every default filled in: the manager's
+// defaults for engine, image and service account, and the API's defaults for
+// objects that did not go through the API server (kubectl tfrun render).
+func Defaults(run *infrav1.TerraformRun, defaultEngine infrav1.EngineName, cfg engine.Config) *infrav1.TerraformRun {
+	r := run.DeepCopy()
+	s := &r.Spec
+	if s.Engine == "" {
+		s.Engine = defaultEngine
+	}
+	if s.Terraform.Image == "" {
+		s.Terraform.Image = cfg.TerraformImage
+	}
+	if s.Terraform.Workspace == "" {
+		s.Terraform.Workspace = "default"
+	}
+	if s.Source.Git != nil && s.Source.Git.Ref == "" {
+		s.Source.Git.Ref = "main"
+	}
+	if s.Approval.Mode == "" {
+		s.Approval.Mode = infrav1.ApprovalManual
+	}
+	if s.DeletionPolicy == "" {
+		s.DeletionPolicy = infrav1.DeletionDestroy
+	}
+	if s.Runner.ServiceAccountName == "" {
+		s.Runner.ServiceAccountName = cfg.RunnerServiceAccount
+	}
+	if s.Runner.Workspace.Size == nil {
+		q := resource.MustParse("1Gi")
+		s.Runner.Workspace.Size = &q
+	}
+	if s.History.KeepFinished == nil {
+		s.History.KeepFinished = ptr.To[int32](3)
+	}
+	if s.Outputs.SecretName == "" {
+		s.Outputs.SecretName = r.Name + "-outputs"
+	}
+	return r
+}
+
+// SpecHash hashes what a run executes. Approval decisions, the approval
+// timeout, suspend, the deletion policy and history settings are left out:
+// changing them never starts a new run. The run must have defaults applied.
+func SpecHash(run *infrav1.TerraformRun) string {
+	s := run.Spec
+	hashed := struct {
+		Engine    infrav1.EngineName
+		Source    infrav1.Source
+		Terraform infrav1.TerraformSpec
+		Backend   *infrav1.BackendSpec
+		Mode      infrav1.ApprovalMode
+		Outputs   infrav1.OutputsSpec
+		Runner    infrav1.RunnerSpec
+	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner}
+	b, err := json.Marshal(hashed)
+	if err != nil {
+		// Marshalling plain API types cannot fail; a panic here is a bug.
+		panic(fmt.Sprintf("hashing spec: %v", err))
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])[:16]
+}
+
+// ModuleDir is the Terraform module's directory in the workspace.
+func ModuleDir(run *infrav1.TerraformRun) string {
+	if g := run.Spec.Source.Git; g != nil && g.Path != "" {
+		return path.Join(CheckoutDir, path.Clean(g.Path))
+	}
+	return CheckoutDir
+}
+
+// Build describes the pipeline of one run. The run must have defaults applied.
+func Build(req engine.Request) (*Pipeline, error) {
+	run := req.Run
+	if run.Spec.Source.Git == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
+		return nil, fmt.Errorf("spec.source: one of git, inline or configMapRef is required")
+	}
+	if req.Config.StepImage == "" {
+		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
+	}
+	b := builder{req: req, run: run, tfImage: run.Spec.Terraform.Image}
+	if b.tfImage == "" {
+		return nil, fmt.Errorf("spec.terraform.image is empty and the manager has no --terraform-image")
+	}
+	b.collectVolumes()
+
+	p := &Pipeline{
+		Type:               req.Type,
+		Name:               req.Name,
+		Namespace:          run.Namespace,
+		ManualApproval:     req.Type == infrav1.RunApply && run.Spec.Approval.Mode != infrav1.ApprovalAuto,
+		Volumes:            b.volumes,
+		ServiceAccountName: run.Spec.Runner.ServiceAccountName,
+		WorkspaceSize:      *run.Spec.Runner.Workspace.Size,
+		StorageClassName:   run.Spec.Runner.Workspace.StorageClassName,
+		NodeSelector:       run.Spec.Runner.NodeSelector,
+		Tolerations:        run.Spec.Runner.Tolerations,
+		PodSecurityContext: PodSecurityContext(),
+		Labels:             ChildLabels(run, req.Type, req.SpecHash),
+		TTLAfterFinished:   run.Spec.History.TTLAfterFinished,
+		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
+	}
+	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
+	if p.ManualApproval {
+		p.Steps = append(p.Steps, Step{Name: StepApprove, Gate: true})
+	}
+	p.Steps = append(p.Steps, b.apply())
+	if req.Type == infrav1.RunApply {
+		p.Steps = append(p.Steps, b.export())
+	}
+	p.Cleanup = b.cleanup()
+	return p, nil
+}
+
+// ChildLabels are the labels of a child and its pods.
+func ChildLabels(run *infrav1.TerraformRun, t infrav1.RunType, specHash string) map[string]string {
+	return map[string]string{
+		infrav1.ManagedByLabel: infrav1.ManagedByValue,
+		infrav1.RunNameLabel:   run.Name,
+		infrav1.RunTypeLabel:   string(t),
+		infrav1.SpecHashLabel:  specHash,
+	}
+}
+
+// PodSecurityContext is the hardened pod security context of step pods.
+func PodSecurityContext() *corev1.PodSecurityContext {
+	return &corev1.PodSecurityContext{
+		RunAsNonRoot:   ptr.To(true),
+		RunAsUser:      ptr.To[int64](65532),
+		RunAsGroup:     ptr.To[int64](65532),
+		FSGroup:        ptr.To[int64](65532),
+		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// ContainerSecurityContext is the hardened security context of every step.
+func ContainerSecurityContext() *corev1.SecurityContext {
+	return &corev1.SecurityContext{
+		AllowPrivilegeEscalation: ptr.To(false),
+		ReadOnlyRootFilesystem:   ptr.To(true),
+		RunAsNonRoot:             ptr.To(true),
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+	}
+}
+
+// DefaultResources are the step containers' requests and limits when
+// spec.runner.resources is unset.
+func DefaultResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("100m"),
+			corev1.ResourceMemory: resource.MustParse("256Mi"),
+		},
+		Limits: corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("2"),
+			corev1.ResourceMemory: resource.MustParse("2Gi"),
+		},
+	}
+}
+
+// InputObjects returns the ConfigMaps a child needs besides user objects:
+// vars.json always, and the inline source's files. The reconciler creates
+// them owned by the child, so they go away with it.
+func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap, error) {
+	vars := map[string]json.RawMessage{}
+	for k, v := range run.Spec.Terraform.Vars {
+		vars[k] = json.RawMessage(v.Raw)
+	}
+	vb, err := json.Marshal(vars)
+	if err != nil {
+		return nil, fmt.Errorf("spec.terraform.vars: %w", err)
+	}
+	labels := map[string]string{
+		infrav1.ManagedByLabel: infrav1.ManagedByValue,
+		infrav1.RunNameLabel:   run.Name,
+		infrav1.ComponentLabel: "inputs",
+	}
+	out := []*corev1.ConfigMap{{
+		ObjectMeta: metav1.ObjectMeta{Name: InputsConfigMapName(child), Namespace: run.Namespace, Labels: labels},
+		Data:       map[string]string{"vars.json": string(vb)},
+		Immutable:  ptr.To(true),
+	}}
+	if in := run.Spec.Source.Inline; in != nil {
+		src := map[string]string{}
+		for k, v := range in.Files {
+			src[k] = v
+		}
+		srcLabels := map[string]string{}
+		for k, v := range labels {
+			srcLabels[k] = v
+		}
+		srcLabels[infrav1.ComponentLabel] = "source"
+		out = append(out, &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: SourceConfigMapName(child), Namespace: run.Namespace, Labels: srcLabels},
+			Data:       src,
+			Immutable:  ptr.To(true),
+		})
+	}
+	return out, nil
+}
+
+type builder struct {
+	req     engine.Request
+	run     *infrav1.TerraformRun
+	tfImage string
+	volumes []corev1.Volume
+
+	sourceMount  *corev1.VolumeMount
+	gitMount     *corev1.VolumeMount
+	backendMount *corev1.VolumeMount
+	varsMounts   []corev1.VolumeMount
+	tfMounts     []corev1.VolumeMount // env and file secrets for every terraform step
+	tfEnvArgs    []string
+	tfEnv        []corev1.EnvVar
+}
+
+func (b *builder) addVolume(v corev1.Volume) { b.volumes = append(b.volumes, v) }
+
+// collectVolumes declares every Secret and ConfigMap volume, with the mounts
+// and arguments that point the step runner at them.
+func (b *builder) collectVolumes() {
+	spec := b.run.Spec
+	switch {
+	case spec.Source.Git != nil && spec.Source.Git.CredentialsSecretRef != nil:
+		b.addVolume(secretVolume("git-credentials", spec.Source.Git.CredentialsSecretRef.Name, nil, false))
+		b.gitMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+	case spec.Source.Inline != nil:
+		b.addVolume(configMapVolume("source", SourceConfigMapName(b.req.Name), false))
+		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
+	case spec.Source.ConfigMapRef != nil:
+		b.addVolume(configMapVolume("source", spec.Source.ConfigMapRef.Name, false))
+		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
+	}
+	b.addVolume(configMapVolume("inputs", InputsConfigMapName(b.req.Name), false))
+
+	if be := spec.Backend; be != nil && be.ConfigSecretRef != nil {
+		b.addVolume(secretVolume("backend-config", be.ConfigSecretRef.Name, nil, false))
+		b.backendMount = &corev1.VolumeMount{Name: "backend-config", MountPath: BackendDir, ReadOnly: true}
+	}
+	for i, vf := range spec.Terraform.VarsFrom {
+		name := fmt.Sprintf("vars-%d", i)
+		if vf.Kind == "Secret" {
+			b.addVolume(secretVolume(name, vf.Name, nil, vf.Optional))
+		} else {
+			b.addVolume(configMapVolume(name, vf.Name, vf.Optional))
+		}
+		b.varsMounts = append(b.varsMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", VarsFromDir, i), ReadOnly: true})
+	}
+
+	// Env from Secrets: one volume per Secret, holding only the keys used.
+	keysBySecret := map[string][]string{}
+	var secretOrder []string
+	for _, e := range spec.Terraform.Env {
+		s := e.SecretKeyRef.Name
+		if _, seen := keysBySecret[s]; !seen {
+			secretOrder = append(secretOrder, s)
+		}
+		keysBySecret[s] = appendUnique(keysBySecret[s], e.SecretKeyRef.Key)
+	}
+	for i, s := range secretOrder {
+		name := fmt.Sprintf("env-%d", i)
+		b.addVolume(secretVolume(name, s, keysBySecret[s], false))
+		b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", EnvSecretsDir, i), ReadOnly: true})
+	}
+	for _, e := range spec.Terraform.Env {
+		i := indexOf(secretOrder, e.SecretKeyRef.Name)
+		b.tfEnvArgs = append(b.tfEnvArgs, fmt.Sprintf("--env-file=%s=%s/%d/%s", e.Name, EnvSecretsDir, i, e.SecretKeyRef.Key))
+	}
+	for i, f := range spec.Terraform.Files {
+		name := fmt.Sprintf("files-%d", i)
+		b.addVolume(secretVolume(name, f.SecretName, nil, false))
+		b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: name, MountPath: f.MountPath, ReadOnly: true})
+		if f.EnvName != "" {
+			p := f.MountPath
+			if f.Key != "" {
+				p = path.Join(p, f.Key)
+			}
+			b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: f.EnvName, Value: p})
+		}
+	}
+}
+
+func (b *builder) resources() corev1.ResourceRequirements {
+	if r := b.run.Spec.Runner.Resources; r != nil {
+		return *r.DeepCopy()
+	}
+	return DefaultResources()
+}
+
+func (b *builder) stepBase(name string) Step {
+	return Step{
+		Name:            name,
+		Image:           b.tfImage,
+		Command:         []string{StepBinary},
+		NeedsStepBinary: true,
+		Resources:       b.resources(),
+		SecurityContext: ContainerSecurityContext(),
+	}
+}
+
+// terraformStep is a step that runs terraform in the module directory.
+func (b *builder) terraformStep(name string, args ...string) Step {
+	s := b.stepBase(name)
+	s.Args = append([]string{name,
+		"--module-dir=" + ModuleDir(b.run),
+		"--workspace=" + b.run.Spec.Terraform.Workspace,
+	}, args...)
+	s.Args = append(s.Args, b.tfEnvArgs...)
+	s.Env = append(terraformEnv(), b.tfEnv...)
+	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
+	return s
+}
+
+func terraformEnv() []corev1.EnvVar {
+	return []corev1.EnvVar{
+		{Name: "HOME", Value: TmpDir},
+		{Name: "TF_IN_AUTOMATION", Value: "1"},
+		{Name: "TF_INPUT", Value: "0"},
+		{Name: "TF_PLUGIN_CACHE_DIR", Value: PluginCacheDir},
+		{Name: "CHECKPOINT_DISABLE", Value: "1"},
+	}
+}
+
+func (b *builder) clone() Step {
+	s := Step{
+		Name:            StepClone,
+		Image:           b.req.Config.StepImage,
+		Command:         []string{ImageStepBinary},
+		Resources:       b.resources(),
+		SecurityContext: ContainerSecurityContext(),
+		Results:         []string{ResultCommit},
+		Env:             []corev1.EnvVar{{Name: "HOME", Value: TmpDir}},
+	}
+	s.Args = []string{StepClone}
+	if g := b.run.Spec.Source.Git; g != nil {
+		s.Args = append(s.Args, "--source=git", "--url="+g.URL, "--ref="+g.Ref)
+		if b.gitMount != nil {
+			s.Args = append(s.Args, "--credentials-dir="+GitCredsDir)
+			s.VolumeMounts = append(s.VolumeMounts, *b.gitMount)
+		}
+	} else {
+		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
+		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
+	}
+	s.Args = append(s.Args, "--dest="+CheckoutDir, "--results-dir="+PhResultsDir)
+	return s
+}
+
+func (b *builder) backendArgs() ([]string, []corev1.VolumeMount) {
+	be := b.run.Spec.Backend
+	if be != nil && be.ConfigSecretRef != nil {
+		return []string{
+			"--backend=" + string(be.ConfigSecretRef.Type),
+			"--backend-config-file=" + BackendDir + "/config",
+		}, []corev1.VolumeMount{*b.backendMount}
+	}
+	suffix := b.run.Name
+	if be != nil && be.Kubernetes != nil && be.Kubernetes.SecretSuffix != "" {
+		suffix = be.Kubernetes.SecretSuffix
+	}
+	return []string{
+		"--backend=kubernetes",
+		"--backend-namespace=" + b.run.Namespace,
+		"--backend-secret-suffix=" + suffix,
+	}, nil
+}
+
+func (b *builder) init() Step {
+	args, mounts := b.backendArgs()
+	s := b.terraformStep(StepInit, args...)
+	s.VolumeMounts = append(s.VolumeMounts, mounts...)
+	return s
+}
+
+func (b *builder) ownerArgs() []string {
+	return []string{"--owner-name=" + PhOwnerName, "--owner-uid=" + PhOwnerUID}
+}
+
+func (b *builder) plan() Step {
+	args := []string{"--plan-file=" + PlanFile, "--vars-file=" + VarsFile}
+	for _, m := range b.varsMounts {
+		args = append(args, "--vars-dir="+m.MountPath)
+	}
+	if b.req.Type == infrav1.RunDestroy {
+		args = append(args, "--destroy")
+	}
+	args = append(args, "--plan-secret="+PlanSecretName(b.req.Name))
+	args = append(args, b.ownerArgs()...)
+	args = append(args, "--results-dir="+PhResultsDir)
+	s := b.terraformStep(StepPlan, args...)
+	s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
+	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
+	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary}
+	return s
+}
+
+func (b *builder) apply() Step {
+	return b.terraformStep(StepApply, "--plan-file="+PlanFile, "--approved-digest="+PhApprovedDigest)
+}
+
+func (b *builder) export() Step {
+	args := []string{"--outputs-secret=" + RawOutputsSecretName(b.req.Name)}
+	args = append(args, b.ownerArgs()...)
+	return b.terraformStep(StepExport, args...)
+}
+
+func (b *builder) cleanup() Step {
+	args, mounts := b.backendArgs()
+	s := b.terraformStep(StepCleanup, args...)
+	s.VolumeMounts = append(s.VolumeMounts, mounts...)
+	return s
+}
+
+func secretVolume(name, secret string, keys []string, optional bool) corev1.Volume {
+	src := &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)}
+	if optional {
+		src.Optional = ptr.To(true)
+	}
+	for _, k := range keys {
+		src.Items = append(src.Items, corev1.KeyToPath{Key: k, Path: k})
+	}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: src}}
+}
+
+func configMapVolume(name, cm string, optional bool) corev1.Volume {
+	src := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}
+	if optional {
+		src.Optional = ptr.To(true)
+	}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: src}}
+}
+
+func appendUnique(s []string, v string) []string {
+	for _, x := range s {
+		if x == v {
+			return s
+		}
+	}
+	return append(s, v)
+}
+
+func indexOf(s []string, v string) int {
+	for i, x := range s {
+		if x == v {
+			return i
+		}
+	}
+	return -1
+}
+
+// Replace substitutes placeholders in args with an engine's expressions.
+func Replace(args []string, r *strings.Replacer) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		out[i] = r.Replace(a)
+	}
+	return out
+}
+
+// SortedKeys returns a map's keys in order.
+func SortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
