@@ -8,6 +8,7 @@ package argo
 
 import (
 	"fmt"
+	"maps"
 	"strings"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
@@ -79,7 +80,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      p.Name,
 			Namespace: p.Namespace,
-			Labels:    p.Labels,
+			Labels:    maps.Clone(p.Labels),
 			Annotations: map[string]string{
 				"workflows.argoproj.io/title":       fmt.Sprintf("terraform %s %s/%s", p.Type, run.Namespace, run.Name),
 				"workflows.argoproj.io/description": description(p),
@@ -93,7 +94,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			SecurityContext:    p.PodSecurityContext,
 			NodeSelector:       p.NodeSelector,
 			Tolerations:        p.Tolerations,
-			PodMetadata:        &wfv1.Metadata{Labels: p.Labels},
+			PodMetadata:        &wfv1.Metadata{Labels: maps.Clone(p.Labels)},
 			Volumes:            p.Volumes,
 			VolumeClaimTemplates: []corev1.PersistentVolumeClaim{{
 				ObjectMeta: metav1.ObjectMeta{Name: pipeline.WorkspaceVolume},

@@ -1,0 +1,178 @@
+package argo_test
+
+import (
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/validate"
+	"github.com/google/go-cmp/cmp"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+// GoldenCases are the specs whose Workflows are kept as golden files. The
+// integration suite also creates each golden Workflow in a real API server
+// that carries Argo's full CRD schema.
+func goldenCases() map[string]struct {
+	run *infrav1.TerraformRun
+	typ infrav1.RunType
+} {
+	type c = struct {
+		run *infrav1.TerraformRun
+		typ infrav1.RunType
+	}
+	return map[string]c{
+		"inline":          {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Var("tags", `{"env":"dev","n":3}`).Obj(), infrav1.RunApply},
+		"git-token":       {testutil.MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "v1.2.0", "stacks/vpc", "git-creds").Obj(), infrav1.RunApply},
+		"vars-from-secret": {testutil.MakeRun("db", "team-a").VarsFrom("Secret", "db-vars").VarsFrom("ConfigMap", "db-defaults").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").EnvFromSecret("AWS_SECRET_ACCESS_KEY", "aws", "secret-key").Obj(), infrav1.RunApply},
+		"auto-approval":   {testutil.MakeRun("dns", "team-a").Auto().Obj(), infrav1.RunApply},
+		"custom-backend":  {testutil.MakeRun("bucket", "team-a").Backend("s3", "s3-backend").Obj(), infrav1.RunApply},
+		"destroy":         {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Obj(), infrav1.RunDestroy},
+	}
+}
+
+// BuildGolden builds the Workflow of a golden case.
+func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *wfv1.Workflow {
+	t.Helper()
+	eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
+	hash := pipeline.SpecHash(eff)
+	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, hash, 1), SpecHash: hash, Config: testutil.Config})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return obj.(*wfv1.Workflow)
+}
+
+func TestGoldenWorkflows(t *testing.T) {
+	for name, tc := range goldenCases() {
+		t.Run(name, func(t *testing.T) {
+			wf := buildGolden(t, tc.run, tc.typ)
+			got, err := yaml.Marshal(wf)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// ValidateWorkflow fills in defaults, so it gets a copy.
+			if err := validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{}); err != nil {
+				t.Fatalf("Argo's ValidateWorkflow rejects the %s Workflow: %v", name, err)
+			}
+			path := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("reading golden file (run go test ./pipelines/argo -update): %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("Workflow differs from %s (-want +got); run make update-golden if intended:\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestWorkflowShape checks the properties the goldens are meant to show, so a
+// careless -update cannot silently drop them.
+func TestWorkflowShape(t *testing.T) {
+	cases := map[string]struct {
+		run          *infrav1.TerraformRun
+		typ          infrav1.RunType
+		wantTasks    []string
+		wantGate     bool
+		wantArgsHave map[string][]string
+	}{
+		"manual apply": {
+			run: testutil.MakeRun("a", "ns").Obj(), typ: infrav1.RunApply,
+			wantTasks: []string{"clone", "init", "plan", "approve", "apply", "export-outputs"}, wantGate: true,
+			wantArgsHave: map[string][]string{
+				"apply":          {"apply", "--plan-file=/workspace/tfplan", "--approved-digest={{inputs.parameters.approved-digest}}"},
+				"plan":           {"plan", "--results-dir=/tmp/opr8r-results", "--owner-uid={{workflow.uid}}"},
+				"export-outputs": {"export-outputs"},
+			},
+		},
+		"auto apply": {
+			run: testutil.MakeRun("a", "ns").Auto().Obj(), typ: infrav1.RunApply,
+			wantTasks: []string{"clone", "init", "plan", "apply", "export-outputs"},
+		},
+		"destroy": {
+			run: testutil.MakeRun("a", "ns").Obj(), typ: infrav1.RunDestroy,
+			wantTasks:    []string{"clone", "init", "plan", "apply"},
+			wantArgsHave: map[string][]string{"plan": {"--destroy"}},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			wf := buildGolden(t, tc.run, tc.typ)
+			var gotTasks []string
+			for _, tmpl := range wf.Spec.Templates {
+				if tmpl.DAG != nil {
+					for _, task := range tmpl.DAG.Tasks {
+						gotTasks = append(gotTasks, task.Name)
+					}
+				}
+			}
+			if diff := cmp.Diff(tc.wantTasks, gotTasks); diff != "" {
+				t.Errorf("DAG tasks (-want +got):\n%s", diff)
+			}
+			if wf.Spec.OnExit != "cleanup" {
+				t.Errorf("onExit = %q, want cleanup", wf.Spec.OnExit)
+			}
+			if len(wf.OwnerReferences) != 1 || wf.OwnerReferences[0].Kind != "TerraformRun" || !*wf.OwnerReferences[0].Controller {
+				t.Errorf("owner references = %+v, want the TerraformRun as controller", wf.OwnerReferences)
+			}
+			gate := false
+			for _, tmpl := range wf.Spec.Templates {
+				if tmpl.Suspend != nil {
+					gate = true
+					if tmpl.Suspend.Duration != "" {
+						t.Errorf("the gate has suspend.duration %q, which would auto-approve", tmpl.Suspend.Duration)
+					}
+				}
+				if c := tmpl.Container; c != nil {
+					sc := c.SecurityContext
+					if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || len(sc.Capabilities.Drop) != 1 {
+						t.Errorf("template %s: container security context is not hardened: %+v", tmpl.Name, sc)
+					}
+					if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+						t.Errorf("template %s has no requests/limits", tmpl.Name)
+					}
+					for _, want := range tc.wantArgsHave[tmpl.Name] {
+						if !contains(c.Args, want) {
+							t.Errorf("template %s args %v lack %q", tmpl.Name, c.Args, want)
+						}
+					}
+				}
+			}
+			if gate != tc.wantGate {
+				t.Errorf("gate present = %v, want %v", gate, tc.wantGate)
+			}
+			if wf.Spec.VolumeClaimGC == nil || wf.Spec.VolumeClaimGC.Strategy != wfv1.VolumeClaimGCOnCompletion || len(wf.Spec.VolumeClaimTemplates) != 1 {
+				t.Errorf("workspace PVC: templates %d, gc %+v", len(wf.Spec.VolumeClaimTemplates), wf.Spec.VolumeClaimGC)
+			}
+			if sc := wf.Spec.SecurityContext; sc == nil || !*sc.RunAsNonRoot || sc.SeccompProfile.Type != "RuntimeDefault" {
+				t.Errorf("pod security context is not hardened: %+v", sc)
+			}
+		})
+	}
+}
+
+func contains(args []string, want string) bool {
+	for _, a := range args {
+		if a == want || strings.HasPrefix(a, want+"=") {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,99 @@
+// Package testutil builds TerraformRuns for tests (in the spirit of Kueue's
+// pkg/util/testingjobs).
+package testutil
+
+import (
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// Config is the engine configuration tests build with.
+var Config = engine.Config{
+	StepImage:            "ghcr.io/opr8r/opr8r:test",
+	TerraformImage:       "docker.io/hashicorp/terraform:1.11",
+	RunnerServiceAccount: "opr8r-runner",
+}
+
+// RunWrapper builds a TerraformRun.
+type RunWrapper struct{ infrav1.TerraformRun }
+
+// MakeRun returns a run with an inline module.
+func MakeRun(name, ns string) *RunWrapper {
+	return &RunWrapper{infrav1.TerraformRun{
+		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001")},
+		Spec: infrav1.TerraformRunSpec{
+			Source: infrav1.Source{Inline: &infrav1.InlineSource{Files: map[string]string{
+				"main.tf": "resource \"terraform_data\" \"x\" {\n  input = var.name\n}\nvariable \"name\" { type = string }\noutput \"id\" { value = terraform_data.x.id }\n",
+			}}},
+		},
+	}}
+}
+
+// Obj returns the run.
+func (w *RunWrapper) Obj() *infrav1.TerraformRun { return &w.TerraformRun }
+
+// Git sets a git source.
+func (w *RunWrapper) Git(url, ref, path, secret string) *RunWrapper {
+	w.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: url, Ref: ref, Path: path}}
+	if secret != "" {
+		w.Spec.Source.Git.CredentialsSecretRef = &infrav1.LocalObjectReference{Name: secret}
+	}
+	return w
+}
+
+// Var sets a variable to a JSON value.
+func (w *RunWrapper) Var(name, json string) *RunWrapper {
+	if w.Spec.Terraform.Vars == nil {
+		w.Spec.Terraform.Vars = map[string]apiextensionsv1.JSON{}
+	}
+	w.Spec.Terraform.Vars[name] = apiextensionsv1.JSON{Raw: []byte(json)}
+	return w
+}
+
+// VarsFrom adds a varsFrom entry.
+func (w *RunWrapper) VarsFrom(kind, name string) *RunWrapper {
+	w.Spec.Terraform.VarsFrom = append(w.Spec.Terraform.VarsFrom, infrav1.VarsFromSource{Kind: kind, Name: name})
+	return w
+}
+
+// EnvFromSecret adds an env var read from a Secret key.
+func (w *RunWrapper) EnvFromSecret(env, secret, key string) *RunWrapper {
+	w.Spec.Terraform.Env = append(w.Spec.Terraform.Env, infrav1.SecretEnvVar{Name: env, SecretKeyRef: infrav1.SecretKeyRef{Name: secret, Key: key}})
+	return w
+}
+
+// Auto sets approval mode Auto.
+func (w *RunWrapper) Auto() *RunWrapper {
+	w.Spec.Approval.Mode = infrav1.ApprovalAuto
+	return w
+}
+
+// Backend sets a backend configured from a Secret.
+func (w *RunWrapper) Backend(typ, secret string) *RunWrapper {
+	w.Spec.Backend = &infrav1.BackendSpec{ConfigSecretRef: &infrav1.BackendConfigRef{Type: infrav1.BackendType(typ), Name: secret}}
+	return w
+}
+
+// Engine sets spec.engine.
+func (w *RunWrapper) Engine(e infrav1.EngineName) *RunWrapper {
+	w.Spec.Engine = e
+	return w
+}
+
+// Retain sets deletionPolicy Retain.
+func (w *RunWrapper) Retain() *RunWrapper {
+	w.Spec.DeletionPolicy = infrav1.DeletionRetain
+	return w
+}
+
+// Outputs sets the outputs mapping.
+func (w *RunWrapper) Outputs(rename map[string]string, exclude ...string) *RunWrapper {
+	w.Spec.Outputs.Rename = rename
+	w.Spec.Outputs.Exclude = exclude
+	return w
+}
