@@ -155,10 +155,13 @@ type InlineSource struct {
 	// Files maps a file name (no directories) to its content.
 	// +kubebuilder:validation:MinProperties=1
 	// +kubebuilder:validation:MaxProperties=64
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$'))",message="spec.source.inline.files keys must be plain file names (letters, digits, '.', '_', '-'; not starting with '.')"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, size(self[k]) <= 262144)",message="spec.source.inline.files: each file must be at most 256 KiB; use a git or configMapRef source for larger modules"
-	Files map[string]string `json:"files"`
+	Files map[string]FileContent `json:"files"`
 }
+
+// FileContent is the content of one inline file, at most 256 KiB; use a git
+// or configMapRef source for larger modules.
+// +kubebuilder:validation:MaxLength=262144
+type FileContent string
 
 // LocalObjectReference names an object in the TerraformRun's namespace.
 type LocalObjectReference struct {
@@ -184,10 +187,11 @@ type TerraformSpec struct {
 	Workspace string `json:"workspace,omitempty"`
 
 	// Vars sets Terraform input variables; each value may be any JSON value.
-	// +kubebuilder:validation:MaxProperties=256
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_-]{0,127}$'))",message="spec.terraform.vars keys must be valid Terraform variable names (a letter or '_' first, then letters, digits, '_' or '-')"
+	// +kubebuilder:validation:MaxItems=256
+	// +listType=map
+	// +listMapKey=name
 	// +optional
-	Vars map[string]apiextensionsv1.JSON `json:"vars,omitempty"`
+	Vars []Variable `json:"vars,omitempty"`
 
 	// VarsFrom reads variables from Secrets or ConfigMaps: each key is a
 	// variable name and each value its (HCL or JSON) value. They are mounted
@@ -209,6 +213,16 @@ type TerraformSpec struct {
 	// +kubebuilder:validation:MaxItems=16
 	// +optional
 	Files []SecretFile `json:"files,omitempty"`
+}
+
+// Variable is one Terraform input variable.
+type Variable struct {
+	// Name is the variable's name.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// Value is the variable's value: a string, number, bool, list or object.
+	Value apiextensionsv1.JSON `json:"value"`
 }
 
 // VarsFromSource names a Secret or ConfigMap whose keys are Terraform variables.
@@ -355,22 +369,27 @@ type OutputsSpec struct {
 	// Include lists the outputs to write; empty means all.
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:items:MaxLength=128
 	// +optional
 	Include []string `json:"include,omitempty"`
 
 	// Exclude lists outputs not to write.
 	// +kubebuilder:validation:MaxItems=256
 	// +kubebuilder:validation:items:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:items:MaxLength=128
 	// +optional
 	Exclude []string `json:"exclude,omitempty"`
 
 	// Rename maps an output name to the Secret key it is written under.
 	// +kubebuilder:validation:MaxProperties=256
-	// +kubebuilder:validation:XValidation:rule="self.all(k, k.matches('^[A-Za-z_][A-Za-z0-9_-]*$'))",message="spec.outputs.rename keys must be Terraform output names"
-	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^[-._a-zA-Z0-9]{1,253}$'))",message="spec.outputs.rename values must be valid Secret keys (letters, digits, '-', '_', '.')"
 	// +optional
-	Rename map[string]string `json:"rename,omitempty"`
+	Rename map[string]SecretDataKey `json:"rename,omitempty"`
 }
+
+// SecretDataKey is a valid key of a Secret's data.
+// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+// +kubebuilder:validation:MaxLength=253
+type SecretDataKey string
 
 // RunnerSpec configures the pods that run the pipeline's steps.
 type RunnerSpec struct {

@@ -51,7 +51,7 @@ func SelectOutputs(spec infrav1.OutputsSpec, raw []byte) (map[string][]byte, err
 		}
 		key := name
 		if k, ok := spec.Rename[name]; ok {
-			key = k
+			key = string(k)
 		}
 		if _, dup := data[key]; dup {
 			return nil, fmt.Errorf("spec.outputs.rename maps two outputs to the Secret key %q", key)
@@ -118,14 +118,16 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
 	if apierrors.IsNotFound(err) {
 		err = r.Create(ctx, want)
-		if apierrors.IsAlreadyExists(err) {
-			return &stallingError{reason: infrav1.ReasonOutputsFailed,
-				msg: fmt.Sprintf("Secret %s exists and is not managed by opr8r; set spec.outputs.secretName to another name", name)}
-		}
 		if err == nil {
 			r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("wrote %d outputs to Secret %s", len(data), name))
+			return nil
 		}
-		return err
+		if !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+		// The cache lags, or the Secret is not ours (not labelled, so not
+		// cached): read it directly to tell which.
+		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), got)
 	}
 	if err != nil {
 		return err

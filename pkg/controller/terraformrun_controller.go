@@ -186,6 +186,10 @@ func (r *TerraformRunReconciler) reconcileDelete(ctx context.Context, run, eff *
 		// The destroy child was deleted by hand: start it again.
 		return r.startRun(ctx, run, eff, e, infrav1.RunDestroy, hash, cur.Attempt+1)
 	}
+	if pr.Finished && !isTerminal(cur.Phase) {
+		cur.Phase, cur.FinishedAt = pr.Phase, pr.FinishedAt
+		runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
+	}
 	switch cur.Phase {
 	case infrav1.RunSucceeded:
 		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")

@@ -9,6 +9,7 @@ package pipeline
 
 import (
 	"crypto/sha256"
+	"regexp"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -237,6 +238,38 @@ func SpecHash(run *infrav1.TerraformRun) string {
 	return hex.EncodeToString(sum[:])[:16]
 }
 
+var (
+	fileNameRE   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
+	outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,127}$`)
+)
+
+// Validate checks what the CRD schema cannot: map keys, which OpenAPI gives
+// no schema and CEL cannot check within its cost budget. The reconciler
+// reports its error as a Stalled condition before anything is created.
+func Validate(run *infrav1.TerraformRun) error {
+	if in := run.Spec.Source.Inline; in != nil {
+		for _, k := range SortedKeys(in.Files) {
+			if !fileNameRE.MatchString(k) {
+				return fmt.Errorf("spec.source.inline.files: %q is not a plain file name (letters, digits, '.', '_', '-'; not starting with '.'; no directories)", k)
+			}
+		}
+	}
+	for _, k := range SortedKeys(run.Spec.Outputs.Rename) {
+		if !outputNameRE.MatchString(k) {
+			return fmt.Errorf("spec.outputs.rename: %q is not a Terraform output name", k)
+		}
+	}
+	seen := map[infrav1.SecretDataKey]string{}
+	for _, k := range SortedKeys(run.Spec.Outputs.Rename) {
+		to := run.Spec.Outputs.Rename[k]
+		if other, dup := seen[to]; dup {
+			return fmt.Errorf("spec.outputs.rename: outputs %q and %q are both renamed to %q", other, k, to)
+		}
+		seen[to] = k
+	}
+	return nil
+}
+
 // ModuleDir is the Terraform module's directory in the workspace.
 func ModuleDir(run *infrav1.TerraformRun) string {
 	if g := run.Spec.Source.Git; g != nil && g.Path != "" {
@@ -253,6 +286,9 @@ func Build(req engine.Request) (*Pipeline, error) {
 	}
 	if req.Config.StepImage == "" {
 		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
+	}
+	if err := Validate(run); err != nil {
+		return nil, err
 	}
 	b := builder{req: req, run: run, tfImage: run.Spec.Terraform.Image}
 	if b.tfImage == "" {
@@ -340,8 +376,8 @@ func DefaultResources() corev1.ResourceRequirements {
 // them owned by the child, so they go away with it.
 func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap, error) {
 	vars := map[string]json.RawMessage{}
-	for k, v := range run.Spec.Terraform.Vars {
-		vars[k] = json.RawMessage(v.Raw)
+	for _, v := range run.Spec.Terraform.Vars {
+		vars[v.Name] = json.RawMessage(v.Value.Raw)
 	}
 	vb, err := json.Marshal(vars)
 	if err != nil {
@@ -360,7 +396,7 @@ func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap,
 	if in := run.Spec.Source.Inline; in != nil {
 		src := map[string]string{}
 		for k, v := range in.Files {
-			src[k] = v
+			src[k] = string(v)
 		}
 		srcLabels := map[string]string{}
 		for k, v := range labels {

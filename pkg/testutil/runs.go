@@ -27,7 +27,7 @@ func MakeRun(name, ns string) *RunWrapper {
 		TypeMeta:   metav1.TypeMeta{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, UID: types.UID("00000000-0000-0000-0000-000000000001")},
 		Spec: infrav1.TerraformRunSpec{
-			Source: infrav1.Source{Inline: &infrav1.InlineSource{Files: map[string]string{
+			Source: infrav1.Source{Inline: &infrav1.InlineSource{Files: map[string]infrav1.FileContent{
 				"main.tf": "resource \"terraform_data\" \"x\" {\n  input = var.name\n}\nvariable \"name\" { type = string }\noutput \"id\" { value = terraform_data.x.id }\n",
 			}}},
 		},
@@ -48,10 +48,13 @@ func (w *RunWrapper) Git(url, ref, path, secret string) *RunWrapper {
 
 // Var sets a variable to a JSON value.
 func (w *RunWrapper) Var(name, json string) *RunWrapper {
-	if w.Spec.Terraform.Vars == nil {
-		w.Spec.Terraform.Vars = map[string]apiextensionsv1.JSON{}
+	for i, v := range w.Spec.Terraform.Vars {
+		if v.Name == name {
+			w.Spec.Terraform.Vars[i].Value = apiextensionsv1.JSON{Raw: []byte(json)}
+			return w
+		}
 	}
-	w.Spec.Terraform.Vars[name] = apiextensionsv1.JSON{Raw: []byte(json)}
+	w.Spec.Terraform.Vars = append(w.Spec.Terraform.Vars, infrav1.Variable{Name: name, Value: apiextensionsv1.JSON{Raw: []byte(json)}})
 	return w
 }
 
@@ -93,7 +96,10 @@ func (w *RunWrapper) Retain() *RunWrapper {
 
 // Outputs sets the outputs mapping.
 func (w *RunWrapper) Outputs(rename map[string]string, exclude ...string) *RunWrapper {
-	w.Spec.Outputs.Rename = rename
+	w.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{}
+	for k, v := range rename {
+		w.Spec.Outputs.Rename[k] = infrav1.SecretDataKey(v)
+	}
 	w.Spec.Outputs.Exclude = exclude
 	return w
 }

@@ -1,0 +1,136 @@
+// Package envtestutil starts a real kube-apiserver and etcd (envtest) with
+// opr8r's CRDs and the engines' CRDs taken from the module cache at the
+// versions pinned in go.mod.
+package envtestutil
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+)
+
+// ArgoModule is the Argo Workflows module whose CRDs are installed.
+const ArgoModule = "github.com/argoproj/argo-workflows/v3"
+
+// RepoRoot is the repository's root directory.
+func RepoRoot() string {
+	_, file, _, _ := runtime.Caller(0)
+	return filepath.Join(filepath.Dir(file), "..", "..")
+}
+
+// Start starts envtest with opr8r's CRD installed. KUBEBUILDER_ASSETS must
+// point at the binaries from make envtest-assets.
+func Start() (*envtest.Environment, *rest.Config, error) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		return nil, nil, fmt.Errorf("KUBEBUILDER_ASSETS is not set: run the tests with make test (it builds kube-apiserver and etcd into bin/)")
+	}
+	env := &envtest.Environment{
+		CRDDirectoryPaths:     []string{filepath.Join(RepoRoot(), "config", "crd", "bases")},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, nil, err
+	}
+	return env, cfg, nil
+}
+
+// ModuleDir returns the directory of a module pinned in go.mod.
+func ModuleDir(module string) (string, error) {
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = RepoRoot()
+	var out, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &stderr
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("go list -m %s: %v: %s", module, err, stderr.String())
+	}
+	dir := strings.TrimSpace(out.String())
+	if dir == "" {
+		return "", fmt.Errorf("module %s is not in the module cache: run go mod download", module)
+	}
+	return dir, nil
+}
+
+// ArgoCRDs reads Argo's full-schema CRDs from the pinned module.
+func ArgoCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	dir, err := ModuleDir(ArgoModule)
+	if err != nil {
+		return nil, err
+	}
+	files, err := filepath.Glob(filepath.Join(dir, "manifests", "base", "crds", "full", "argoproj.io_*.yaml"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("no Argo CRDs under %s/manifests/base/crds/full: %v", dir, err)
+	}
+	var out []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		out = append(out, crd)
+	}
+	return out, nil
+}
+
+// InstallArgoCRDs server-side applies Argo's full CRDs (too large for a
+// client-side apply) and waits until they are served.
+func InstallArgoCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := ArgoCRDs()
+	if err != nil {
+		return err
+	}
+	s := kruntime.NewScheme()
+	if err := apiextensionsv1.AddToScheme(s); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	for _, crd := range crds {
+		crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+		crd.ResourceVersion = ""
+		if err := c.Patch(ctx, crd, client.Apply, client.FieldOwner("opr8r-tests"), client.ForceOwnership); err != nil { //nolint:staticcheck
+			return fmt.Errorf("applying CRD %s: %w", crd.Name, err)
+		}
+	}
+	return wait.PollUntilContextTimeout(ctx, 100_000_000, 60_000_000_000, true, func(ctx context.Context) (bool, error) {
+		for _, crd := range crds {
+			got := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKey{Name: crd.Name}, got); err != nil {
+				if apierrors.IsNotFound(err) {
+					return false, nil
+				}
+				return false, err
+			}
+			established := false
+			for _, cond := range got.Status.Conditions {
+				if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+					established = true
+				}
+			}
+			if !established {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+}
