@@ -67,6 +67,10 @@ verify: generate manifests ## Fail if generated files are stale.
 
 ##@ Run
 
+.PHONY: dev
+dev: envtest-assets ## One-command local start: a local control plane, the manager and an example run.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./cmd/opr8r-dev $(DEV_FLAGS)
+
 .PHONY: run
-run: ## Run the manager against the current kubeconfig.
+run: ## Run the manager against the current kubeconfig (installs the CRD).
 	go run ./cmd/manager --install-crds

@@ -33,12 +33,12 @@ func goldenCases() map[string]struct {
 		typ infrav1.RunType
 	}
 	return map[string]c{
-		"inline":          {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Var("tags", `{"env":"dev","n":3}`).Obj(), infrav1.RunApply},
-		"git-token":       {testutil.MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "v1.2.0", "stacks/vpc", "git-creds").Obj(), infrav1.RunApply},
+		"inline":           {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Var("tags", `{"env":"dev","n":3}`).Obj(), infrav1.RunApply},
+		"git-token":        {testutil.MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "v1.2.0", "stacks/vpc", "git-creds").Obj(), infrav1.RunApply},
 		"vars-from-secret": {testutil.MakeRun("db", "team-a").VarsFrom("Secret", "db-vars").VarsFrom("ConfigMap", "db-defaults").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").EnvFromSecret("AWS_SECRET_ACCESS_KEY", "aws", "secret-key").Obj(), infrav1.RunApply},
-		"auto-approval":   {testutil.MakeRun("dns", "team-a").Auto().Obj(), infrav1.RunApply},
-		"custom-backend":  {testutil.MakeRun("bucket", "team-a").Backend("s3", "s3-backend").Obj(), infrav1.RunApply},
-		"destroy":         {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Obj(), infrav1.RunDestroy},
+		"auto-approval":    {testutil.MakeRun("dns", "team-a").Auto().Obj(), infrav1.RunApply},
+		"custom-backend":   {testutil.MakeRun("bucket", "team-a").Backend("s3", "s3-backend").Obj(), infrav1.RunApply},
+		"destroy":          {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Obj(), infrav1.RunDestroy},
 	}
 }
 

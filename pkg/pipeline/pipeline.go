@@ -9,11 +9,11 @@ package pipeline
 
 import (
 	"crypto/sha256"
-	"regexp"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 

@@ -205,7 +205,7 @@ func writeRawOutputs(wf *wfv1.Workflow, outputsJSON string) {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: pipeline.RawOutputsSecretName(wf.Name), Namespace: wf.Namespace,
-			Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: "raw-outputs"},
+			Labels:          map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: "raw-outputs"},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: wf.Name, UID: wf.UID}},
 		},
 		Data: map[string][]byte{"outputs.json": []byte(outputsJSON)},

@@ -194,7 +194,9 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 		By("a deleted outputs Secret is restored from the run's outputs")
 		Expect(k8sClient.Delete(ctx, sec)).To(Succeed())
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{"nudge": "1"} })
-		Eventually(func() error { return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, &corev1.Secret{}) }, timeout, interval).Should(Succeed())
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, &corev1.Secret{})
+		}, timeout, interval).Should(Succeed())
 
 		By("an unchanged spec starts no new run")
 		Consistently(func() int { return len(workflows(ns)) }, 2*time.Second, interval).Should(Equal(1))
@@ -321,7 +323,9 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunSucceeded))
 
 		By("a rerun request starts attempt 2 of the same hash, echoed to status")
-		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "2026-11-23T00:00:00Z"} })
+		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "2026-11-23T00:00:00Z"}
+		})
 		Eventually(func() int32 { return getRun(ns, run.Name).Status.Run.Attempt }, timeout, interval).Should(Equal(int32(2)))
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Run.SpecHash).To(Equal(second.SpecHash))

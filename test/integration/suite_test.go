@@ -86,9 +86,9 @@ func startManager() {
 	scheme, err := manager.Scheme()
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:  scheme,
-		Cache:   manager.CacheOptions(nil),
-		Metrics: metricsserver.Options{BindAddress: "0"},
+		Scheme:     scheme,
+		Cache:      manager.CacheOptions(nil),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 	})
 	Expect(err).NotTo(HaveOccurred())

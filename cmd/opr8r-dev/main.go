@@ -1,0 +1,168 @@
+// Command opr8r-dev is the one-command local start: without a cluster it
+// starts a local control plane (the etcd and kube-apiserver the tests use),
+// installs opr8r's and Argo's CRDs, runs the manager, applies an example and
+// prints what happened. With KUBECONFIG set it runs the manager there.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+func main() {
+	example := flag.String("example", "examples/inline.yaml", "TerraformRun to apply.")
+	once := flag.Bool("once", false, "Exit after showing the run (instead of running until Ctrl-C).")
+	flag.Parse()
+	if err := run(*example, *once); err != nil {
+		fmt.Fprintln(os.Stderr, "opr8r-dev:", err)
+		os.Exit(1)
+	}
+}
+
+func run(example string, once bool) error {
+	ctrl.SetLogger(zap.New(zap.WriteTo(os.Stderr)))
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+
+	fmt.Println("==> starting a local control plane (etcd + kube-apiserver from bin/)")
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	fmt.Println("==> installing Argo Workflows' CRDs from the pinned module")
+	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
+		return err
+	}
+	kubeconfig := filepath.Join(envtestutil.RepoRoot(), "bin", "dev.kubeconfig")
+	if err := writeKubeconfig(env, kubeconfig); err != nil {
+		return err
+	}
+
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return err
+	}
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: manager.CacheOptions(nil), Metrics: metricsserver.Options{BindAddress: "0"}})
+	if err != nil {
+		return err
+	}
+	if _, err := manager.Setup(mgr, manager.Options{
+		Engines: []infrav1.EngineName{infrav1.EngineArgo}, DefaultEngine: infrav1.EngineArgo,
+		Engine: engine.Config{StepImage: "ghcr.io/opr8r/opr8r:latest", TerraformImage: "docker.io/hashicorp/terraform:1.11", RunnerServiceAccount: "opr8r-runner"},
+	}); err != nil {
+		return err
+	}
+	go func() { _ = mgr.Start(ctx) }()
+	fmt.Println("==> manager started")
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(example)
+	if err != nil {
+		return err
+	}
+	tr := &infrav1.TerraformRun{}
+	if err := yaml.UnmarshalStrict(b, tr); err != nil {
+		return fmt.Errorf("%s: %w", example, err)
+	}
+	if err := c.Create(ctx, tr); err != nil {
+		return fmt.Errorf("applying %s: %w", example, err)
+	}
+	fmt.Printf("==> applied %s (TerraformRun %s/%s)\n", example, tr.Namespace, tr.Name)
+
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		_ = c.Get(ctx, client.ObjectKeyFromObject(tr), tr)
+		if tr.Status.Run != nil {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if tr.Status.Run == nil {
+		return fmt.Errorf("the manager created no Workflow within 30s")
+	}
+	wf := &wfv1.Workflow{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Status.Run.ID}, wf); err != nil {
+		return err
+	}
+	fmt.Printf("==> Workflow %s created: %d templates, DAG %s\n", wf.Name, len(wf.Spec.Templates), dag(wf))
+	fmt.Printf("==> run status: phase=%s, %s\n", tr.Status.Phase, conditionLine(tr))
+	fmt.Printf(`
+This local control plane has no Argo controller, so the Workflow stays Pending.
+On a cluster with Argo Workflows, the run reaches the approval gate and you approve it:
+
+  export KUBECONFIG=%s
+  kubectl get tfrun %s -n %s                 # ENGINE PHASE PLAN READY AGE
+  kubectl get tfrun %s -n %s -o jsonpath='{.status.plan.digest}'
+  kubectl patch tfrun %s -n %s --type merge -p '{"spec":{"approval":{"approvedPlan":"<digest>"}}}'
+  # or: argo resume %s -n %s   (the Argo UI's RESUME button does the same)
+`, kubeconfig, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Name, tr.Namespace, wf.Name, tr.Namespace)
+	if once {
+		return nil
+	}
+	fmt.Println("\nThe control plane and manager keep running; Ctrl-C stops them.")
+	<-ctx.Done()
+	return nil
+}
+
+func dag(wf *wfv1.Workflow) string {
+	out := ""
+	for _, t := range wf.Spec.Templates {
+		if t.DAG != nil {
+			for i, task := range t.DAG.Tasks {
+				if i > 0 {
+					out += " -> "
+				}
+				out += task.Name
+			}
+		}
+	}
+	return out + " (onExit: " + wf.Spec.OnExit + ")"
+}
+
+func conditionLine(tr *infrav1.TerraformRun) string {
+	out := ""
+	for _, c := range tr.Status.Conditions {
+		out += fmt.Sprintf("%s=%s(%s) ", c.Type, c.Status, c.Reason)
+	}
+	return out
+}
+
+// writeKubeconfig writes an admin kubeconfig for the local control plane,
+// so kubectl can be pointed at it.
+func writeKubeconfig(env *envtest.Environment, path string) error {
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "opr8r-dev", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, kc, 0o600)
+}
