@@ -60,6 +60,9 @@ type EngineWatcher struct {
 	Engines    *engine.Registry
 	Available  *Availability
 	Period     time.Duration
+	// Wake receives every TerraformRun when an engine becomes available, so
+	// runs stalled on it continue at once instead of at their next retry.
+	Wake chan<- event.GenericEvent
 }
 
 // Start implements manager.Runnable.
@@ -92,11 +95,29 @@ func (w *EngineWatcher) Start(ctx context.Context) error {
 			watched[e.Name()] = true
 			w.Available.Set(e.Name(), true)
 			log.Info("engine available", "engine", e.Name(), "kind", gvk.Kind)
+			w.wakeRuns(ctx)
 		}
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-time.After(period):
+		}
+	}
+}
+
+func (w *EngineWatcher) wakeRuns(ctx context.Context) {
+	if w.Wake == nil {
+		return
+	}
+	runs := &infrav1.TerraformRunList{}
+	if err := w.Client.List(ctx, runs); err != nil {
+		return
+	}
+	for i := range runs.Items {
+		select {
+		case w.Wake <- event.GenericEvent{Object: &runs.Items[i]}:
+		case <-ctx.Done():
+			return
 		}
 	}
 }

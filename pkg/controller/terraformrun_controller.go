@@ -20,7 +20,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	corev1 "k8s.io/api/core/v1"
 
@@ -235,7 +238,7 @@ func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infra
 // SetupWithManager registers the controller. Engine children are watched
 // once their CRDs are served (see EngineWatcher); this returns the
 // controller so the watcher can add those watches later.
-func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int) (controller.Controller, error) {
+func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, wake <-chan event.GenericEvent) (controller.Controller, error) {
 	return ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.TerraformRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
@@ -243,6 +246,7 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 			deletionPredicate{},
 		))).
 		Owns(&corev1.Secret{}).
+		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
 		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("terraformrun").
 		Build(r)

@@ -16,6 +16,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines"
@@ -50,16 +51,22 @@ func Scheme() (*runtime.Scheme, error) {
 	return s, nil
 }
 
-// CacheOptions restricts the manager's caches of engine children, Secrets
-// and ConfigMaps to objects opr8r made (labelled managed-by=opr8r), so the
-// manager's memory does not grow with other tenants' objects.
+// CacheOptions restricts the manager's caches to objects opr8r made
+// (labelled managed-by=opr8r), except TerraformRuns themselves, so the
+// manager's memory does not grow with other tenants' Workflows, Secrets or
+// ConfigMaps. Engine kinds get the restriction from the default selector
+// rather than a ByObject entry: a ByObject entry makes the manager resolve
+// the kind at start, which fails when the engine's CRD is not installed.
 func CacheOptions(namespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue})
-	o := cache.Options{ByObject: map[client.Object]cache.ByObject{
-		&wfv1.Workflow{}:    {Label: ours},
-		&corev1.Secret{}:    {Label: ours},
-		&corev1.ConfigMap{}: {Label: ours},
-	}}
+	o := cache.Options{
+		DefaultLabelSelector: ours,
+		ByObject: map[client.Object]cache.ByObject{
+			&infrav1.TerraformRun{}: {Label: labels.Everything()},
+			&corev1.Secret{}:        {Label: ours},
+			&corev1.ConfigMap{}:     {Label: ours},
+		},
+	}
 	if len(namespaces) > 0 {
 		o.DefaultNamespaces = map[string]cache.Config{}
 		for _, ns := range namespaces {
@@ -105,13 +112,14 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	if maxConc == 0 {
 		maxConc = 4
 	}
-	c, err := r.SetupWithManager(mgr, maxConc)
+	wake := make(chan event.GenericEvent)
+	c, err := r.SetupWithManager(mgr, maxConc, wake)
 	if err != nil {
 		return nil, err
 	}
 	w := &controller.EngineWatcher{
 		Cache: mgr.GetCache(), Mapper: mgr.GetRESTMapper(), Client: mgr.GetClient(),
-		Controller: c, Engines: reg, Available: avail, Period: o.EnginePollPeriod,
+		Controller: c, Engines: reg, Available: avail, Period: o.EnginePollPeriod, Wake: wake,
 	}
 	if err := mgr.Add(w); err != nil {
 		return nil, err

@@ -1,0 +1,88 @@
+// Package nocrd starts the manager against an API server without Argo's
+// CRDs: runs must stall with EngineUnavailable, the manager must keep
+// running, and installing the CRDs later must let the runs continue.
+package nocrd
+
+import (
+	"context"
+	"net/http"
+	"testing"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/healthz"
+	"sigs.k8s.io/controller-runtime/pkg/log/zap"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/testutil"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+func TestNoEngineCRD(t *testing.T) {
+	RegisterFailHandler(Fail)
+	RunSpecs(t, "engine CRD missing")
+}
+
+var _ = It("stalls runs with EngineUnavailable without crashing, and recovers when the CRD is installed", func() {
+	ctrl.SetLogger(zap.New(zap.WriteTo(GinkgoWriter)))
+	env, cfg, err := envtestutil.Start()
+	Expect(err).NotTo(HaveOccurred())
+	DeferCleanup(env.Stop)
+
+	scheme, err := manager.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Cache: manager.CacheOptions(nil),
+		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "127.0.0.1:18081",
+	})
+	Expect(err).NotTo(HaveOccurred())
+	Expect(mgr.AddHealthzCheck("healthz", healthz.Ping)).To(Succeed())
+	_, err = manager.Setup(mgr, manager.Options{
+		Engines: []infrav1.EngineName{infrav1.EngineArgo}, DefaultEngine: infrav1.EngineArgo,
+		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- mgr.Start(ctx) }()
+	DeferCleanup(func() { cancel(); Eventually(done, 30*time.Second).Should(Receive(BeNil())) })
+
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	Expect(err).NotTo(HaveOccurred())
+	run := testutil.MakeRun("waits", "default").Obj()
+	run.UID = ""
+	Expect(c.Create(ctx, run)).To(Succeed())
+
+	stalled := func() string {
+		got := &infrav1.TerraformRun{}
+		Expect(c.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
+		if s := apimeta.FindStatusCondition(got.Status.Conditions, infrav1.StalledCondition); s != nil {
+			return string(s.Status) + "/" + s.Reason + ": " + s.Message
+		}
+		return ""
+	}
+	Eventually(stalled, 20*time.Second, 100*time.Millisecond).Should(HavePrefix("True/EngineUnavailable: engine \"argo\" is unavailable: the Workflow CRD"))
+
+	By("the manager is still alive and healthy")
+	Consistently(done, 2*time.Second).ShouldNot(Receive())
+	resp, err := http.Get("http://127.0.0.1:18081/healthz")
+	Expect(err).NotTo(HaveOccurred())
+	Expect(resp.StatusCode).To(Equal(http.StatusOK))
+	_ = resp.Body.Close()
+
+	By("installing Argo's CRDs lets the run continue by itself")
+	Expect(envtestutil.InstallArgoCRDs(ctx, cfg)).To(Succeed())
+	Eventually(func() int {
+		list := &wfv1.WorkflowList{}
+		Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+		return len(list.Items)
+	}, 40*time.Second, 200*time.Millisecond).Should(Equal(1))
+	Eventually(stalled, 10*time.Second, 100*time.Millisecond).Should(BeEmpty())
+})
