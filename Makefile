@@ -7,6 +7,8 @@ KUBE_VERSION ?= 1.36.3
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(ROOT)/bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 ENVTEST_ASSETS := $(ROOT)/bin/k8s/$(KUBE_VERSION)
+TOFU_VERSION ?= 1.12.6
+TOFU := $(ROOT)/bin/tofu/$(TOFU_VERSION)/tofu
 GO_TEST_FLAGS ?=
 
 .PHONY: all
@@ -35,8 +37,14 @@ vet:
 	go vet ./...
 
 .PHONY: build
-build: ## Build the manager.
-	go build -o bin/manager ./cmd/manager
+build: ## Build the manager and the step runner.
+	CGO_ENABLED=0 go build -o bin/manager ./cmd/manager
+	CGO_ENABLED=0 go build -o bin/opr8r-step ./cmd/opr8r-step
+
+IMG ?= ghcr.io/opr8r/opr8r:latest
+.PHONY: image
+image: ## Build the operator image (manager + opr8r-step) with a container builder.
+	docker build -t $(IMG) .
 
 .PHONY: envtest-assets
 envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver ## Build kube-apiserver and install etcd for envtest.
@@ -44,11 +52,17 @@ envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver ## Build kube-apiserver and ins
 $(ENVTEST_ASSETS)/kube-apiserver:
 	KUBE_VERSION=$(KUBE_VERSION) hack/envtest-assets.sh
 
+.PHONY: tofu
+tofu: $(TOFU) ## Build OpenTofu for the step runner's tests.
+
+$(TOFU):
+	TOFU_VERSION=$(TOFU_VERSION) hack/opentofu.sh
+
 ##@ Test
 
 .PHONY: test
-test: envtest-assets ## Unit, golden and envtest integration tests.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) TF_CLI_CONFIG_FILE=/dev/null go test $(GO_TEST_FLAGS) ./...
+test: envtest-assets tofu ## Unit, golden, step-runner (real git, terraform, OpenTofu) and envtest integration tests.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Only the envtest integration suite.

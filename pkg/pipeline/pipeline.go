@@ -619,6 +619,9 @@ func (b *builder) export() Step {
 
 func (b *builder) cleanup() Step {
 	args, mounts := b.backendArgs()
+	// The owner's name is the prefix of its pods' host names: cleanup only
+	// releases a state lock taken from one of this run's pods.
+	args = append(args, "--lock-holder-prefix="+PhOwnerName)
 	s := b.terraformStep(StepCleanup, args...)
 	s.VolumeMounts = append(s.VolumeMounts, mounts...)
 	return s

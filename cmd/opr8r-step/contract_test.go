@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"sigs.k8s.io/yaml"
+)
+
+// TestTranslatorsCallRealSubcommands parses every opr8r-step invocation in
+// the translators' golden files with this binary's own flags: a renamed or
+// missing flag breaks this test, not a pipeline in a cluster.
+func TestTranslatorsCallRealSubcommands(t *testing.T) {
+	paths, err := filepath.Glob("../../pipelines/argo/testdata/*.golden.yaml")
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no golden files: %v", err)
+	}
+	seen := map[string]bool{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wf := &wfv1.Workflow{}
+		if err := yaml.UnmarshalStrict(b, wf); err != nil {
+			t.Fatal(err)
+		}
+		for _, tmpl := range wf.Spec.Templates {
+			var calls [][]string
+			if tmpl.Container != nil {
+				calls = append(calls, tmpl.Container.Args)
+			}
+			for _, ic := range tmpl.InitContainers {
+				calls = append(calls, ic.Args)
+			}
+			for _, args := range calls {
+				if len(args) == 0 || !knownSteps[args[0]] {
+					t.Errorf("%s template %s calls unknown subcommand %v", filepath.Base(p), tmpl.Name, args)
+					continue
+				}
+				var o options
+				fs := newFlags(args[0], &o)
+				fs.SetOutput(nopWriter{})
+				if err := fs.Parse(args[1:]); err != nil {
+					t.Errorf("%s template %s: opr8r-step %s rejects its arguments: %v", filepath.Base(p), tmpl.Name, args[0], err)
+				}
+				if fs.NArg() != 0 {
+					t.Errorf("%s template %s: stray arguments %v", filepath.Base(p), tmpl.Name, fs.Args())
+				}
+				seen[args[0]] = true
+			}
+		}
+	}
+	for _, want := range []string{"install", "clone", "init", "plan", "apply", "export-outputs", "cleanup"} {
+		if !seen[want] {
+			t.Errorf("no golden Workflow calls opr8r-step %s", want)
+		}
+	}
+}
+
+type nopWriter struct{}
+
+func (nopWriter) Write(p []byte) (int, error) { return len(p), nil }

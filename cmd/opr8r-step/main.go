@@ -1,0 +1,213 @@
+// Command opr8r-step runs one step of a TerraformRun pipeline:
+//
+//	opr8r-step install --dest DIR
+//	opr8r-step clone --source=git|dir ...
+//	opr8r-step init|plan|apply|destroy|export-outputs|cleanup --module-dir DIR ...
+//
+// On failure it prints a one-line summary (terraform's own diagnostic, with
+// secrets redacted), writes it to the termination log, where Argo and
+// Tekton show it as the step's message, and exits non-zero.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/opr8r/opr8r/pkg/step"
+)
+
+type multi []string
+
+func (m *multi) String() string     { return strings.Join(*m, ",") }
+func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
+
+func main() {
+	os.Exit(run(os.Args[1:], os.Stdout))
+}
+
+func run(args []string, out io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup [flags]")
+		return 2
+	}
+	cmd := args[0]
+	if !knownSteps[cmd] {
+		fmt.Fprintf(os.Stderr, "opr8r-step: unknown step %q\n", cmd)
+		return 2
+	}
+	var o options
+	fs := newFlags(cmd, &o)
+	if err := fs.Parse(args[1:]); err != nil {
+		return 2
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir}
+	fail := func(err error) int {
+		msg := r.Redact(err.Error())
+		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+msg)
+		if o.termLog != "" {
+			_ = os.WriteFile(o.termLog, []byte(truncate(msg, 3000)), 0o644)
+		}
+		return 1
+	}
+	if err := r.LoadEnvFiles(o.envFiles); err != nil {
+		return fail(err)
+	}
+	if o.namespace == "" {
+		o.namespace = o.backendNS
+	}
+	if o.namespace == "" {
+		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/o.namespace"); err == nil {
+			o.namespace = strings.TrimSpace(string(b))
+		}
+	}
+	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes")
+	if needsKube {
+		k, err := step.NewKube(o.kubeconfig, o.namespace, step.OwnerRef(o.ownerAPI, o.ownerKind, o.ownerName, o.ownerUID))
+		if err != nil {
+			return fail(err)
+		}
+		r.Kube = k
+	}
+	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
+	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
+		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
+	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret}
+
+	var err error
+	switch cmd {
+	case "install":
+		err = install(o.dest)
+	case "clone":
+		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, From: o.from, Dest: o.dest})
+	case "init":
+		err = r.Init(ctx, mod, be)
+	case "plan":
+		_, err = r.Plan(ctx, mod, plan)
+	case "apply":
+		err = r.Apply(ctx, mod, o.planFile, o.approved)
+	case "o.destroy":
+		err = r.Destroy(ctx, mod, plan)
+	case "export-outputs":
+		_, err = r.ExportOutputs(ctx, mod, o.outputsSecret)
+	case "cleanup":
+		if o.holderPrefix == "" {
+			o.holderPrefix = o.ownerName
+		}
+		var what string
+		what, err = r.Cleanup(ctx, mod, be, o.holderPrefix)
+		if err == nil {
+			fmt.Fprintln(out, "opr8r-step: cleanup: "+what)
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "opr8r-step: unknown step %q\n", cmd)
+		return 2
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// install copies this binary into dest, so steps that run in a stock
+// Terraform or OpenTofu image (which has only sh) can run it.
+func install(dest string) error {
+	if dest == "" {
+		return errors.New("install needs --dest")
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dest, 0o755); err != nil {
+		return err
+	}
+	in, err := os.Open(self)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	target := filepath.Join(dest, "opr8r-step")
+	outF, err := os.OpenFile(target+".tmp", os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(outF, in); err != nil {
+		outF.Close()
+		return err
+	}
+	if err := outF.Close(); err != nil {
+		return err
+	}
+	return os.Rename(target+".tmp", target)
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+var knownSteps = map[string]bool{
+	"install": true, "clone": true, "init": true, "plan": true, "apply": true,
+	"destroy": true, "export-outputs": true, "cleanup": true,
+}
+
+// options are every step's flags.
+type options struct {
+	dest, source, url, ref, credsDir, from                  string
+	moduleDir, workspace, backend, backendNS, backendSuffix string
+	backendConfig, planFile, varsFile, planSecret, approved string
+	outputsSecret, ownerName, ownerUID, ownerKind, ownerAPI string
+	resultsDir, kubeconfig, namespace, terraformBin         string
+	termLog, holderPrefix                                   string
+	destroy                                                 bool
+	envFiles, varsDirs                                      multi
+}
+
+// newFlags declares the flags of a step.
+func newFlags(cmd string, o *options) *flag.FlagSet {
+	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
+	fs.StringVar(&o.source, "source", "git", "clone: git or dir")
+	fs.StringVar(&o.url, "url", "", "clone: repository URL")
+	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA")
+	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git credentials Secret")
+	fs.StringVar(&o.from, "from", "", "clone: directory of a dir source")
+	fs.StringVar(&o.moduleDir, "module-dir", "", "the Terraform module directory")
+	fs.StringVar(&o.workspace, "workspace", "default", "the Terraform workspace")
+	fs.StringVar(&o.backend, "backend", "kubernetes", "state backend type")
+	fs.StringVar(&o.backendNS, "backend-namespace", "", "kubernetes backend: namespace of the state Secret")
+	fs.StringVar(&o.backendSuffix, "backend-secret-suffix", "", "kubernetes backend: state Secret suffix")
+	fs.StringVar(&o.backendConfig, "backend-config-file", "", "other backends: -backend-config file")
+	fs.StringVar(&o.planFile, "plan-file", "", "the saved plan")
+	fs.StringVar(&o.varsFile, "vars-file", "", "plan: JSON variables")
+	fs.Var(&o.varsDirs, "vars-dir", "plan: a mounted Secret or ConfigMap of variables (repeatable)")
+	fs.BoolVar(&o.destroy, "destroy", false, "plan: plan a destroy")
+	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")
+	fs.StringVar(&o.approved, "approved-digest", "", "apply: the approved plan digest")
+	fs.StringVar(&o.outputsSecret, "outputs-secret", "", "export-outputs: Secret for terraform's outputs")
+	fs.StringVar(&o.ownerName, "owner-name", "", "the child that owns written Secrets")
+	fs.StringVar(&o.ownerUID, "owner-uid", "", "the child's uid")
+	fs.StringVar(&o.ownerKind, "owner-kind", "Workflow", "the child's kind")
+	fs.StringVar(&o.ownerAPI, "owner-api-version", "argoproj.io/v1alpha1", "the child's apiVersion")
+	fs.StringVar(&o.holderPrefix, "lock-holder-prefix", "", "cleanup: release only locks held from hosts with this prefix (the child's pods); defaults to --owner-name")
+	fs.StringVar(&o.resultsDir, "results-dir", "", "directory for small results")
+	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster)")
+	fs.StringVar(&o.namespace, "namespace", "", "namespace of written Secrets (default: the pod's)")
+	fs.StringVar(&o.terraformBin, "terraform", "", "terraform or tofu binary (default: found on PATH)")
+	fs.StringVar(&o.termLog, "termination-log", "/dev/termination-log", "where the failure summary goes")
+	fs.Var(&o.envFiles, "env-file", "NAME=PATH: terraform's env var NAME from a mounted Secret file (repeatable)")
+	return fs
+}

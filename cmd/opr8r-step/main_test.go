@@ -1,0 +1,58 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestFailureSummaryGoesToTerminationLog runs the real binary's entry point
+// with real terraform on a failing module (a custom, local backend, so no
+// API server is needed) and checks the summary Argo and Tekton will show.
+func TestFailureSummaryGoesToTerminationLog(t *testing.T) {
+	dir := t.TempDir()
+	rc := filepath.Join(dir, "terraformrc")
+	if err := os.WriteFile(rc, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("TF_CLI_CONFIG_FILE", rc)
+	mod := filepath.Join(dir, "src")
+	if err := os.MkdirAll(mod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(mod, "main.tf"), `variable "n" { type = number }`+"\n")
+	mustWrite(t, filepath.Join(dir, "backend.hcl"), `path = "`+filepath.Join(dir, "state.tfstate")+`"`+"\n")
+	mustWrite(t, filepath.Join(dir, "vars.json"), `{"n": "not a number"}`)
+	envSecret := filepath.Join(dir, "aws-secret")
+	mustWrite(t, envSecret, "AWS-SECRET-MARKER-0c8e\n")
+	termLog := filepath.Join(dir, "termination-log")
+
+	var out bytes.Buffer
+	common := []string{"--module-dir=" + mod, "--backend=local", "--backend-config-file=" + filepath.Join(dir, "backend.hcl"), "--termination-log=" + termLog, "--env-file=AWS_SECRET_ACCESS_KEY=" + envSecret}
+	if code := run(append([]string{"init"}, common...), &out); code != 0 {
+		t.Fatalf("init exited %d:\n%s", code, out.String())
+	}
+	code := run(append([]string{"plan", "--plan-file=" + filepath.Join(dir, "p"), "--vars-file=" + filepath.Join(dir, "vars.json"), "--results-dir=" + filepath.Join(dir, "results")}, common...), &out)
+	if code != 1 {
+		t.Fatalf("plan exited %d, want 1:\n%s", code, out.String())
+	}
+	msg, err := os.ReadFile(termLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(string(msg), "Error: Invalid value for input variable") {
+		t.Errorf("termination log = %q, want terraform's diagnostic", msg)
+	}
+	if strings.Contains(out.String()+string(msg), "AWS-SECRET-MARKER") {
+		t.Errorf("the env-file secret leaked into the output")
+	}
+}
+
+func mustWrite(t *testing.T, p, s string) {
+	t.Helper()
+	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

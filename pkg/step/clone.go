@@ -1,0 +1,219 @@
+package step
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
+	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+)
+
+// CloneOptions fetches the module.
+type CloneOptions struct {
+	// Source is git or dir.
+	Source string
+	// URL and Ref of a git source; Ref is a branch, tag or full commit SHA.
+	URL, Ref string
+	// CredentialsDir holds token (and username) for https, or identity and
+	// known_hosts for ssh.
+	CredentialsDir string
+	// From is the directory of a dir source (a mounted ConfigMap).
+	From string
+	// Dest receives the checkout.
+	Dest string
+}
+
+var fullSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
+
+// Clone fetches the source into Dest and records the commit result. Git
+// credentials are read from files into memory and handed to go-git: the
+// step image has no git CLI, so there is no credential helper to configure,
+// and nothing puts the credential in a URL, an argument or the environment.
+func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
+	if err := os.MkdirAll(o.Dest, 0o755); err != nil {
+		return err
+	}
+	switch o.Source {
+	case "dir":
+		n, err := copyPlainFiles(o.From, o.Dest)
+		if err != nil {
+			return err
+		}
+		r.logf("copied %d files from %s", n, o.From)
+		return r.WriteResult("commit", "")
+	case "git":
+	default:
+		return fmt.Errorf("--source must be git or dir, not %q", o.Source)
+	}
+	auth, err := r.gitAuth(o.URL, o.CredentialsDir)
+	if err != nil {
+		return err
+	}
+	commit, err := fetchRef(ctx, o, auth)
+	if err != nil {
+		return fmt.Errorf("fetching %s at %s: %s", redactURL(o.URL), o.Ref, r.Redact(err.Error()))
+	}
+	r.logf("checked out %s at %s (commit %s)", redactURL(o.URL), o.Ref, commit)
+	return r.WriteResult("commit", commit)
+}
+
+func fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (string, error) {
+	if fullSHA.MatchString(o.Ref) {
+		repo, err := git.PlainCloneContext(ctx, o.Dest, false, &git.CloneOptions{URL: o.URL, Auth: auth, NoCheckout: true, Tags: git.NoTags})
+		if err != nil {
+			return "", err
+		}
+		wt, err := repo.Worktree()
+		if err != nil {
+			return "", err
+		}
+		if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(o.Ref)}); err != nil {
+			return "", fmt.Errorf("commit %s: %w", o.Ref, err)
+		}
+		return o.Ref, nil
+	}
+	var lastErr error
+	for _, ref := range []plumbing.ReferenceName{plumbing.NewBranchReferenceName(o.Ref), plumbing.NewTagReferenceName(o.Ref)} {
+		_ = os.RemoveAll(filepath.Join(o.Dest, ".git"))
+		repo, err := git.PlainCloneContext(ctx, o.Dest, false, &git.CloneOptions{
+			URL: o.URL, Auth: auth, ReferenceName: ref, SingleBranch: true, Depth: 1, Tags: git.NoTags,
+		})
+		if err != nil {
+			lastErr = err
+			if errors.Is(err, plumbing.ErrReferenceNotFound) || strings.Contains(err.Error(), "couldn't find remote ref") || strings.Contains(err.Error(), "reference not found") {
+				continue
+			}
+			return "", err
+		}
+		head, err := repo.Head()
+		if err != nil {
+			return "", err
+		}
+		return head.Hash().String(), nil
+	}
+	return "", fmt.Errorf("no branch or tag named %q: %w", o.Ref, lastErr)
+}
+
+// gitAuth reads credentials: token (+ username) for http(s), identity and
+// known_hosts for ssh. Missing known_hosts is an error: host keys are always
+// checked.
+func (r *Runner) gitAuth(url, dir string) (transport.AuthMethod, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	read := func(name string) (string, bool, error) {
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		if errors.Is(err, fs.ErrNotExist) {
+			return "", false, nil
+		}
+		if err != nil {
+			return "", false, err
+		}
+		return strings.TrimRight(string(b), "\r\n"), true, nil
+	}
+	if strings.HasPrefix(url, "http://") || strings.HasPrefix(url, "https://") {
+		token, ok, err := read("token")
+		if err != nil || !ok {
+			return nil, fmt.Errorf("git credentials: the Secret has no \"token\" key for an https URL (%v)", err)
+		}
+		r.AddSecret(token)
+		user, _, _ := read("username")
+		if user == "" {
+			user = "x-access-token"
+		}
+		return &githttp.BasicAuth{Username: user, Password: token}, nil
+	}
+	identity, ok, err := read("identity")
+	if err != nil || !ok {
+		return nil, fmt.Errorf("git credentials: the Secret has no \"identity\" key (an ssh private key) for an ssh URL (%v)", err)
+	}
+	user := "git"
+	if i := strings.Index(url, "@"); i > 0 && !strings.Contains(url[:i], "/") {
+		user = url[:i]
+	} else if strings.HasPrefix(url, "ssh://") {
+		if at := strings.Index(url[len("ssh://"):], "@"); at > 0 {
+			user = url[len("ssh://") : len("ssh://")+at]
+		}
+	}
+	keys, err := gitssh.NewPublicKeys(user, []byte(identity), "")
+	if err != nil {
+		return nil, fmt.Errorf("git credentials: the identity is not a usable ssh private key: %w", err)
+	}
+	khPath := filepath.Join(dir, "known_hosts")
+	if _, err := os.Stat(khPath); err != nil {
+		return nil, errors.New("git credentials: the Secret has no \"known_hosts\" key; host keys are always checked for ssh")
+	}
+	cb, err := knownhosts.New(khPath)
+	if err != nil {
+		return nil, fmt.Errorf("git credentials: known_hosts: %w", err)
+	}
+	keys.HostKeyCallback = cb
+	return keys, nil
+}
+
+// redactURL removes any userinfo from a URL before it is printed.
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		rest := u[i+3:]
+		if at := strings.Index(rest, "@"); at >= 0 && at < strings.IndexAny(rest+"/", "/") {
+			return u[:i+3] + "***@" + rest[at+1:]
+		}
+	}
+	return u
+}
+
+// copyPlainFiles copies the regular files of a mounted ConfigMap (skipping
+// its ..data bookkeeping) into dest.
+func copyPlainFiles(from, dest string) (int, error) {
+	entries, err := os.ReadDir(from)
+	if err != nil {
+		return 0, fmt.Errorf("reading the source directory: %w", err)
+	}
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		src := filepath.Join(from, e.Name())
+		st, err := os.Stat(src) // follows ConfigMap symlinks
+		if err != nil || st.IsDir() {
+			continue
+		}
+		if err := copyFile(src, filepath.Join(dest, e.Name()), 0o644); err != nil {
+			return n, err
+		}
+		n++
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("the source %s has no files", from)
+	}
+	return n, nil
+}
+
+func copyFile(src, dst string, mode os.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

@@ -1,0 +1,84 @@
+package step
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Kube is the step's access to the API server, with the pod's service
+// account (or a kubeconfig outside a cluster).
+type Kube struct {
+	Client    kubernetes.Interface
+	Namespace string
+	// Owner is the child (Workflow or PipelineRun) that owns the Secrets the
+	// steps write, so they are deleted with it.
+	Owner *metav1.OwnerReference
+}
+
+// NewKube connects with the in-cluster config, or with kubeconfig when set.
+func NewKube(kubeconfig, namespace string, owner *metav1.OwnerReference) (*Kube, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig != "" {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	} else {
+		cfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connecting to the API server: %w", err)
+	}
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Kube{Client: c, Namespace: namespace, Owner: owner}, nil
+}
+
+// OwnerRef builds the owner reference of the child from its kind, name and uid.
+func OwnerRef(apiVersion, kind, name, uid string) *metav1.OwnerReference {
+	if name == "" || uid == "" {
+		return nil
+	}
+	return &metav1.OwnerReference{APIVersion: apiVersion, Kind: kind, Name: name, UID: types.UID(uid)}
+}
+
+// WriteSecret creates or replaces a Secret owned by the child, labelled so
+// the manager's cache sees it.
+func (k *Kube) WriteSecret(ctx context.Context, name, component string, data map[string][]byte) error {
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: k.Namespace,
+			Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: component},
+		},
+		Type: corev1.SecretTypeOpaque,
+		Data: data,
+	}
+	if k.Owner != nil {
+		s.OwnerReferences = []metav1.OwnerReference{*k.Owner}
+	}
+	secrets := k.Client.CoreV1().Secrets(k.Namespace)
+	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		// A retried step replaces what an earlier attempt wrote.
+		old, gerr := secrets.Get(ctx, name, metav1.GetOptions{})
+		if gerr != nil {
+			return gerr
+		}
+		s.ResourceVersion = old.ResourceVersion
+		_, err = secrets.Update(ctx, s, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		return fmt.Errorf("writing Secret %s/%s: %w", k.Namespace, name, err)
+	}
+	return nil
+}

@@ -1,0 +1,247 @@
+// Package step is what runs inside each pipeline step: fetching the source,
+// terraform init, plan, apply, export of outputs and cleanup. cmd/opr8r-step
+// exposes each as a subcommand; both engines invoke the same subcommands.
+//
+// Secrets arrive as mounted files. Their values are read into memory, passed
+// to terraform through the environment of its own process or through files
+// in a private temporary directory, and redacted from everything the step
+// prints and from its error summary.
+package step
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+)
+
+// Runner holds what every step needs.
+type Runner struct {
+	// Terraform is the terraform or tofu binary; empty finds terraform,
+	// then tofu, on PATH.
+	Terraform string
+	// Out receives the step's log (terraform's output, redacted).
+	Out io.Writer
+	// ResultsDir receives small results, one file per result.
+	ResultsDir string
+	// Env is extra environment for terraform (from --env-file).
+	Env map[string]string
+	// Kube writes Secrets and reads Leases; nil when no step needs it.
+	Kube *Kube
+
+	secrets []string
+	mu      sync.Mutex
+}
+
+// AddSecret registers a value to redact from all output.
+func (r *Runner) AddSecret(v string) {
+	v = strings.TrimSpace(v)
+	if len(v) < 4 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.secrets = append(r.secrets, v)
+	// Longest first, so a secret containing another is redacted whole.
+	sort.Slice(r.secrets, func(i, j int) bool { return len(r.secrets[i]) > len(r.secrets[j]) })
+}
+
+// Redact replaces every registered secret in s.
+func (r *Runner) Redact(s string) string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, v := range r.secrets {
+		s = strings.ReplaceAll(s, v, "***")
+	}
+	return s
+}
+
+// LoadEnvFiles reads NAME=PATH pairs: each file's content becomes the
+// variable NAME in terraform's environment, and a secret to redact.
+func (r *Runner) LoadEnvFiles(pairs []string) error {
+	for _, p := range pairs {
+		name, path, ok := strings.Cut(p, "=")
+		if !ok || name == "" || path == "" {
+			return fmt.Errorf("--env-file %q: want NAME=PATH", p)
+		}
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("--env-file %s: %w", name, err)
+		}
+		if r.Env == nil {
+			r.Env = map[string]string{}
+		}
+		v := strings.TrimRight(string(b), "\r\n")
+		r.Env[name] = v
+		r.AddSecret(v)
+	}
+	return nil
+}
+
+// WriteResult writes one small result.
+func (r *Runner) WriteResult(name, value string) error {
+	if r.ResultsDir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(r.ResultsDir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(r.ResultsDir, name), []byte(value), 0o644)
+}
+
+func (r *Runner) logf(format string, args ...any) {
+	fmt.Fprintln(r.Out, r.Redact(fmt.Sprintf("opr8r-step: "+format, args...)))
+}
+
+func (r *Runner) terraformBin() (string, error) {
+	if r.Terraform != "" {
+		return r.Terraform, nil
+	}
+	for _, b := range []string{"terraform", "tofu"} {
+		if p, err := exec.LookPath(b); err == nil {
+			return p, nil
+		}
+	}
+	return "", errors.New("neither terraform nor tofu is on PATH; use a Terraform or OpenTofu image")
+}
+
+// TerraformError is a failed terraform command, with terraform's own
+// diagnostic summary.
+type TerraformError struct {
+	Args    []string
+	Code    int
+	Summary string
+}
+
+func (e *TerraformError) Error() string {
+	if e.Summary != "" {
+		return e.Summary
+	}
+	return fmt.Sprintf("terraform %s exited with code %d", strings.Join(e.Args, " "), e.Code)
+}
+
+// tf runs terraform in dir. Its combined output is streamed, redacted, to
+// r.Out unless quiet; stdout is also returned. A non-zero exit that is not
+// listed in okCodes is a *TerraformError carrying the diagnostic summary.
+func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, args ...string) ([]byte, int, error) {
+	bin, err := r.terraformBin()
+	if err != nil {
+		return nil, 0, err
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Dir = dir
+	cmd.Env = os.Environ()
+	for k, v := range r.Env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var stdout, stderr bytes.Buffer
+	if quiet {
+		cmd.Stdout = &stdout
+	} else {
+		cmd.Stdout = io.MultiWriter(&stdout, &redactingWriter{r: r, w: r.Out})
+	}
+	cmd.Stderr = io.MultiWriter(&stderr, &redactingWriter{r: r, w: r.Out})
+	if !quiet {
+		r.logf("%s %s", filepath.Base(bin), strings.Join(args, " "))
+	}
+	err = cmd.Run()
+	code := 0
+	var exitErr *exec.ExitError
+	if errors.As(err, &exitErr) {
+		code = exitErr.ExitCode()
+	} else if err != nil {
+		return nil, 0, err
+	}
+	for _, ok := range append([]int{0}, okCodes...) {
+		if code == ok {
+			return stdout.Bytes(), code, nil
+		}
+	}
+	return stdout.Bytes(), code, &TerraformError{Args: args, Code: code, Summary: r.Redact(DiagnosticSummary(stderr.String() + "\n" + stdout.String()))}
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+
+// DiagnosticSummary returns terraform's first error diagnostic as one line,
+// "Error: <summary>: <detail>". In terraform's output (with or without the
+// box drawing of colour mode) the source excerpt under a diagnostic is
+// indented and the detail prose is not, so the detail is the first
+// unindented line after the summary.
+func DiagnosticSummary(out string) string {
+	var lines []string
+	for _, l := range strings.Split(ansi.ReplaceAllString(out, ""), "\n") {
+		l = strings.TrimRight(l, " \r")
+		switch {
+		case l == "╷" || l == "╵":
+			continue
+		case strings.HasPrefix(l, "│ "):
+			l = l[len("│ "):]
+		case l == "│":
+			l = ""
+		}
+		lines = append(lines, l)
+	}
+	for i, l := range lines {
+		if !strings.HasPrefix(l, "Error: ") {
+			continue
+		}
+		summary := l
+		for _, d := range lines[i+1:] {
+			if strings.HasPrefix(d, "Error: ") || strings.HasPrefix(d, "Warning: ") {
+				break
+			}
+			if d == "" || d[0] == ' ' || d[0] == '\t' {
+				continue
+			}
+			summary += ": " + d
+			break
+		}
+		return truncate(summary, 1000)
+	}
+	return ""
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-3] + "..."
+}
+
+// redactingWriter redacts secrets line by line before writing.
+type redactingWriter struct {
+	r   *Runner
+	w   io.Writer
+	buf []byte
+}
+
+func (rw *redactingWriter) Write(p []byte) (int, error) {
+	rw.buf = append(rw.buf, p...)
+	for {
+		i := bytes.IndexByte(rw.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if _, err := io.WriteString(rw.w, rw.r.Redact(string(rw.buf[:i+1]))); err != nil {
+			return 0, err
+		}
+		rw.buf = rw.buf[i+1:]
+	}
+	return len(p), nil
+}
+
+// Flush writes a trailing partial line.
+func (rw *redactingWriter) Flush() {
+	if len(rw.buf) > 0 {
+		_, _ = io.WriteString(rw.w, rw.r.Redact(string(rw.buf)))
+		rw.buf = nil
+	}
+}

@@ -1,0 +1,395 @@
+package step
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// BackendOverrideFile is the file init writes into the module to select the
+// backend; Terraform merges *_override.tf files over the module's own.
+const BackendOverrideFile = "opr8r_backend_override.tf"
+
+// MaxReadablePlan is the largest readable plan stored; larger plans are
+// truncated with a marker.
+const MaxReadablePlan = 1 << 20
+
+// Backend selects the state backend.
+type Backend struct {
+	// Type is kubernetes (the default) or any backend type configured by
+	// ConfigFile (s3, gcs, azurerm, ...).
+	Type string
+	// Namespace and SecretSuffix configure the kubernetes backend.
+	Namespace, SecretSuffix string
+	// InCluster uses the pod's service account for the kubernetes backend;
+	// otherwise KUBE_CONFIG_PATH in terraform's environment is used.
+	InCluster bool
+	// ConfigFile is passed to init -backend-config.
+	ConfigFile string
+}
+
+// Module says where a module lives and which workspace it uses.
+type Module struct {
+	Dir       string
+	Workspace string
+}
+
+// Init writes the backend override and runs terraform init, then selects
+// (or creates) the workspace.
+func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
+	if err := writeBackendOverride(m.Dir, b); err != nil {
+		return err
+	}
+	args := []string{"init", "-input=false", "-no-color"}
+	if b.ConfigFile != "" {
+		args = append(args, "-backend-config="+b.ConfigFile)
+	}
+	if _, _, err := r.tf(ctx, m.Dir, false, nil, args...); err != nil {
+		return err
+	}
+	if m.Workspace != "" && m.Workspace != "default" {
+		if _, _, err := r.tf(ctx, m.Dir, false, nil, "workspace", "select", "-or-create", "-no-color", m.Workspace); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func writeBackendOverride(dir string, b Backend) error {
+	var body string
+	switch b.Type {
+	case "", "kubernetes":
+		if b.SecretSuffix == "" || b.Namespace == "" {
+			return errors.New("the kubernetes backend needs --backend-namespace and --backend-secret-suffix")
+		}
+		body = fmt.Sprintf("  secret_suffix = %q\n  namespace     = %q\n", b.SecretSuffix, b.Namespace)
+		if b.InCluster {
+			body += "  in_cluster_config = true\n"
+		}
+		b.Type = "kubernetes"
+	default:
+		if b.ConfigFile == "" {
+			return fmt.Errorf("backend %q needs --backend-config-file", b.Type)
+		}
+	}
+	content := fmt.Sprintf("# Written by opr8r: the state backend of this run.\nterraform {\n  backend %q {\n%s  }\n}\n", b.Type, body)
+	return os.WriteFile(filepath.Join(dir, BackendOverrideFile), []byte(content), 0o644)
+}
+
+// PlanOptions configures a plan.
+type PlanOptions struct {
+	PlanFile string
+	// VarsFile is a JSON object of variables (the inputs ConfigMap).
+	VarsFile string
+	// VarsDirs are mounted Secrets or ConfigMaps: each file is a variable.
+	VarsDirs []string
+	// Destroy plans a destroy.
+	Destroy bool
+	// PlanSecret receives the readable plan, when set.
+	PlanSecret string
+}
+
+// PlanSummary is the plan step's summary result.
+type PlanSummary struct {
+	Add        int    `json:"add"`
+	Change     int    `json:"change"`
+	Destroy    int    `json:"destroy"`
+	Replace    int    `json:"replace"`
+	HasChanges bool   `json:"hasChanges"`
+	Digest     string `json:"digest"`
+}
+
+// Plan runs terraform plan -out with -detailed-exitcode, stores the readable
+// plan and writes the results has-changes, digest and summary.
+func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummary, error) {
+	args := []string{"plan", "-input=false", "-no-color", "-detailed-exitcode", "-out=" + o.PlanFile}
+	if o.Destroy {
+		args = append(args, "-destroy")
+	}
+	varFiles, cleanup, err := r.varFiles(o)
+	defer cleanup()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range varFiles {
+		args = append(args, "-var-file="+f)
+	}
+	_, code, err := r.tf(ctx, m.Dir, false, []int{2}, args...)
+	if err != nil {
+		return nil, err
+	}
+	sum, err := r.summarize(ctx, m, o.PlanFile)
+	if err != nil {
+		return nil, err
+	}
+	sum.HasChanges = code == 2
+	if o.PlanSecret != "" && r.Kube != nil {
+		text, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile)
+		if err != nil {
+			return nil, err
+		}
+		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
+		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, "plan", data); err != nil {
+			return nil, err
+		}
+	}
+	small, _ := json.Marshal(map[string]int{"add": sum.Add, "change": sum.Change, "destroy": sum.Destroy, "replace": sum.Replace})
+	for name, v := range map[string]string{"has-changes": strconv.FormatBool(sum.HasChanges), "digest": sum.Digest, "summary": string(small)} {
+		if err := r.WriteResult(name, v); err != nil {
+			return nil, err
+		}
+	}
+	r.logf("plan: +%d ~%d -%d (replace %d), has changes: %v, digest %s", sum.Add, sum.Change, sum.Destroy, sum.Replace, sum.HasChanges, sum.Digest)
+	return sum, nil
+}
+
+// TruncatePlan caps a readable plan at max bytes with a clear marker.
+func TruncatePlan(text []byte, max int) []byte {
+	if len(text) <= max {
+		return text
+	}
+	marker := fmt.Sprintf("\n\n... [opr8r: plan truncated: %d of %d bytes shown; the full plan is in the plan step's log]\n", max, len(text))
+	return append(append([]byte{}, text[:max-len(marker)]...), marker...)
+}
+
+// varFiles writes varsFrom values into a private temporary tfvars.json file.
+// Values that parse as JSON keep their type; others are strings.
+func (r *Runner) varFiles(o PlanOptions) ([]string, func(), error) {
+	noop := func() {}
+	var files []string
+	if o.VarsFile != "" {
+		b, err := os.ReadFile(o.VarsFile)
+		if err != nil {
+			return nil, noop, fmt.Errorf("reading variables: %w", err)
+		}
+		if strings.TrimSpace(string(b)) != "{}" {
+			files = append(files, o.VarsFile)
+		}
+	}
+	if len(o.VarsDirs) == 0 {
+		return files, noop, nil
+	}
+	vars := map[string]json.RawMessage{}
+	for _, dir := range o.VarsDirs {
+		entries, err := os.ReadDir(dir)
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				continue // an optional, missing Secret or ConfigMap
+			}
+			return nil, noop, err
+		}
+		for _, e := range entries {
+			if strings.HasPrefix(e.Name(), ".") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if err != nil {
+				continue
+			}
+			v := strings.TrimRight(string(b), "\r\n")
+			r.AddSecret(v)
+			if json.Valid([]byte(v)) {
+				vars[e.Name()] = json.RawMessage(v)
+			} else {
+				q, _ := json.Marshal(v)
+				vars[e.Name()] = q
+			}
+		}
+	}
+	tmp, err := os.MkdirTemp("", "opr8r-vars-")
+	if err != nil {
+		return nil, noop, err
+	}
+	cleanup := func() { _ = os.RemoveAll(tmp) }
+	b, _ := json.Marshal(vars)
+	path := filepath.Join(tmp, "vars-from.tfvars.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, cleanup, err
+	}
+	return append(files, path), cleanup, nil
+}
+
+// planJSON is the part of `terraform show -json PLAN` that counts changes.
+type planJSON struct {
+	ResourceChanges []struct {
+		Change struct {
+			Actions []string `json:"actions"`
+		} `json:"change"`
+	} `json:"resource_changes"`
+}
+
+func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, error) {
+	digest, err := FileDigest(planFile)
+	if err != nil {
+		return nil, err
+	}
+	out, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", planFile)
+	if err != nil {
+		return nil, err
+	}
+	var p planJSON
+	if err := json.Unmarshal(out, &p); err != nil {
+		return nil, fmt.Errorf("reading the plan: %w", err)
+	}
+	s := &PlanSummary{Digest: digest}
+	for _, rc := range p.ResourceChanges {
+		a := strings.Join(rc.Change.Actions, ",")
+		switch a {
+		case "create":
+			s.Add++
+		case "update":
+			s.Change++
+		case "delete":
+			s.Destroy++
+		case "delete,create", "create,delete":
+			s.Replace++
+			s.Add++
+			s.Destroy++
+		}
+	}
+	return s, nil
+}
+
+// FileDigest is "sha256:<hex>" of a file.
+func FileDigest(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("reading the plan file: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// ErrDigestMismatch refuses a plan that is not the approved one.
+var ErrDigestMismatch = errors.New("plan digest mismatch")
+
+// Apply applies exactly the saved plan, and only if its digest is the
+// approved one.
+func (r *Runner) Apply(ctx context.Context, m Module, planFile, approvedDigest string) error {
+	if approvedDigest == "" {
+		return fmt.Errorf("%w: no approved digest was given; refusing to apply", ErrDigestMismatch)
+	}
+	got, err := FileDigest(planFile)
+	if err != nil {
+		return err
+	}
+	if got != approvedDigest {
+		return fmt.Errorf("%w: the approved plan is %s but the plan file is %s; refusing to apply", ErrDigestMismatch, approvedDigest, got)
+	}
+	_, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", planFile)
+	return err
+}
+
+// Destroy plans a destroy and applies that plan: the destroy subcommand for
+// running outside a pipeline.
+func (r *Runner) Destroy(ctx context.Context, m Module, o PlanOptions) error {
+	o.Destroy = true
+	sum, err := r.Plan(ctx, m, o)
+	if err != nil {
+		return err
+	}
+	if !sum.HasChanges {
+		r.logf("nothing to destroy")
+		return nil
+	}
+	return r.Apply(ctx, m, o.PlanFile, sum.Digest)
+}
+
+// ExportOutputs writes `terraform output -json` to a Secret the operator
+// reads. Values never go to the log or to results; only names are logged.
+func (r *Runner) ExportOutputs(ctx context.Context, m Module, secret string) ([]string, error) {
+	out, _, err := r.tf(ctx, m.Dir, true, nil, "output", "-json", "-no-color")
+	if err != nil {
+		return nil, err
+	}
+	var outs map[string]json.RawMessage
+	if err := json.Unmarshal(out, &outs); err != nil {
+		return nil, fmt.Errorf("reading terraform outputs: %w", err)
+	}
+	names := make([]string, 0, len(outs))
+	for n := range outs {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	if r.Kube == nil {
+		return nil, errors.New("export-outputs needs the API server (--outputs-secret)")
+	}
+	if err := r.Kube.WriteSecret(ctx, secret, "raw-outputs", map[string][]byte{"outputs.json": out}); err != nil {
+		return nil, err
+	}
+	r.logf("exported %d outputs to Secret %s: %s", len(names), secret, strings.Join(names, ", "))
+	return names, nil
+}
+
+// lockInfo is the lock info Terraform's kubernetes backend keeps in the
+// Lease annotation app.terraform.io/lock-info.
+type lockInfo struct {
+	ID        string `json:"ID"`
+	Operation string `json:"Operation"`
+	Who       string `json:"Who"`
+}
+
+// LockInfoAnnotation is where Terraform's kubernetes backend keeps lock info.
+const LockInfoAnnotation = "app.terraform.io/lock-info"
+
+// Cleanup releases a state lock left behind by an aborted step of this run.
+// Only the kubernetes backend allows this safely: a lock is released only
+// if it was taken from a pod of this run, whose host name starts with
+// holderPrefix (the child's name). It reports what it did.
+func (r *Runner) Cleanup(ctx context.Context, m Module, b Backend, holderPrefix string) (string, error) {
+	if b.Type != "" && b.Type != "kubernetes" {
+		return fmt.Sprintf("backend %s: lock release is not supported; nothing done", b.Type), nil
+	}
+	if r.Kube == nil {
+		return "", errors.New("cleanup needs the API server")
+	}
+	ws := m.Workspace
+	if ws == "" {
+		ws = "default"
+	}
+	name := fmt.Sprintf("lock-tfstate-%s-%s", ws, b.SecretSuffix)
+	leases := r.Kube.Client.CoordinationV1().Leases(b.Namespace)
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "no state lock exists", nil
+	}
+	if err != nil {
+		return "", fmt.Errorf("reading state lock %s: %w", name, err)
+	}
+	if lease.Spec.HolderIdentity == nil {
+		return "the state is not locked", nil
+	}
+	var info lockInfo
+	_ = json.Unmarshal([]byte(lease.Annotations[LockInfoAnnotation]), &info)
+	host := info.Who
+	if i := strings.LastIndex(host, "@"); i >= 0 {
+		host = host[i+1:]
+	}
+	if holderPrefix == "" || !strings.HasPrefix(host, holderPrefix) {
+		return fmt.Sprintf("the state lock %s is held by %q, not by this run; left alone", *lease.Spec.HolderIdentity, info.Who), nil
+	}
+	// Exactly what the backend's own Unlock does.
+	id := *lease.Spec.HolderIdentity
+	lease.Spec.HolderIdentity = nil
+	delete(lease.Annotations, LockInfoAnnotation)
+	if _, err := leases.Update(ctx, lease, metav1.UpdateOptions{}); err != nil {
+		return "", fmt.Errorf("releasing state lock %s: %w", id, err)
+	}
+	return fmt.Sprintf("released state lock %s (%s by %s) left by an aborted step", id, info.Operation, info.Who), nil
+}
