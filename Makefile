@@ -26,7 +26,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD into config/crd/bases and RBAC into config/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=opr8r-manager paths=./pkg/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=opr8r-manager paths="./pkg/...;./pipelines/..." output:rbac:artifacts:config=config/rbac
 
 .PHONY: fmt
 fmt:

@@ -4,10 +4,11 @@ package pipelines
 
 import (
 	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/pipelines/tekton"
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 // All returns every engine opr8r knows, enabled or not.
 func All() []engine.Engine {
-	return []engine.Engine{argo.New()}
+	return []engine.Engine{argo.New(), tekton.New()}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"sigs.k8s.io/yaml"
 )
 
@@ -13,11 +14,49 @@ import (
 // the translators' golden files with this binary's own flags: a renamed or
 // missing flag breaks this test, not a pipeline in a cluster.
 func TestTranslatorsCallRealSubcommands(t *testing.T) {
+	seen := map[string]bool{}
+	check := func(where string, args []string) {
+		if len(args) == 0 || !knownSteps[args[0]] {
+			t.Errorf("%s calls unknown subcommand %v", where, args)
+			return
+		}
+		var o options
+		fs := newFlags(args[0], &o)
+		fs.SetOutput(nopWriter{})
+		if err := fs.Parse(args[1:]); err != nil {
+			t.Errorf("%s: opr8r-step %s rejects its arguments: %v", where, args[0], err)
+		}
+		if fs.NArg() != 0 {
+			t.Errorf("%s: stray arguments %v", where, fs.Args())
+		}
+		seen[args[0]] = true
+	}
+	tektonPaths, err := filepath.Glob("../../pipelines/tekton/testdata/*.golden.yaml")
+	if err != nil || len(tektonPaths) == 0 {
+		t.Fatalf("no Tekton golden files: %v", err)
+	}
+	for _, p := range tektonPaths {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pr := &tektonv1.PipelineRun{}
+		if err := yaml.UnmarshalStrict(b, pr); err != nil {
+			t.Fatal(err)
+		}
+		for _, pt := range append(pr.Spec.PipelineSpec.Tasks, pr.Spec.PipelineSpec.Finally...) {
+			if pt.TaskSpec == nil {
+				continue
+			}
+			for _, s := range pt.TaskSpec.Steps {
+				check(filepath.Base(p)+" task "+pt.Name+" step "+s.Name, s.Args)
+			}
+		}
+	}
 	paths, err := filepath.Glob("../../pipelines/argo/testdata/*.golden.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no golden files: %v", err)
 	}
-	seen := map[string]bool{}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
@@ -36,20 +75,7 @@ func TestTranslatorsCallRealSubcommands(t *testing.T) {
 				calls = append(calls, ic.Args)
 			}
 			for _, args := range calls {
-				if len(args) == 0 || !knownSteps[args[0]] {
-					t.Errorf("%s template %s calls unknown subcommand %v", filepath.Base(p), tmpl.Name, args)
-					continue
-				}
-				var o options
-				fs := newFlags(args[0], &o)
-				fs.SetOutput(nopWriter{})
-				if err := fs.Parse(args[1:]); err != nil {
-					t.Errorf("%s template %s: opr8r-step %s rejects its arguments: %v", filepath.Base(p), tmpl.Name, args[0], err)
-				}
-				if fs.NArg() != 0 {
-					t.Errorf("%s template %s: stray arguments %v", filepath.Base(p), tmpl.Name, fs.Args())
-				}
-				seen[args[0]] = true
+				check(filepath.Base(p)+" template "+tmpl.Name, args)
 			}
 		}
 	}

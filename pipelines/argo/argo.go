@@ -42,6 +42,8 @@ const (
 	ActorName = "opr8r"
 )
 
+// +kubebuilder:rbac:groups=argoproj.io,resources=workflows,verbs=get;list;watch;create;update;patch;delete
+
 // Engine is the Argo Workflows engine.
 type Engine struct{}
 
@@ -208,6 +210,10 @@ var replacer = strings.NewReplacer(
 	pipeline.PhOwnerName, "{{workflow.name}}",
 	pipeline.PhResultsDir, pipeline.ResultsDirArgo,
 	pipeline.PhApprovedDigest, "{{inputs.parameters."+paramApprovedDigest+"}}",
+	pipeline.PhOwnerKind, workflowKind,
+	pipeline.PhOwnerAPI, wfv1.SchemeGroupVersion.String(),
+	// Argo reads a failed container's termination message into the node's message.
+	pipeline.PhErrorFile, "/dev/termination-log",
 )
 
 func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {

@@ -21,27 +21,6 @@ import (
 
 var update = flag.Bool("update", false, "rewrite golden files")
 
-// GoldenCases are the specs whose Workflows are kept as golden files. The
-// integration suite also creates each golden Workflow in a real API server
-// that carries Argo's full CRD schema.
-func goldenCases() map[string]struct {
-	run *infrav1.TerraformRun
-	typ infrav1.RunType
-} {
-	type c = struct {
-		run *infrav1.TerraformRun
-		typ infrav1.RunType
-	}
-	return map[string]c{
-		"inline":           {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Var("tags", `{"env":"dev","n":3}`).Obj(), infrav1.RunApply},
-		"git-token":        {testutil.MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "v1.2.0", "stacks/vpc", "git-creds").Obj(), infrav1.RunApply},
-		"vars-from-secret": {testutil.MakeRun("db", "team-a").VarsFrom("Secret", "db-vars").VarsFrom("ConfigMap", "db-defaults").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").EnvFromSecret("AWS_SECRET_ACCESS_KEY", "aws", "secret-key").Obj(), infrav1.RunApply},
-		"auto-approval":    {testutil.MakeRun("dns", "team-a").Auto().Obj(), infrav1.RunApply},
-		"custom-backend":   {testutil.MakeRun("bucket", "team-a").Backend("s3", "s3-backend").Obj(), infrav1.RunApply},
-		"destroy":          {testutil.MakeRun("net", "team-a").Var("name", `"demo"`).Obj(), infrav1.RunDestroy},
-	}
-}
-
 // BuildGolden builds the Workflow of a golden case.
 func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *wfv1.Workflow {
 	t.Helper()
@@ -55,9 +34,9 @@ func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *
 }
 
 func TestGoldenWorkflows(t *testing.T) {
-	for name, tc := range goldenCases() {
+	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			wf := buildGolden(t, tc.run, tc.typ)
+			wf := buildGolden(t, tc.Run.Obj(), tc.Type)
 			got, err := yaml.Marshal(wf)
 			if err != nil {
 				t.Fatal(err)

@@ -99,7 +99,7 @@ func resultsSynced(n wfv1.NodeStatus) bool {
 }
 
 // Observe implements engine.Engine.
-func (Engine) Observe(obj client.Object) (engine.Progress, error) {
+func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, error) {
 	wf, ok := obj.(*wfv1.Workflow)
 	if !ok {
 		return engine.Progress{}, fmt.Errorf("argo: expected a Workflow, got %T", obj)

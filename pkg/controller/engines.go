@@ -6,13 +6,16 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -53,6 +56,7 @@ func (a *Availability) Set(n infrav1.EngineName, v bool) {
 // later makes them continue. (Kueue's jobframework waits for APIs the same
 // way.)
 type EngineWatcher struct {
+	Manager    ctrl.Manager
 	Cache      cache.Cache
 	Mapper     meta.RESTMapper
 	Client     client.Client
@@ -92,6 +96,16 @@ func (w *EngineWatcher) Start(ctx context.Context) error {
 				log.Error(err, "watching engine children", "engine", e.Name())
 				continue
 			}
+			if err := w.watchRelated(e); err != nil {
+				log.Error(err, "watching engine step objects", "engine", e.Name())
+				continue
+			}
+			if cp, ok := e.(engine.ControllerProvider); ok && w.Manager != nil {
+				if err := cp.SetupControllers(w.Manager); err != nil {
+					log.Error(err, "starting engine controllers", "engine", e.Name())
+					continue
+				}
+			}
 			watched[e.Name()] = true
 			w.Available.Set(e.Name(), true)
 			log.Info("engine available", "engine", e.Name(), "kind", gvk.Kind)
@@ -103,6 +117,38 @@ func (w *EngineWatcher) Start(ctx context.Context) error {
 		case <-time.After(period):
 		}
 	}
+}
+
+// watchRelated watches an engine's related objects (Tekton TaskRuns and
+// CustomRuns) and maps each to its TerraformRun by the run label they carry.
+func (w *EngineWatcher) watchRelated(e engine.Engine) error {
+	rl, ok := e.(engine.RelatedLister)
+	if !ok {
+		return nil
+	}
+	for _, obj := range rl.RelatedTypes() {
+		gvk, err := apiutil.GVKForObject(obj, w.Client.Scheme())
+		if err != nil {
+			return err
+		}
+		if _, err := w.Mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+			return err
+		}
+		src := source.Kind(w.Cache, obj, handler.EnqueueRequestsFromMapFunc(runFromLabel), predicate.ResourceVersionChangedPredicate{})
+		if err := w.Controller.Watch(src); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// runFromLabel maps an object labelled with a run's name to that run.
+func runFromLabel(_ context.Context, obj client.Object) []reconcile.Request {
+	name := obj.GetLabels()[infrav1.RunNameLabel]
+	if name == "" {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: obj.GetNamespace(), Name: name}}}
 }
 
 func (w *EngineWatcher) wakeRuns(ctx context.Context) {

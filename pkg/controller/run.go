@@ -190,7 +190,7 @@ func (r *TerraformRunReconciler) activeChild(ctx context.Context, run *infrav1.T
 		if obj.GetName() == name || !metav1.IsControlledBy(obj, run) {
 			continue
 		}
-		pr, err := e.Observe(obj)
+		pr, err := r.observe(ctx, e, obj)
 		if err == nil && !pr.Finished {
 			return obj.GetName(), nil
 		}
@@ -214,12 +214,29 @@ func (r *TerraformRunReconciler) observeChild(ctx context.Context, run *infrav1.
 	if err != nil {
 		return nil, engine.Progress{}, fmt.Errorf("getting %s %s: %w", e.ChildGVK().Kind, cur.ID, err)
 	}
-	pr, err := e.Observe(child)
+	pr, err := r.observe(ctx, e, child)
 	if err != nil {
-		return nil, engine.Progress{}, &stallingError{reason: infrav1.ReasonRunFailed, msg: err.Error()}
+		return nil, engine.Progress{}, err
 	}
 	r.project(run, cur, pr)
 	return child, pr, nil
+}
+
+// observe reads a child's progress, with its related objects for engines
+// that have them.
+func (r *TerraformRunReconciler) observe(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
+	var related []client.Object
+	if rl, ok := e.(engine.RelatedLister); ok {
+		var err error
+		if related, err = rl.Related(ctx, r.Client, child); err != nil {
+			return engine.Progress{}, fmt.Errorf("listing the steps of %s: %w", child.GetName(), err)
+		}
+	}
+	pr, err := e.Observe(child, related)
+	if err != nil {
+		return engine.Progress{}, &stallingError{reason: infrav1.ReasonRunFailed, msg: err.Error()}
+	}
+	return pr, nil
 }
 
 // project copies a child's progress into status. Terminal phases are set by
@@ -545,7 +562,7 @@ func (r *TerraformRunReconciler) pruneHistory(ctx context.Context, run, eff *inf
 		if obj.GetName() == run.Status.Run.ID || !metav1.IsControlledBy(obj, run) {
 			continue
 		}
-		if pr, err := e.Observe(obj); err == nil && pr.Finished {
+		if pr, err := r.observe(ctx, e, obj); err == nil && pr.Finished {
 			finished = append(finished, obj)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -33,8 +34,29 @@ type Engine interface {
 	// Build returns the child for a run. It must be deterministic: the same
 	// request always gives the same object.
 	Build(req Request) (client.Object, error)
-	// Observe reads a child's status into engine-neutral progress.
-	Observe(child client.Object) (Progress, error)
+	// Observe reads a child's status, and that of its related objects (see
+	// RelatedLister), into engine-neutral progress.
+	Observe(child client.Object, related []client.Object) (Progress, error)
+}
+
+// RelatedLister is an optional interface that engines implement when a
+// child's status does not hold its steps' status, which live in objects the
+// engine creates for the child (Tekton's TaskRuns and CustomRuns).
+type RelatedLister interface {
+	// RelatedTypes returns empty objects of each related kind, to watch.
+	// Related objects carry the child's labels, so the run they belong to
+	// is found by label.
+	RelatedTypes() []client.Object
+	// Related lists a child's related objects.
+	Related(ctx context.Context, c client.Reader, child client.Object) ([]client.Object, error)
+}
+
+// ControllerProvider is an optional interface that engines implement when
+// they need a controller of their own, such as Tekton's approval custom
+// task. It is set up once the engine's CRDs are served.
+type ControllerProvider interface {
+	// SetupControllers adds the engine's controllers to the manager.
+	SetupControllers(mgr ctrl.Manager) error
 }
 
 // Approver is an optional interface that engines implement when their

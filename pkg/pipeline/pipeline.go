@@ -79,6 +79,11 @@ const (
 	PhOwnerName      = "{opr8r:owner-name}"
 	PhResultsDir     = "{opr8r:results-dir}"
 	PhApprovedDigest = "{opr8r:approved-digest}"
+	PhOwnerKind      = "{opr8r:owner-kind}"
+	PhOwnerAPI       = "{opr8r:owner-api-version}"
+	// PhErrorFile is where a failing step writes its one-line summary: the
+	// termination log on Argo, a task result on Tekton.
+	PhErrorFile = "{opr8r:error-file}"
 )
 
 // Pipeline is one run, described independently of any engine.
@@ -324,6 +329,10 @@ func Build(req engine.Request) (*Pipeline, error) {
 	return p, nil
 }
 
+// ResultError is the result a failing step's summary is written to where
+// the engine has no termination message of its own (Tekton).
+const ResultError = "error"
+
 // ChildLabels are the labels of a child and its pods.
 func ChildLabels(run *infrav1.TerraformRun, t infrav1.RunType, specHash string) map[string]string {
 	return map[string]string{
@@ -519,6 +528,7 @@ func (b *builder) terraformStep(name string, args ...string) Step {
 		"--workspace=" + b.run.Spec.Terraform.Workspace,
 	}, args...)
 	s.Args = append(s.Args, b.tfEnvArgs...)
+	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	s.Env = append(terraformEnv(), b.tfEnv...)
 	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
 	return s
@@ -555,7 +565,7 @@ func (b *builder) clone() Step {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
 		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
 	}
-	s.Args = append(s.Args, "--dest="+CheckoutDir, "--results-dir="+PhResultsDir)
+	s.Args = append(s.Args, "--dest="+CheckoutDir, "--results-dir="+PhResultsDir, "--termination-log="+PhErrorFile)
 	return s
 }
 
@@ -586,7 +596,7 @@ func (b *builder) init() Step {
 }
 
 func (b *builder) ownerArgs() []string {
-	return []string{"--owner-name=" + PhOwnerName, "--owner-uid=" + PhOwnerUID}
+	return []string{"--owner-name=" + PhOwnerName, "--owner-uid=" + PhOwnerUID, "--owner-kind=" + PhOwnerKind, "--owner-api-version=" + PhOwnerAPI}
 }
 
 func (b *builder) plan() Step {

@@ -103,3 +103,21 @@ func (w *RunWrapper) Outputs(rename map[string]string, exclude ...string) *RunWr
 	w.Spec.Outputs.Exclude = exclude
 	return w
 }
+
+// GoldenCase is a spec whose engine objects are kept as golden files.
+type GoldenCase struct {
+	Run  *RunWrapper
+	Type infrav1.RunType
+}
+
+// GoldenCases are the specs every engine's golden files are built from.
+func GoldenCases() map[string]GoldenCase {
+	return map[string]GoldenCase{
+		"inline":           {MakeRun("net", "team-a").Var("name", `"demo"`).Var("tags", `{"env":"dev","n":3}`), infrav1.RunApply},
+		"git-token":        {MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "v1.2.0", "stacks/vpc", "git-creds"), infrav1.RunApply},
+		"vars-from-secret": {MakeRun("db", "team-a").VarsFrom("Secret", "db-vars").VarsFrom("ConfigMap", "db-defaults").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").EnvFromSecret("AWS_SECRET_ACCESS_KEY", "aws", "secret-key"), infrav1.RunApply},
+		"auto-approval":    {MakeRun("dns", "team-a").Auto(), infrav1.RunApply},
+		"custom-backend":   {MakeRun("bucket", "team-a").Backend("s3", "s3-backend"), infrav1.RunApply},
+		"destroy":          {MakeRun("net", "team-a").Var("name", `"demo"`), infrav1.RunDestroy},
+	}
+}

@@ -1,0 +1,270 @@
+package tekton
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Labels Tekton puts on the TaskRuns and CustomRuns of a PipelineRun.
+const (
+	PipelineRunLabel  = "tekton.dev/pipelineRun"
+	PipelineTaskLabel = "tekton.dev/pipelineTask"
+)
+
+// Related implements engine.RelatedLister: the PipelineRun's TaskRuns and
+// CustomRuns, found by Tekton's pipelineRun label (they are owned by the
+// PipelineRun, not by the TerraformRun).
+func (Engine) Related(ctx context.Context, c client.Reader, child client.Object) ([]client.Object, error) {
+	sel := client.MatchingLabels{PipelineRunLabel: child.GetName()}
+	ns := client.InNamespace(child.GetNamespace())
+	var out []client.Object
+	trs := &tektonv1.TaskRunList{}
+	if err := c.List(ctx, trs, ns, sel); err != nil {
+		return nil, err
+	}
+	for i := range trs.Items {
+		out = append(out, &trs.Items[i])
+	}
+	crs := &tektonv1beta1.CustomRunList{}
+	if err := c.List(ctx, crs, ns, sel); err != nil {
+		return nil, err
+	}
+	for i := range crs.Items {
+		out = append(out, &crs.Items[i])
+	}
+	return out, nil
+}
+
+// Observe implements engine.Engine.
+func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progress, error) {
+	pr, ok := obj.(*tektonv1.PipelineRun)
+	if !ok {
+		return engine.Progress{}, fmt.Errorf("tekton: expected a PipelineRun, got %T", obj)
+	}
+	taskRuns := map[string]*tektonv1.TaskRun{}
+	var gate *tektonv1beta1.CustomRun
+	for _, o := range related {
+		switch r := o.(type) {
+		case *tektonv1.TaskRun:
+			if metav1.IsControlledBy(r, pr) || r.Labels[PipelineRunLabel] == pr.Name {
+				taskRuns[r.Labels[PipelineTaskLabel]] = r
+			}
+		case *tektonv1beta1.CustomRun:
+			if r.Labels[PipelineTaskLabel] == taskApprove && r.Labels[PipelineRunLabel] == pr.Name {
+				gate = r
+			}
+		}
+	}
+	skipped := map[string]bool{}
+	for _, s := range pr.Status.SkippedTasks {
+		skipped[s.Name] = true
+	}
+
+	out := engine.Progress{StartedAt: pr.Status.StartTime, FinishedAt: pr.Status.CompletionTime}
+	var failedMsg string
+	addStep := func(st infrav1.StepStatus) {
+		out.Steps = append(out.Steps, st)
+		if st.Phase == infrav1.StepFailed && failedMsg == "" && st.Name != pipeline.StepApprove {
+			failedMsg = fmt.Sprintf("step %s failed: %s", st.Name, st.Message)
+		}
+	}
+
+	// clone, init and plan are steps of the plan task.
+	if tr := taskRuns[taskPlan]; tr != nil {
+		for _, name := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
+			addStep(stepStatus(tr, name, name))
+		}
+		res := results(tr)
+		if succeeded(tr.Status.GetCondition(apis.ConditionSucceeded)) {
+			out.Commit = res[pipeline.ResultCommit]
+			plan, err := planResult(res)
+			if err != nil {
+				return engine.Progress{}, err
+			}
+			out.Plan = plan
+		}
+	}
+	switch {
+	case gate != nil:
+		out.Gate = gateState(gate)
+		addStep(gateStep(gate, out.Gate))
+	case skipped[taskApprove]:
+		out.Gate.State = engine.GateSkipped
+		addStep(infrav1.StepStatus{Name: pipeline.StepApprove, Phase: infrav1.StepSkipped})
+	}
+	for _, t := range []struct{ task, step string }{{taskApply, pipeline.StepApply}, {taskExport, pipeline.StepExport}, {taskCleanup, pipeline.StepCleanup}} {
+		if tr := taskRuns[t.task]; tr != nil {
+			st := stepStatus(tr, t.step, t.step)
+			addStep(st)
+			out.Applied = out.Applied || (t.step == pipeline.StepApply && st.Phase == infrav1.StepSucceeded)
+			out.OutputsExported = out.OutputsExported || (t.step == pipeline.StepExport && st.Phase == infrav1.StepSucceeded)
+		} else if skipped[t.task] {
+			addStep(infrav1.StepStatus{Name: t.step, Phase: infrav1.StepSkipped})
+		}
+	}
+
+	c := pr.Status.GetCondition(apis.ConditionSucceeded)
+	if c != nil {
+		out.Message = c.Message
+	}
+	out.Phase, out.Finished = runPhase(c, out.Gate.State)
+	if failedMsg != "" {
+		out.Message = failedMsg
+	}
+	if out.Gate.State == engine.GateRejected {
+		out.Message = "plan rejected: " + out.Gate.Message
+	}
+	return out, nil
+}
+
+func succeeded(c *apis.Condition) bool { return c != nil && c.Status == corev1.ConditionTrue }
+
+func runPhase(c *apis.Condition, g engine.GateState) (infrav1.RunPhase, bool) {
+	switch {
+	case c == nil:
+		return infrav1.RunPending, false
+	case c.Status == corev1.ConditionUnknown && g == engine.GatePending:
+		return infrav1.RunAwaitingApproval, false
+	case c.Status == corev1.ConditionUnknown && c.Reason == tektonv1.PipelineRunReasonPending.String():
+		return infrav1.RunPending, false
+	case c.Status == corev1.ConditionUnknown:
+		return infrav1.RunRunning, false
+	case g == engine.GateRejected:
+		return infrav1.RunRejected, true
+	case c.Status == corev1.ConditionTrue:
+		return infrav1.RunSucceeded, true
+	default:
+		return infrav1.RunFailed, true
+	}
+}
+
+func results(tr *tektonv1.TaskRun) map[string]string {
+	out := map[string]string{}
+	for _, r := range tr.Status.Results {
+		out[r.Name] = r.Value.StringVal
+	}
+	return out
+}
+
+// stepStatus reads one step of a TaskRun. A failed step's message is the
+// task's error result (opr8r-step's one-line summary) when it wrote one.
+func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus {
+	st := infrav1.StepStatus{Name: name, Phase: infrav1.StepPending}
+	for _, s := range tr.Status.Steps {
+		if s.Name != stepName {
+			continue
+		}
+		switch {
+		case s.Terminated != nil:
+			st.StartedAt = timePtr(s.Terminated.StartedAt)
+			st.FinishedAt = timePtr(s.Terminated.FinishedAt)
+			if s.Terminated.ExitCode == 0 {
+				st.Phase = infrav1.StepSucceeded
+			} else {
+				st.Phase = infrav1.StepFailed
+				st.Message = fmt.Sprintf("%s (exit code %d)", s.Terminated.Reason, s.Terminated.ExitCode)
+				if msg := results(tr)[pipeline.ResultError]; msg != "" {
+					st.Message = msg
+				}
+			}
+		case s.Running != nil:
+			st.Phase = infrav1.StepRunning
+			st.StartedAt = timePtr(s.Running.StartedAt)
+		}
+		return st
+	}
+	// No step state yet: the pod has not started, or failed before it
+	// could (then the TaskRun's condition says why).
+	if c := tr.Status.GetCondition(apis.ConditionSucceeded); c != nil && c.Status == corev1.ConditionFalse {
+		st.Phase = infrav1.StepFailed
+		st.Message = c.Message
+	}
+	return st
+}
+
+func timePtr(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+type planSummary struct {
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	Replace int32 `json:"replace"`
+}
+
+func planResult(res map[string]string) (*engine.PlanResult, error) {
+	var s planSummary
+	if raw := res[pipeline.ResultSummary]; raw != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			return nil, fmt.Errorf("plan task's summary result is not valid JSON: %w", err)
+		}
+	}
+	return &engine.PlanResult{
+		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
+		HasChanges: strings.TrimSpace(res[pipeline.ResultHasChanges]) == "true",
+		Digest:     strings.TrimSpace(res[pipeline.ResultDigest]),
+	}, nil
+}
+
+func gateState(cr *tektonv1beta1.CustomRun) engine.Gate {
+	g := engine.Gate{Since: cr.Status.StartTime, DecidedAt: cr.Status.CompletionTime}
+	c := cr.Status.GetCondition(apis.ConditionSucceeded)
+	if c != nil {
+		g.Message = c.Message
+	}
+	for _, r := range cr.Status.Results {
+		if r.Name == resultApprovedDigest {
+			g.Digest = r.Value
+		}
+	}
+	switch {
+	case c == nil || c.Status == corev1.ConditionUnknown:
+		g.State = engine.GatePending
+	case c.Status == corev1.ConditionTrue:
+		g.State = engine.GateApproved
+		g.By = decidedBy(c.Message)
+	default:
+		g.State = engine.GateRejected
+		g.By = decidedBy(c.Message)
+	}
+	return g
+}
+
+func gateStep(cr *tektonv1beta1.CustomRun, g engine.Gate) infrav1.StepStatus {
+	st := infrav1.StepStatus{Name: pipeline.StepApprove, StartedAt: cr.Status.StartTime, FinishedAt: cr.Status.CompletionTime, Message: g.Message}
+	switch g.State {
+	case engine.GatePending:
+		st.Phase = infrav1.StepRunning
+	case engine.GateApproved:
+		st.Phase = infrav1.StepSucceeded
+	default:
+		st.Phase = infrav1.StepFailed
+	}
+	return st
+}
+
+// decidedBy reads "by <who>" from the gate's message, as the approval
+// controller writes it.
+func decidedBy(msg string) string {
+	if i := strings.LastIndex(msg, " by "); i >= 0 {
+		return strings.TrimSuffix(strings.TrimSpace(msg[i+len(" by "):]), ".")
+	}
+	return ""
+}

@@ -1,0 +1,275 @@
+// Package tekton runs TerraformRun pipelines as Tekton PipelineRuns with an
+// embedded pipelineSpec: no cluster-side Pipeline or Task is needed.
+//
+// Pods per run: the "plan" task runs the steps clone, init and plan in one
+// pod (each still shows by name in the dashboard); apply, export-outputs and
+// the finally task cleanup get a pod each. apply and export stay separate
+// tasks so that Tekton's own `when` expressions skip the gate and apply for a
+// plan without changes while outputs are still exported, exactly as on Argo.
+//
+// The approval gate is opr8r's custom task (kind Approval): Tekton creates a
+// CustomRun for it, which opr8r's controller keeps running until the
+// TerraformRun approves the plan's digest (see approval.go).
+package tekton
+
+import (
+	"fmt"
+	"maps"
+	"strings"
+
+	tektonpod "github.com/tektoncd/pipeline/pkg/apis/pipeline/pod"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+const (
+	// ApprovalKind is the kind of opr8r's approval custom task.
+	ApprovalKind = "Approval"
+	// ResultsDir is where Tekton collects task results.
+	ResultsDir = "/tekton/results"
+
+	taskPlan    = "plan"
+	taskApprove = pipeline.StepApprove
+	taskApply   = pipeline.StepApply
+	taskExport  = pipeline.StepExport
+	taskCleanup = pipeline.StepCleanup
+
+	// Results of the approval custom task.
+	resultDecision       = "decision"
+	resultApprovedDigest = "approved-digest"
+
+	installStep = "install-opr8r-step"
+)
+
+// ApprovalAPIVersion is the apiVersion of opr8r's approval custom task.
+var ApprovalAPIVersion = infrav1.GroupVersion.String()
+
+// Engine is the Tekton engine.
+type Engine struct{}
+
+var (
+	_ engine.Engine             = Engine{}
+	_ engine.Approver           = Engine{}
+	_ engine.Canceller          = Engine{}
+	_ engine.RelatedLister      = Engine{}
+	_ engine.ControllerProvider = Engine{}
+)
+
+// New returns the Tekton engine.
+func New() Engine { return Engine{} }
+
+// Name implements engine.Engine.
+func (Engine) Name() infrav1.EngineName { return infrav1.EngineTekton }
+
+// ChildGVK implements engine.Engine.
+func (Engine) ChildGVK() schema.GroupVersionKind {
+	return tektonv1.SchemeGroupVersion.WithKind("PipelineRun")
+}
+
+// NewChild implements engine.Engine.
+func (Engine) NewChild() client.Object { return &tektonv1.PipelineRun{} }
+
+// NewChildList implements engine.Engine.
+func (Engine) NewChildList() client.ObjectList { return &tektonv1.PipelineRunList{} }
+
+// RelatedTypes implements engine.RelatedLister.
+func (Engine) RelatedTypes() []client.Object {
+	return []client.Object{&tektonv1.TaskRun{}, &tektonv1beta1.CustomRun{}}
+}
+
+var replacer = strings.NewReplacer(
+	pipeline.PhOwnerUID, "$(context.pipelineRun.uid)",
+	pipeline.PhOwnerName, "$(context.pipelineRun.name)",
+	pipeline.PhOwnerKind, "PipelineRun",
+	pipeline.PhOwnerAPI, tektonv1.SchemeGroupVersion.String(),
+	pipeline.PhResultsDir, ResultsDir,
+	pipeline.PhErrorFile, ResultsDir+"/"+pipeline.ResultError,
+	pipeline.PhApprovedDigest, "$(params."+resultApprovedDigest+")",
+)
+
+// Build implements engine.Engine.
+func (Engine) Build(req engine.Request) (client.Object, error) {
+	p, err := pipeline.Build(req)
+	if err != nil {
+		return nil, err
+	}
+	run := req.Run
+	steps := map[string]pipeline.Step{}
+	for _, s := range p.Steps {
+		steps[s.Name] = s
+	}
+	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
+	hasChanges := tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
+
+	planTask := tektonv1.PipelineTask{
+		Name:       taskPlan,
+		Workspaces: ws,
+		TaskSpec:   taskSpec(p, req.Config.StepImage, []string{pipeline.ResultCommit, pipeline.ResultHasChanges, pipeline.ResultDigest, pipeline.ResultSummary}, steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
+	}
+	tasks := []tektonv1.PipelineTask{planTask}
+	applyTask := tektonv1.PipelineTask{
+		Name:       taskApply,
+		Workspaces: ws,
+		TaskSpec:   taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
+		When:       tektonv1.WhenExpressions{hasChanges},
+	}
+	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
+	if p.ManualApproval {
+		tasks = append(tasks, tektonv1.PipelineTask{
+			Name:     taskApprove,
+			RunAfter: []string{taskPlan},
+			TaskRef:  &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
+			When:     tektonv1.WhenExpressions{hasChanges},
+			Params: tektonv1.Params{
+				{Name: "run", Value: *tektonv1.NewStructuredValues(run.Name)},
+				{Name: "digest", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")},
+				{Name: "summary", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultSummary + ")")},
+			},
+			// Approval waits as long as it takes; opr8r enforces
+			// spec.approval.timeout itself.
+			Timeout: &metav1.Duration{},
+		})
+		applyTask.RunAfter = []string{taskApprove}
+		applyTask.When = append(applyTask.When, tektonv1.WhenExpression{Input: "$(tasks.approve.results." + resultDecision + ")", Operator: selection.In, Values: []string{"approve"}})
+		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.approve.results." + resultApprovedDigest + ")")}}
+	} else {
+		applyTask.RunAfter = []string{taskPlan}
+		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")}}
+	}
+	tasks = append(tasks, applyTask)
+	if p.Type == infrav1.RunApply {
+		// A task skipped by `when` does not skip the tasks after it, so
+		// export runs after an apply or after a plan without changes, and
+		// not after a failed or rejected one (the run has failed by then).
+		tasks = append(tasks, tektonv1.PipelineTask{
+			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
+			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepExport]),
+		})
+	}
+
+	podTemplate := &tektonpod.PodTemplate{
+		SecurityContext: p.PodSecurityContext,
+		NodeSelector:    p.NodeSelector,
+		Tolerations:     p.Tolerations,
+	}
+	pr := &tektonv1.PipelineRun{
+		TypeMeta: metav1.TypeMeta{APIVersion: tektonv1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      p.Name,
+			Namespace: p.Namespace,
+			Labels:    maps.Clone(p.Labels),
+			Annotations: map[string]string{
+				// The workspace holds the plan file: delete it when the run ends.
+				"tekton.dev/auto-cleanup-pvc": "true",
+			},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))},
+		},
+		Spec: tektonv1.PipelineRunSpec{
+			PipelineSpec: &tektonv1.PipelineSpec{
+				Description: fmt.Sprintf("terraform %s %s/%s", p.Type, run.Namespace, run.Name),
+				Workspaces:  []tektonv1.PipelineWorkspaceDeclaration{{Name: pipeline.WorkspaceVolume}},
+				Tasks:       tasks,
+				Finally: []tektonv1.PipelineTask{{
+					Name: taskCleanup, Workspaces: ws,
+					TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
+				}},
+			},
+			// The default pipeline timeout (60m) would count time spent
+			// waiting for approval; each TaskRun keeps Tekton's default.
+			Timeouts: &tektonv1.TimeoutFields{Pipeline: &metav1.Duration{}},
+			TaskRunTemplate: tektonv1.PipelineTaskRunTemplate{
+				ServiceAccountName: p.ServiceAccountName,
+				PodTemplate:        podTemplate,
+			},
+			Workspaces: []tektonv1.WorkspaceBinding{{
+				Name: pipeline.WorkspaceVolume,
+				VolumeClaimTemplate: &corev1.PersistentVolumeClaim{
+					Spec: corev1.PersistentVolumeClaimSpec{
+						AccessModes:      []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+						StorageClassName: p.StorageClassName,
+						Resources:        corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: p.WorkspaceSize}},
+					},
+				},
+			}},
+		},
+	}
+	return pr, nil
+}
+
+// taskSpec embeds the given steps as one task (one pod). Steps in a stock
+// Terraform image are preceded by a step that installs opr8r-step.
+func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
+	ts := tektonv1.TaskSpec{
+		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}},
+		Volumes: append([]corev1.Volume{
+			{Name: pipeline.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+			{Name: pipeline.StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		}, usedVolumes(p, steps)...),
+	}
+	for _, r := range append(results, pipeline.ResultError) {
+		ts.Results = append(ts.Results, tektonv1.TaskResult{Name: r, Type: tektonv1.ResultsTypeString})
+	}
+	needsBin := false
+	for _, s := range steps {
+		needsBin = needsBin || s.NeedsStepBinary
+	}
+	if needsBin {
+		ts.Steps = append(ts.Steps, tektonv1.Step{
+			Name:             installStep,
+			Image:            stepImage,
+			ImagePullPolicy:  p.ImagePullPolicy,
+			Command:          []string{pipeline.ImageStepBinary},
+			Args:             []string{"install", "--dest=" + pipeline.StepBinDir},
+			VolumeMounts:     []corev1.VolumeMount{{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir}},
+			SecurityContext:  pipeline.ContainerSecurityContext(),
+			ComputeResources: steps[0].Resources,
+		})
+	}
+	for _, s := range steps {
+		mounts := []corev1.VolumeMount{{Name: pipeline.TmpVolume, MountPath: pipeline.TmpDir}}
+		if s.NeedsStepBinary {
+			mounts = append(mounts, corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir, ReadOnly: true})
+		}
+		ts.Steps = append(ts.Steps, tektonv1.Step{
+			Name:             s.Name,
+			Image:            s.Image,
+			ImagePullPolicy:  p.ImagePullPolicy,
+			Command:          s.Command,
+			Args:             pipeline.Replace(s.Args, replacer),
+			Env:              s.Env,
+			VolumeMounts:     append(mounts, s.VolumeMounts...),
+			ComputeResources: s.Resources,
+			SecurityContext:  s.SecurityContext,
+		})
+	}
+	return &tektonv1.EmbeddedTask{
+		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{"infra.opr8r.io/step": steps[len(steps)-1].Name}},
+		TaskSpec: ts,
+	}
+}
+
+// usedVolumes returns the pipeline volumes the steps mount.
+func usedVolumes(p *pipeline.Pipeline, steps []pipeline.Step) []corev1.Volume {
+	used := map[string]bool{}
+	for _, s := range steps {
+		for _, m := range s.VolumeMounts {
+			used[m.Name] = true
+		}
+	}
+	var out []corev1.Volume
+	for _, v := range p.Volumes {
+		if used[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
+}

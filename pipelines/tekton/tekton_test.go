@@ -1,0 +1,127 @@
+package tekton_test
+
+import (
+	"context"
+	"flag"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files")
+
+func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *tektonv1.PipelineRun {
+	t.Helper()
+	eff := pipeline.Defaults(run, infrav1.EngineTekton, testutil.Config)
+	hash := pipeline.SpecHash(eff)
+	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, hash, 1), SpecHash: hash, Config: testutil.Config})
+	if err != nil {
+		t.Fatalf("Build: %v", err)
+	}
+	return obj.(*tektonv1.PipelineRun)
+}
+
+// validate runs Tekton's own defaulting and validation, as its admission
+// webhook would.
+func validate(pr *tektonv1.PipelineRun) error {
+	c := pr.DeepCopy()
+	ctx := context.Background()
+	c.SetDefaults(ctx)
+	if err := c.Validate(ctx); err != nil {
+		return err
+	}
+	return nil
+}
+
+func TestGoldenPipelineRuns(t *testing.T) {
+	for name, tc := range testutil.GoldenCases() {
+		t.Run(name, func(t *testing.T) {
+			pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type)
+			got, err := yaml.Marshal(pr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := validate(pr); err != nil {
+				t.Fatalf("Tekton's Validate rejects the %s PipelineRun: %v", name, err)
+			}
+			path := filepath.Join("testdata", name+".golden.yaml")
+			if *update {
+				if err := os.WriteFile(path, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			want, err := os.ReadFile(path)
+			if err != nil {
+				t.Fatalf("reading golden file (run make update-golden): %v", err)
+			}
+			if diff := cmp.Diff(string(want), string(got)); diff != "" {
+				t.Errorf("PipelineRun differs from %s (-want +got):\n%s", path, diff)
+			}
+		})
+	}
+}
+
+// TestValidatorIsLive shows the validation above can fail: a result
+// reference to a task that does not exist is rejected.
+func TestValidatorIsLive(t *testing.T) {
+	pr := build(t, testutil.MakeRun("x", "ns").Engine(infrav1.EngineTekton).Obj(), infrav1.RunApply)
+	pr.Spec.PipelineSpec.Tasks[1].Params[1].Value = *tektonv1.NewStructuredValues("$(tasks.nope.results.digest)")
+	if err := validate(pr); err == nil {
+		t.Fatal("Tekton's Validate accepted a reference to a missing task; the golden validation proves nothing")
+	}
+}
+
+func TestPipelineRunShape(t *testing.T) {
+	pr := build(t, testutil.MakeRun("x", "ns").Engine(infrav1.EngineTekton).Obj(), infrav1.RunApply)
+	var names []string
+	for _, pt := range pr.Spec.PipelineSpec.Tasks {
+		names = append(names, pt.Name)
+	}
+	if diff := cmp.Diff([]string{"plan", "approve", "apply", "export-outputs"}, names); diff != "" {
+		t.Errorf("tasks (-want +got):\n%s", diff)
+	}
+	plan := pr.Spec.PipelineSpec.Tasks[0].TaskSpec
+	var steps []string
+	for _, s := range plan.Steps {
+		steps = append(steps, s.Name)
+	}
+	if diff := cmp.Diff([]string{"install-opr8r-step", "clone", "init", "plan"}, steps); diff != "" {
+		t.Errorf("plan task steps, one pod (-want +got):\n%s", diff)
+	}
+	gate := pr.Spec.PipelineSpec.Tasks[1]
+	if gate.TaskRef == nil || gate.TaskRef.APIVersion != "infra.opr8r.io/v1alpha1" || gate.TaskRef.Kind != "Approval" || len(gate.When) != 1 {
+		t.Errorf("gate = %+v, want the Approval custom task guarded by has-changes", gate)
+	}
+	if len(pr.Spec.PipelineSpec.Finally) != 1 || pr.Spec.PipelineSpec.Finally[0].Name != "cleanup" {
+		t.Errorf("finally = %+v, want cleanup", pr.Spec.PipelineSpec.Finally)
+	}
+	if pr.Spec.Timeouts == nil || pr.Spec.Timeouts.Pipeline == nil || pr.Spec.Timeouts.Pipeline.Duration != 0 {
+		t.Errorf("pipeline timeout = %+v, want 0 (no limit: approval waits are opr8r's to time out)", pr.Spec.Timeouts)
+	}
+	for _, pt := range pr.Spec.PipelineSpec.Tasks {
+		if pt.TaskSpec == nil {
+			continue
+		}
+		for _, s := range pt.TaskSpec.Steps {
+			for _, a := range s.Args {
+				if a == "--results-dir=/tekton/results" || a == "--termination-log=/tekton/results/error" {
+					goto ok
+				}
+			}
+			if s.Name != "install-opr8r-step" {
+				t.Errorf("step %s writes no Tekton result: %v", s.Name, s.Args)
+			}
+		ok:
+		}
+	}
+}
