@@ -38,7 +38,7 @@ func main() {
 		destroyTimeout                     time.Duration
 		cfg                                engine.Config
 	)
-	flag.StringVar(&engines, "engines", "argo", "Comma-separated engines to enable (argo).")
+	flag.StringVar(&engines, "engines", "argo,tekton", "Comma-separated engines to enable (argo, tekton). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
 	flag.StringVar(&defaultEngine, "default-engine", "argo", "Engine used when spec.engine is empty.")
 	flag.StringVar(&cfg.TerraformImage, "terraform-image", "docker.io/hashicorp/terraform:1.11", "Default Terraform or OpenTofu image for steps.")
 	flag.StringVar(&cfg.StepImage, "step-image", "ghcr.io/opr8r/opr8r:latest", "Image that holds the opr8r-step binary.")

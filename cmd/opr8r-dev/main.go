@@ -49,8 +49,11 @@ func run(example string, once bool) error {
 		return err
 	}
 	defer func() { _ = env.Stop() }()
-	fmt.Println("==> installing Argo Workflows' CRDs from the pinned module")
+	fmt.Println("==> installing Argo Workflows' and Tekton's CRDs from the pinned modules")
 	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
+		return err
+	}
+	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(envtestutil.RepoRoot(), "bin", "dev.kubeconfig")
@@ -67,7 +70,7 @@ func run(example string, once bool) error {
 		return err
 	}
 	if _, err := manager.Setup(mgr, manager.Options{
-		Engines: []infrav1.EngineName{infrav1.EngineArgo}, DefaultEngine: infrav1.EngineArgo,
+		Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
 		Engine: engine.Config{StepImage: "ghcr.io/opr8r/opr8r:latest", TerraformImage: "docker.io/hashicorp/terraform:1.11", RunnerServiceAccount: "opr8r-runner"},
 	}); err != nil {
 		return err
@@ -103,22 +106,25 @@ func run(example string, once bool) error {
 	if tr.Status.Run == nil {
 		return fmt.Errorf("the manager created no Workflow within 30s")
 	}
-	wf := &wfv1.Workflow{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Status.Run.ID}, wf); err != nil {
-		return err
+	fmt.Printf("==> %s %s created (engine %s)\n", tr.Status.Run.Child.Kind, tr.Status.Run.ID, tr.Status.Run.Engine)
+	if tr.Status.Run.Engine == infrav1.EngineArgo {
+		wf := &wfv1.Workflow{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Status.Run.ID}, wf); err != nil {
+			return err
+		}
+		fmt.Printf("    DAG %s\n", dag(wf))
 	}
-	fmt.Printf("==> Workflow %s created: %d templates, DAG %s\n", wf.Name, len(wf.Spec.Templates), dag(wf))
 	fmt.Printf("==> run status: phase=%s, %s\n", tr.Status.Phase, conditionLine(tr))
 	fmt.Printf(`
-This local control plane has no Argo controller, so the Workflow stays Pending.
-On a cluster with Argo Workflows, the run reaches the approval gate and you approve it:
+This local control plane runs no engine controller, so the %s stays Pending.
+On a cluster with the engine, the run reaches the approval gate and you approve it:
 
   export KUBECONFIG=%s
   kubectl get tfrun %s -n %s                 # ENGINE PHASE PLAN READY AGE
   kubectl get tfrun %s -n %s -o jsonpath='{.status.plan.digest}'
   kubectl patch tfrun %s -n %s --type merge -p '{"spec":{"approval":{"approvedPlan":"<digest>"}}}'
-  # or: argo resume %s -n %s   (the Argo UI's RESUME button does the same)
-`, kubeconfig, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Name, tr.Namespace, wf.Name, tr.Namespace)
+  # Argo: argo resume %s -n %s   (the Argo UI's RESUME button does the same)
+`, tr.Status.Run.Child.Kind, kubeconfig, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Status.Run.ID, tr.Namespace)
 	if once {
 		return nil
 	}

@@ -186,11 +186,17 @@ func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus 
 		}
 		return st
 	}
-	// No step state yet: the pod has not started, or failed before it
-	// could (then the TaskRun's condition says why).
+	// No state for this step. In a failed TaskRun it was skipped when
+	// another step failed; otherwise the pod failed before any step ran,
+	// and the TaskRun's condition says why.
 	if c := tr.Status.GetCondition(apis.ConditionSucceeded); c != nil && c.Status == corev1.ConditionFalse {
 		st.Phase = infrav1.StepFailed
 		st.Message = c.Message
+		for _, s := range tr.Status.Steps {
+			if s.Terminated != nil && s.Terminated.ExitCode != 0 {
+				st.Phase, st.Message = infrav1.StepSkipped, ""
+			}
+		}
 	}
 	return st
 }

@@ -23,8 +23,11 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
-// ArgoModule is the Argo Workflows module whose CRDs are installed.
-const ArgoModule = "github.com/argoproj/argo-workflows/v3"
+// ArgoModule and TektonModule are the engine modules whose CRDs are installed.
+const (
+	ArgoModule   = "github.com/argoproj/argo-workflows/v3"
+	TektonModule = "github.com/tektoncd/pipeline"
+)
 
 // RepoRoot is the repository's root directory.
 func RepoRoot() string {
@@ -67,13 +70,22 @@ func ModuleDir(module string) (string, error) {
 
 // ArgoCRDs reads Argo's full-schema CRDs from the pinned module.
 func ArgoCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	dir, err := ModuleDir(ArgoModule)
+	return moduleCRDs(ArgoModule, filepath.Join("manifests", "base", "crds", "full", "argoproj.io_*.yaml"))
+}
+
+// TektonCRDs reads Tekton's CRDs from the pinned module.
+func TektonCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	return moduleCRDs(TektonModule, filepath.Join("config", "300-crds", "300-*.yaml"))
+}
+
+func moduleCRDs(module, glob string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	dir, err := ModuleDir(module)
 	if err != nil {
 		return nil, err
 	}
-	files, err := filepath.Glob(filepath.Join(dir, "manifests", "base", "crds", "full", "argoproj.io_*.yaml"))
+	files, err := filepath.Glob(filepath.Join(dir, glob))
 	if err != nil || len(files) == 0 {
-		return nil, fmt.Errorf("no Argo CRDs under %s/manifests/base/crds/full: %v", dir, err)
+		return nil, fmt.Errorf("no CRDs at %s/%s: %v", dir, glob, err)
 	}
 	var out []*apiextensionsv1.CustomResourceDefinition
 	for _, f := range files {
@@ -97,6 +109,22 @@ func InstallArgoCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
+	return InstallCRDs(ctx, cfg, crds)
+}
+
+// InstallTektonCRDs server-side applies Tekton's CRDs and waits until they
+// are served. Their conversion webhook is never called: opr8r only uses each
+// kind's storage version.
+func InstallTektonCRDs(ctx context.Context, cfg *rest.Config) error {
+	crds, err := TektonCRDs()
+	if err != nil {
+		return err
+	}
+	return InstallCRDs(ctx, cfg, crds)
+}
+
+// InstallCRDs server-side applies CRDs and waits until they are established.
+func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	s := kruntime.NewScheme()
 	if err := apiextensionsv1.AddToScheme(s); err != nil {
 		return err

@@ -16,6 +16,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
+	"github.com/argoproj/argo-workflows/v3/workflow/validate"
+
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 )
@@ -29,7 +31,45 @@ func ctrlConfigSkipNameValidation() config.Controller {
 // argoController plays the Argo workflow controller for one Workflow: it
 // writes node statuses the way Argo v3.7 does, with Argo's own Go types.
 type argoController struct {
-	key client.ObjectKey
+	k client.ObjectKey
+}
+
+var _ engineSim = argoController{}
+
+func (a argoController) key() client.ObjectKey { return a.k }
+func (a argoController) object() client.Object { return a.get() }
+func (a argoController) cancelRequested() bool {
+	return a.get().Spec.Shutdown == wfv1.ShutdownStrategyStop
+}
+
+func (a argoController) validate() error {
+	return validate.ValidateWorkflow(nil, nil, a.get().DeepCopy(), nil, validate.ValidateOpts{})
+}
+
+// gate reads the suspend node; the UI's "reject" choice (a succeeded node
+// with decision reject) counts as rejected.
+func (a argoController) gate() (string, string, string) {
+	n := a.gateNode()
+	digest := ""
+	decision := ""
+	if n.Outputs != nil {
+		for _, p := range n.Outputs.Parameters {
+			if p.Value != nil && p.Name == "approved-digest" {
+				digest = p.Value.String()
+			}
+			if p.Value != nil && p.Name == "decision" {
+				decision = p.Value.String()
+			}
+		}
+	}
+	switch {
+	case n.Phase == wfv1.NodeRunning:
+		return "Pending", n.Message, digest
+	case n.Phase == wfv1.NodeSucceeded && decision != "reject":
+		return "Approved", n.Message, digest
+	default:
+		return "Rejected", n.Message, digest
+	}
 }
 
 func nodeID(wf, name string) string {
@@ -43,7 +83,7 @@ func nodeID(wf, name string) string {
 func (a argoController) update(fn func(wf *wfv1.Workflow)) {
 	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wf := &wfv1.Workflow{}
-		if err := k8sClient.Get(context.Background(), a.key, wf); err != nil {
+		if err := k8sClient.Get(context.Background(), a.k, wf); err != nil {
 			return err
 		}
 		if wf.Status.Nodes == nil {
@@ -56,7 +96,7 @@ func (a argoController) update(fn func(wf *wfv1.Workflow)) {
 
 func (a argoController) get() *wfv1.Workflow {
 	wf := &wfv1.Workflow{}
-	Expect(k8sClient.Get(context.Background(), a.key, wf)).To(Succeed())
+	Expect(k8sClient.Get(context.Background(), a.k, wf)).To(Succeed())
 	return wf
 }
 
@@ -153,7 +193,7 @@ func (a argoController) gateNode() wfv1.NodeStatus {
 func (a argoController) finishApply(outputsJSON string) {
 	wf := a.get()
 	if outputsJSON != "" {
-		writeRawOutputs(wf, outputsJSON)
+		writeRawOutputsFor(wf, "argoproj.io/v1alpha1", "Workflow", outputsJSON)
 	}
 	a.update(func(wf *wfv1.Workflow) {
 		if _, skipped := wf.Status.Nodes[nodeID(wf.Name, pipeline.StepApply)]; !skipped {
@@ -176,9 +216,13 @@ func (a argoController) fail(step, msg string) {
 	})
 }
 
-// completeAfterGate finishes a Workflow whose gate was decided: Argo skips
-// apply (and omits export) after a rejection and fails or succeeds the run.
-func (a argoController) completeAfterGate(phase wfv1.WorkflowPhase) {
+// completeAfterGate finishes a Workflow whose gate was rejected: the failed
+// gate omits apply and export, and the Workflow fails.
+func (a argoController) completeAfterGate() { a.completeAfterGateWith(wfv1.WorkflowFailed) }
+
+// completeAfterGateWith finishes a Workflow after its gate with the phase
+// Argo gives it (Succeeded after the UI's "reject" choice).
+func (a argoController) completeAfterGateWith(phase wfv1.WorkflowPhase) {
 	a.update(func(wf *wfv1.Workflow) {
 		setNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
 		setNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
@@ -199,14 +243,14 @@ func (a argoController) succeedDestroy() {
 	})
 }
 
-// writeRawOutputs creates the Secret the export step writes, owned by the
-// Workflow and labelled so the manager's cache sees it.
-func writeRawOutputs(wf *wfv1.Workflow, outputsJSON string) {
+// writeRawOutputsFor creates the Secret the export step writes, owned by the
+// child and labelled so the manager's cache sees it.
+func writeRawOutputsFor(child client.Object, apiVersion, kind, outputsJSON string) {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pipeline.RawOutputsSecretName(wf.Name), Namespace: wf.Namespace,
+			Name: pipeline.RawOutputsSecretName(child.GetName()), Namespace: child.GetNamespace(),
 			Labels:          map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: "raw-outputs"},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: wf.Name, UID: wf.UID}},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: child.GetName(), UID: child.GetUID()}},
 		},
 		Data: map[string][]byte{"outputs.json": []byte(outputsJSON)},
 	}

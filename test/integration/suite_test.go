@@ -57,7 +57,7 @@ func (b *syncBuffer) String() string {
 
 func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "TerraformRun integration (envtest + Argo CRDs)")
+	RunSpecs(t, "TerraformRun integration (envtest + Argo and Tekton CRDs)")
 }
 
 var _ = BeforeSuite(func() {
@@ -66,6 +66,7 @@ var _ = BeforeSuite(func() {
 	testEnv, cfg, err = envtestutil.Start()
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtestutil.InstallArgoCRDs(context.Background(), cfg)).To(Succeed())
+	Expect(envtestutil.InstallTektonCRDs(context.Background(), cfg)).To(Succeed())
 	scheme, err := manager.Scheme()
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -93,7 +94,7 @@ func startManager() {
 	})
 	Expect(err).NotTo(HaveOccurred())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines:          []infrav1.EngineName{infrav1.EngineArgo},
+		Engines:          []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton},
 		DefaultEngine:    infrav1.EngineArgo,
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,

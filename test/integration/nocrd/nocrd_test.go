@@ -12,7 +12,9 @@ import (
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -45,7 +47,7 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	Expect(err).NotTo(HaveOccurred())
 	Expect(mgr.AddHealthzCheck("healthz", healthz.Ping)).To(Succeed())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines: []infrav1.EngineName{infrav1.EngineArgo}, DefaultEngine: infrav1.EngineArgo,
+		Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond,
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -56,33 +58,50 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
-	run := testutil.MakeRun("waits", "default").Obj()
-	run.UID = ""
-	Expect(c.Create(ctx, run)).To(Succeed())
 
-	stalled := func() string {
-		got := &infrav1.TerraformRun{}
-		Expect(c.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
-		if s := apimeta.FindStatusCondition(got.Status.Conditions, infrav1.StalledCondition); s != nil {
-			return string(s.Status) + "/" + s.Reason + ": " + s.Message
-		}
-		return ""
+	type engineCase struct {
+		name    infrav1.EngineName
+		kind    string
+		install func(context.Context, *rest.Config) error
+		count   func() int
 	}
-	Eventually(stalled, 20*time.Second, 100*time.Millisecond).Should(HavePrefix("True/EngineUnavailable: engine \"argo\" is unavailable: the Workflow CRD"))
+	cases := []engineCase{
+		{infrav1.EngineArgo, "Workflow", envtestutil.InstallArgoCRDs, func() int {
+			list := &wfv1.WorkflowList{}
+			Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+			return len(list.Items)
+		}},
+		{infrav1.EngineTekton, "PipelineRun", envtestutil.InstallTektonCRDs, func() int {
+			list := &tektonv1.PipelineRunList{}
+			Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
+			return len(list.Items)
+		}},
+	}
+	for _, ec := range cases {
+		By("a run on " + string(ec.name) + " without its CRD stalls")
+		run := testutil.MakeRun("waits-"+string(ec.name), "default").Engine(ec.name).Obj()
+		run.UID = ""
+		Expect(c.Create(ctx, run)).To(Succeed())
+		stalled := func() string {
+			got := &infrav1.TerraformRun{}
+			Expect(c.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
+			if s := apimeta.FindStatusCondition(got.Status.Conditions, infrav1.StalledCondition); s != nil {
+				return string(s.Status) + "/" + s.Reason + ": " + s.Message
+			}
+			return ""
+		}
+		Eventually(stalled, 20*time.Second, 100*time.Millisecond).Should(HavePrefix("True/EngineUnavailable: engine \"" + string(ec.name) + "\" is unavailable: the " + ec.kind + " CRD"))
 
-	By("the manager is still alive and healthy")
-	Consistently(done, 2*time.Second).ShouldNot(Receive())
-	resp, err := http.Get("http://127.0.0.1:18081/healthz")
-	Expect(err).NotTo(HaveOccurred())
-	Expect(resp.StatusCode).To(Equal(http.StatusOK))
-	_ = resp.Body.Close()
+		By("the manager is still alive and healthy")
+		Consistently(done, 2*time.Second).ShouldNot(Receive())
+		resp, err := http.Get("http://127.0.0.1:18081/healthz")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(resp.StatusCode).To(Equal(http.StatusOK))
+		_ = resp.Body.Close()
 
-	By("installing Argo's CRDs lets the run continue by itself")
-	Expect(envtestutil.InstallArgoCRDs(ctx, cfg)).To(Succeed())
-	Eventually(func() int {
-		list := &wfv1.WorkflowList{}
-		Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-		return len(list.Items)
-	}, 40*time.Second, 200*time.Millisecond).Should(Equal(1))
-	Eventually(stalled, 10*time.Second, 100*time.Millisecond).Should(BeEmpty())
+		By("installing " + string(ec.name) + "'s CRDs lets the run continue by itself")
+		Expect(ec.install(ctx, cfg)).To(Succeed())
+		Eventually(ec.count, 40*time.Second, 200*time.Millisecond).Should(Equal(1))
+		Eventually(stalled, 10*time.Second, 100*time.Millisecond).Should(BeEmpty())
+	}
 })

@@ -9,14 +9,6 @@ import (
 	"strings"
 	"time"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	wfclientset "github.com/argoproj/argo-workflows/v3/pkg/client/clientset/versioned"
-	"github.com/argoproj/argo-workflows/v3/server/auth"
-	authtypes "github.com/argoproj/argo-workflows/v3/server/auth/types"
-	"github.com/argoproj/argo-workflows/v3/workflow/hydrator/fake"
-	argoutil "github.com/argoproj/argo-workflows/v3/workflow/util"
-	"github.com/argoproj/argo-workflows/v3/workflow/validate"
-	"github.com/go-jose/go-jose/v3/jwt"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -68,30 +60,6 @@ func condReason(ns, name, t string) func() string {
 	}
 }
 
-func workflows(ns string) []wfv1.Workflow {
-	list := &wfv1.WorkflowList{}
-	Expect(k8sClient.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
-	return list.Items
-}
-
-// activeWorkflow waits for the run's current Workflow and returns its fake
-// Argo controller.
-func activeWorkflow(ns, name string) argoController {
-	var id string
-	Eventually(func() string {
-		run := getRun(ns, name)
-		if run.Status.Run == nil {
-			return ""
-		}
-		id = run.Status.Run.ID
-		return id
-	}, timeout, interval).ShouldNot(BeEmpty())
-	Eventually(func() error {
-		return k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: id}, &wfv1.Workflow{})
-	}, timeout, interval).Should(Succeed())
-	return argoController{key: client.ObjectKey{Namespace: ns, Name: id}}
-}
-
 func patchRun(ns, name string, fn func(*infrav1.TerraformRun)) {
 	run := getRun(ns, name)
 	patch := client.MergeFrom(run.DeepCopy())
@@ -109,6 +77,10 @@ func phase(ns, name string) func() infrav1.RunPhase {
 	}
 }
 
+func gateState(s engineSim) func() string {
+	return func() string { st, _, _ := s.gate(); return st }
+}
+
 const sensitiveMarker = "S3NSITIVE-0UTPUT-MARKER-7f3a"
 
 func outputsJSON() string {
@@ -117,60 +89,116 @@ func outputsJSON() string {
 		`"password":{"sensitive":true,"type":"string","value":"` + sensitiveMarker + `"}}`
 }
 
-// toPlanned creates a run and drives its Workflow to the approval gate.
-func toPlanned(ns string, run *infrav1.TerraformRun, digest string) argoController {
-	Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
-	a := activeWorkflow(ns, run.Name)
-	a.start()
-	a.plan(1, 0, 0, digest)
-	a.suspend(digest)
-	Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
-	return a
+// Given/When/Then helpers for one engine.
+type given struct{ e engineCase }
+
+func (g given) run(name, ns string) *testutil.RunWrapper {
+	w := testutil.MakeRun(name, ns).Engine(g.e.name)
+	w.UID = ""
+	return w
 }
 
-var _ = Describe("TerraformRun lifecycle on Argo", func() {
+func (g given) childCount(ns string) func() int {
+	return func() int { return len(g.e.children(ns)) }
+}
+
+// active waits for the run's current child and returns its simulator.
+func (g given) active(ns, name string) engineSim {
+	var id string
+	Eventually(func() string {
+		run := getRun(ns, name)
+		if run.Status.Run == nil {
+			return ""
+		}
+		id = run.Status.Run.ID
+		return id
+	}, timeout, interval).ShouldNot(BeEmpty())
+	Eventually(func() bool {
+		for _, c := range g.e.children(ns) {
+			if c.GetName() == id {
+				return true
+			}
+		}
+		return false
+	}, timeout, interval).Should(BeTrue())
+	return g.e.sim(client.ObjectKey{Namespace: ns, Name: id})
+}
+
+// planned creates a run and drives its child to the approval gate.
+func (g given) planned(ns string, run *infrav1.TerraformRun, digest string) engineSim {
+	Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
+	s := g.active(ns, run.Name)
+	s.start()
+	s.plan(1, 0, 0, digest)
+	s.suspend(digest)
+	Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+	return s
+}
+
+// applied creates a run with Auto approval and runs it to Ready.
+func (g given) applied(ns, name string, retain bool) {
+	w := g.run(name, ns).Auto()
+	if retain {
+		w = w.Retain()
+	}
+	Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+	s := g.active(ns, name)
+	s.start()
+	s.plan(1, 0, 0, digestOf(name))
+	s.finishApply(`{}`)
+	Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+}
+
+func gone(ns, name string) func() bool {
+	return func() bool {
+		return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &infrav1.TerraformRun{}))
+	}
+}
+
+// The conformance suite: every scenario runs for every engine in engines.
+var _ = Describe("engine conformance", func() {
+	for _, e := range engines {
+		Describe(string(e.name), func() { conformance(given{e}) })
+	}
+})
+
+func conformance(g given) {
 	ctx := context.Background()
 
-	It("plans, waits, is approved through the CR exactly as argo resume would, applies and writes outputs", func() {
+	It("plans, waits, is approved through the CR, applies and writes outputs", func() {
 		ns := newNamespace()
 		digest := digestOf("happy")
-		run := testutil.MakeRun("happy", ns).Var("name", `"demo"`).Outputs(map[string]string{"id": "resource_id"}, "tags").Obj()
-		a := toPlanned(ns, run, digest)
+		run := g.run("happy", ns).Var("name", `"demo"`).Outputs(map[string]string{"id": "resource_id"}, "tags").Obj()
+		s := g.planned(ns, run, digest)
 
-		By("the Workflow is ours, valid for Argo and well-formed")
-		wf := a.get()
-		Expect(metav1.IsControlledBy(wf, getRun(ns, run.Name))).To(BeTrue())
-		Expect(validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{})).To(Succeed())
+		By("the child is ours and valid for the engine")
+		Expect(metav1.IsControlledBy(s.object(), getRun(ns, run.Name))).To(BeTrue())
+		Expect(s.validate()).To(Succeed())
 		cm := &corev1.ConfigMap{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: wf.Name + "-inputs"}, cm)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.key().Name + "-inputs"}, cm)).To(Succeed())
 		Expect(cm.Data["vars.json"]).To(MatchJSON(`{"name":"demo"}`))
-		Expect(metav1.IsControlledBy(cm, wf)).To(BeTrue())
+		Expect(metav1.IsControlledBy(cm, s.object())).To(BeTrue())
 
 		By("status shows the plan and waits for approval")
 		got := getRun(ns, run.Name)
-		Expect(got.Status.Plan).NotTo(BeNil())
+		Expect(got.Status.Run.Engine).To(Equal(g.e.name))
 		Expect(got.Status.Plan.Digest).To(Equal(digest))
 		Expect(got.Status.PlanSummary).To(Equal("+1 ~0 -0"))
 		Expect(got.Status.Run.Commit).To(HaveLen(40))
 		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("Unknown/AwaitingApproval"))
 		Expect(condReason(ns, run.Name, infrav1.ReconcilingCondition)()).To(Equal("True/AwaitingApproval"))
 
-		By("approving the current digest resumes the suspend node")
+		By("approving the current digest passes the gate with that digest")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
-		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeSucceeded))
-		n := a.gateNode()
-		Expect(n.Message).To(HavePrefix("Resumed by: opr8r"))
-		Expect(n.FinishedAt.IsZero()).To(BeFalse())
-		Expect(n.Outputs.Parameters).To(ContainElements(
-			wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("approve")},
-			wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)},
-		))
-		Expect(a.get().Labels).To(HaveKeyWithValue("workflows.argoproj.io/action", "Resume"))
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		_, msg, approved := s.gate()
+		Expect(msg).To(ContainSubstring("opr8r"))
+		Expect(approved).To(Equal(digest))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedBySpec))
 
 		By("apply and export finish; the outputs Secret gets the values, status only names")
-		a.finishApply(outputsJSON())
+		s.finishApply(outputsJSON())
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		got = getRun(ns, run.Name)
 		Expect(got.Status.Outputs).To(Equal([]string{"password", "resource_id"}))
@@ -186,140 +214,110 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 		Expect(sec.Data).To(Equal(map[string][]byte{"resource_id": []byte("abc-123"), "password": []byte(sensitiveMarker)}))
 		Expect(metav1.IsControlledBy(sec, got)).To(BeTrue())
 		steps := map[string]infrav1.StepPhase{}
-		for _, s := range got.Status.Run.Steps {
-			steps[s.Name] = s.Phase
+		for _, st := range got.Status.Run.Steps {
+			steps[st.Name] = st.Phase
 		}
 		Expect(steps).To(Equal(map[string]infrav1.StepPhase{"clone": "Succeeded", "init": "Succeeded", "plan": "Succeeded", "approve": "Succeeded", "apply": "Succeeded", "export-outputs": "Succeeded", "cleanup": "Succeeded"}))
 
 		By("a deleted outputs Secret is restored from the run's outputs")
 		Expect(k8sClient.Delete(ctx, sec)).To(Succeed())
-		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{"nudge": "1"} })
 		Eventually(func() error {
 			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, &corev1.Secret{})
 		}, timeout, interval).Should(Succeed())
 
 		By("an unchanged spec starts no new run")
-		Consistently(func() int { return len(workflows(ns)) }, 2*time.Second, interval).Should(Equal(1))
+		Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(1))
 	})
 
 	It("skips the gate and apply for a plan without changes, and still exports outputs", func() {
 		ns := newNamespace()
-		run := testutil.MakeRun("nochange", ns).Obj()
+		run := g.run("nochange", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
-		a := activeWorkflow(ns, run.Name)
-		a.start()
-		a.plan(0, 0, 0, digestOf("nochange"))
-		a.skipGate()
-		a.finishApply(`{"id":{"sensitive":false,"type":"string","value":"x"}}`)
+		s := g.active(ns, run.Name)
+		s.start()
+		s.plan(0, 0, 0, digestOf("nochange"))
+		s.skipGate()
+		s.finishApply(`{"id":{"sensitive":false,"type":"string","value":"x"}}`)
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Plan.HasChanges).To(BeFalse())
 		Expect(cond(got, infrav1.ApprovedCondition)).To(BeNil())
 		Expect(condReason(ns, run.Name, infrav1.AppliedCondition)()).To(Equal("True/NoChanges"))
 		Expect(got.Status.Outputs).To(Equal([]string{"id"}))
-	})
-
-	It("records an approval given outside with Argo's own ResumeWorkflow (argo resume)", func() {
-		ns := newNamespace()
-		digest := digestOf("external")
-		run := testutil.MakeRun("external", ns).Obj()
-		a := toPlanned(ns, run, digest)
-
-		wfc := wfclientset.NewForConfigOrDie(cfg)
-		actx := context.WithValue(ctx, auth.ClaimsKey, &authtypes.Claims{Claims: jwt.Claims{Subject: "alice"}})
-		Expect(argoutil.ResumeWorkflow(actx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.key.Name, "")).To(Succeed())
-
-		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
-		got := getRun(ns, run.Name)
-		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
-		Expect(got.Status.Approval.By).To(Equal("alice"))
-		Expect(got.Status.Approval.Digest).To(Equal(digest))
-		n := a.gateNode()
-		Expect(n.Outputs.Parameters).To(ContainElement(wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)}))
+		skipped := map[string]bool{}
+		for _, st := range got.Status.Run.Steps {
+			skipped[st.Name] = st.Phase == infrav1.StepSkipped
+		}
+		Expect(skipped).To(And(HaveKeyWithValue("approve", true), HaveKeyWithValue("apply", true)))
 	})
 
 	It("refuses an approval for an older plan and says so", func() {
 		ns := newNamespace()
-		run := testutil.MakeRun("stale", ns).Obj()
-		a := toPlanned(ns, run, digestOf("new plan"))
+		run := g.run("stale", ns).Obj()
+		s := g.planned(ns, run, digestOf("new plan"))
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digestOf("old plan") })
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/StaleApproval"))
 		Expect(cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring(digestOf("new plan")))
-		Consistently(func() wfv1.NodePhase { return a.gateNode().Phase }, 2*time.Second, interval).Should(Equal(wfv1.NodeRunning))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 	})
 
 	It("rejects through the CR: the gate fails with the reason and the run is Rejected", func() {
 		ns := newNamespace()
 		digest := digestOf("reject")
-		run := testutil.MakeRun("reject", ns).Obj()
-		a := toPlanned(ns, run, digest)
+		run := g.run("reject", ns).Obj()
+		s := g.planned(ns, run, digest)
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) {
 			r.Spec.Approval.RejectedPlan = digest
 			r.Spec.Approval.RejectReason = "deletes the prod database"
 		})
-		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeFailed))
-		Expect(a.gateNode().Message).To(ContainSubstring("deletes the prod database"))
-		a.completeAfterGate(wfv1.WorkflowFailed)
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		_, msg, _ := s.gate()
+		Expect(msg).To(ContainSubstring("deletes the prod database"))
+		s.completeAfterGate()
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
 		Expect(condReason(ns, run.Name, infrav1.StalledCondition)()).To(Equal("True/Rejected"))
 		Expect(condReason(ns, run.Name, infrav1.ReadyCondition)()).To(Equal("False/Rejected"))
 		Expect(getRun(ns, run.Name).Status.Approval.Reason).To(Equal("deletes the prod database"))
 	})
 
-	It("maps the Argo UI's \"reject\" choice (a succeeded gate, apply skipped) to a rejected run", func() {
-		ns := newNamespace()
-		digest := digestOf("ui-no")
-		run := testutil.MakeRun("ui-no", ns).Obj()
-		a := toPlanned(ns, run, digest)
-		a.update(func(wf *wfv1.Workflow) {
-			setNode(wf, "approve", wfv1.NodeTypeSuspend, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
-				n.Outputs.Parameters[0] = wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("reject")}
-				n.Outputs.Parameters[1] = wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)}
-			})
-		})
-		a.completeAfterGate(wfv1.WorkflowSucceeded)
-		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
-		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("False/Rejected"))
-		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
-	})
-
 	It("rejects a plan whose approval timed out", func() {
 		ns := newNamespace()
-		run := testutil.MakeRun("timeout", ns).Obj()
+		run := g.run("timeout", ns).Obj()
 		run.Spec.Approval.Timeout = &metav1.Duration{Duration: 2 * time.Second}
-		a := toPlanned(ns, run, digestOf("timeout"))
-		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeFailed))
-		Expect(a.gateNode().Message).To(ContainSubstring("approval timed out after 2s"))
+		s := g.planned(ns, run, digestOf("timeout"))
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		_, msg, _ := s.gate()
+		Expect(msg).To(ContainSubstring("approval timed out after 2s"))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/ApprovalTimeout"))
-		a.completeAfterGate(wfv1.WorkflowFailed)
+		s.completeAfterGate()
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/ApprovalTimeout"))
 	})
 
 	It("starts a new run on a spec change or a rerun request, and never on an unchanged spec", func() {
 		ns := newNamespace()
-		run := testutil.MakeRun("rerun", ns).Auto().Var("n", "1").Obj()
+		run := g.run("rerun", ns).Auto().Var("n", "1").Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
-		a := activeWorkflow(ns, run.Name)
-		a.start()
-		a.plan(1, 0, 0, digestOf("r1"))
-		a.finishApply(`{}`)
+		s := g.active(ns, run.Name)
+		s.start()
+		s.plan(1, 0, 0, digestOf("r1"))
+		s.finishApply(`{}`)
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedAutomatically))
-		first := a.key.Name
+		first := s.key().Name
 
-		By("changing only the approval timeout and suspend=false starts nothing")
+		By("changing only the approval timeout starts nothing")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: time.Hour} })
-		Consistently(func() int { return len(workflows(ns)) }, 2*time.Second, interval).Should(Equal(1))
+		Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(1))
 
 		By("changing a variable starts a new run with a new hash")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars[0].Value.Raw = []byte("2") })
 		Eventually(func() string { return getRun(ns, run.Name).Status.Run.ID }, timeout, interval).ShouldNot(Equal(first))
 		second := getRun(ns, run.Name).Status.Run
 		Expect(second.Attempt).To(Equal(int32(1)))
-		b := activeWorkflow(ns, run.Name)
-		b.start()
-		b.plan(0, 1, 0, digestOf("r2"))
-		b.finishApply(`{}`)
+		s2 := g.active(ns, run.Name)
+		s2.start()
+		s2.plan(0, 1, 0, digestOf("r2"))
+		s2.finishApply(`{}`)
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunSucceeded))
 
 		By("a rerun request starts attempt 2 of the same hash, echoed to status")
@@ -330,57 +328,42 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Run.SpecHash).To(Equal(second.SpecHash))
 		Expect(got.Status.LastHandledRunRequest).To(Equal("2026-11-23T00:00:00Z"))
-		Expect(workflows(ns)).To(HaveLen(3))
+		Expect(g.childCount(ns)()).To(Equal(3))
 	})
 
 	It("surfaces terraform's error text when a step fails", func() {
 		ns := newNamespace()
-		run := testutil.MakeRun("fails", ns).Obj()
+		run := g.run("fails", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
-		a := activeWorkflow(ns, run.Name)
-		a.start()
-		a.fail("plan", `Error (exit code 1): Error: Invalid value for variable: var.name must be lowercase`)
+		s := g.active(ns, run.Name)
+		s.start()
+		s.fail("plan", `Error: Invalid value for variable: name must be lowercase.`)
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/RunFailed"))
 		got := getRun(ns, run.Name)
-		Expect(cond(got, infrav1.ReadyCondition).Message).To(ContainSubstring("Invalid value for variable"))
+		Expect(cond(got, infrav1.ReadyCondition).Message).To(ContainSubstring("Invalid value for variable: name must be lowercase."))
 		Expect(got.Status.Run.Message).To(ContainSubstring("step plan failed"))
 		Expect(condReason(ns, run.Name, infrav1.PlannedCondition)()).To(Equal("False/RunFailed"))
 	})
 
 	Context("deletion", func() {
-		applied := func(ns, name string, retain bool) {
-			w := testutil.MakeRun(name, ns).Auto()
-			if retain {
-				w = w.Retain()
-			}
-			Expect(k8sClient.Create(ctx, w.Obj())).To(Succeed())
-			a := activeWorkflow(ns, name)
-			a.start()
-			a.plan(1, 0, 0, digestOf(name))
-			a.finishApply(`{}`)
-			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
-		}
-
-		It("runs a destroy Workflow on delete and removes the finalizer when it succeeds", func() {
+		It("runs a destroy child on delete and removes the finalizer when it succeeds", func() {
 			ns := newNamespace()
-			applied(ns, "gone", false)
+			g.applied(ns, "gone", false)
 			Expect(k8sClient.Delete(ctx, getRun(ns, "gone"))).To(Succeed())
 			Eventually(func() infrav1.RunType { return getRun(ns, "gone").Status.Run.Type }, timeout, interval).Should(Equal(infrav1.RunDestroy))
-			d := activeWorkflow(ns, "gone")
-			Expect(d.get().Labels).To(HaveKeyWithValue(infrav1.RunTypeLabel, "destroy"))
-			Expect(d.get().Spec.Templates[0].DAG.Tasks).NotTo(ContainElement(HaveField("Name", "approve")))
+			d := g.active(ns, "gone")
+			Expect(d.object().GetLabels()).To(HaveKeyWithValue(infrav1.RunTypeLabel, "destroy"))
+			Expect(d.validate()).To(Succeed())
 			d.succeedDestroy()
-			Eventually(func() bool {
-				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "gone"}, &infrav1.TerraformRun{}))
-			}, timeout, interval).Should(BeTrue())
+			Eventually(gone(ns, "gone"), timeout, interval).Should(BeTrue())
 		})
 
 		It("stalls a failing destroy with the escape hatch, which then works", func() {
 			ns := newNamespace()
-			applied(ns, "stuck", false)
+			g.applied(ns, "stuck", false)
 			Expect(k8sClient.Delete(ctx, getRun(ns, "stuck"))).To(Succeed())
 			Eventually(func() infrav1.RunType { return getRun(ns, "stuck").Status.Run.Type }, timeout, interval).Should(Equal(infrav1.RunDestroy))
-			d := activeWorkflow(ns, "stuck")
+			d := g.active(ns, "stuck")
 			d.start()
 			d.fail("plan", "Error: error acquiring the state lock")
 			Eventually(condReason(ns, "stuck", infrav1.StalledCondition), timeout, interval).Should(Equal("True/DestroyFailed"))
@@ -388,20 +371,16 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 			patchRun(ns, "stuck", func(r *infrav1.TerraformRun) {
 				r.Annotations = map[string]string{infrav1.SkipDestroyAnnotation: "true"}
 			})
-			Eventually(func() bool {
-				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "stuck"}, &infrav1.TerraformRun{}))
-			}, timeout, interval).Should(BeTrue())
+			Eventually(gone(ns, "stuck"), timeout, interval).Should(BeTrue())
 		})
 
 		It("skips the destroy with deletionPolicy Retain", func() {
 			ns := newNamespace()
-			applied(ns, "kept", true)
+			g.applied(ns, "kept", true)
 			Expect(k8sClient.Delete(ctx, getRun(ns, "kept"))).To(Succeed())
-			Eventually(func() bool {
-				return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "kept"}, &infrav1.TerraformRun{}))
-			}, timeout, interval).Should(BeTrue())
-			for _, wf := range workflows(ns) {
-				Expect(wf.Labels[infrav1.RunTypeLabel]).NotTo(Equal("destroy"))
+			Eventually(gone(ns, "kept"), timeout, interval).Should(BeTrue())
+			for _, c := range g.e.children(ns) {
+				Expect(c.GetLabels()[infrav1.RunTypeLabel]).NotTo(Equal("destroy"))
 			}
 		})
 	})
@@ -409,9 +388,9 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 	Context("faults", func() {
 		It("creates no duplicate child when the manager restarts after creating it but before recording it", func() {
 			ns := newNamespace()
-			run := testutil.MakeRun("restart", ns).Obj()
+			run := g.run("restart", ns).Obj()
 			Expect(k8sClient.Create(ctx, run)).To(Succeed())
-			a := activeWorkflow(ns, run.Name)
+			s := g.active(ns, run.Name)
 			stopManager()
 			// The status write that recorded the child is lost.
 			got := getRun(ns, run.Name)
@@ -419,77 +398,65 @@ var _ = Describe("TerraformRun lifecycle on Argo", func() {
 			Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
 			startManager()
 			Eventually(func() *infrav1.RunStatus { return getRun(ns, run.Name).Status.Run }, timeout, interval).ShouldNot(BeNil())
-			Expect(getRun(ns, run.Name).Status.Run.ID).To(Equal(a.key.Name))
-			Consistently(func() int { return len(workflows(ns)) }, 2*time.Second, interval).Should(Equal(1))
-			a.start()
-			a.plan(1, 0, 0, digestOf("restart"))
-			a.suspend(digestOf("restart"))
+			Expect(getRun(ns, run.Name).Status.Run.ID).To(Equal(s.key().Name))
+			Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(1))
+			s.start()
+			s.plan(1, 0, 0, digestOf("restart"))
+			s.suspend(digestOf("restart"))
 			Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
 		})
 
 		It("records a child deleted by hand and starts nothing by itself", func() {
 			ns := newNamespace()
-			run := testutil.MakeRun("handdel", ns).Obj()
+			run := g.run("handdel", ns).Obj()
 			Expect(k8sClient.Create(ctx, run)).To(Succeed())
-			a := activeWorkflow(ns, run.Name)
-			a.start()
-			Expect(k8sClient.Delete(ctx, a.get())).To(Succeed())
+			s := g.active(ns, run.Name)
+			s.start()
+			Expect(k8sClient.Delete(ctx, s.object())).To(Succeed())
 			Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/ChildDeleted"))
 			Expect(getRun(ns, run.Name).Status.Run.Phase).To(Equal(infrav1.RunFailed))
-			Consistently(func() int { return len(workflows(ns)) }, 2*time.Second, interval).Should(Equal(0))
+			Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(0))
 		})
 
 		It("supersedes a plan waiting for approval when the spec changes", func() {
 			ns := newNamespace()
-			run := testutil.MakeRun("supersede", ns).Var("v", "1").Obj()
-			a := toPlanned(ns, run, digestOf("s1"))
+			run := g.run("supersede", ns).Var("v", "1").Obj()
+			s := g.planned(ns, run, digestOf("s1"))
 			patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars[0].Value.Raw = []byte("2") })
-			Eventually(func() wfv1.ShutdownStrategy { return a.get().Spec.Shutdown }, timeout, interval).Should(Equal(wfv1.ShutdownStrategyStop))
-			Expect(workflows(ns)).To(HaveLen(1), "no second child while the first is active")
-			a.completeAfterGate(wfv1.WorkflowFailed)
-			Eventually(func() int { return len(workflows(ns)) }, timeout, interval).Should(Equal(2))
+			Eventually(s.cancelRequested, timeout, interval).Should(BeTrue())
+			Expect(g.childCount(ns)()).To(Equal(1), "no second child while the first is active")
+			s.completeAfterGate()
+			Eventually(g.childCount(ns), timeout, interval).Should(Equal(2))
 		})
 	})
 
-	It("accepts every golden Workflow in a real API server with Argo's full CRD", func() {
-		ns := newNamespace()
-		files, err := goldenFiles()
-		Expect(err).NotTo(HaveOccurred())
-		Expect(files).To(HaveLen(6))
-		for name, wf := range files {
-			wf.Namespace = ns
-			wf.OwnerReferences = nil
-			Expect(k8sClient.Create(ctx, wf, client.DryRunAll)).To(Succeed(), "golden %s", name)
-		}
-	})
-
-	It("keeps secrets out of the Workflow, status, events and logs", func() {
+	It("keeps secrets out of the child, status, events and logs", func() {
 		ns := newNamespace()
 		const tokenMarker = "GITT0KEN-MARKER-91c2"
 		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git-creds", Namespace: ns},
 			StringData: map[string]string{"token": tokenMarker}})).To(Succeed())
-		run := testutil.MakeRun("leak", ns).Git("https://git.example.com/x.git", "main", "", "git-creds").Obj()
+		run := g.run("leak", ns).Git("https://git.example.com/x.git", "main", "", "git-creds").Obj()
 		digest := digestOf("leak")
-		a := toPlanned(ns, run, digest)
+		s := g.planned(ns, run, digest)
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
-		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeSucceeded))
-		a.finishApply(outputsJSON())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		s.finishApply(outputsJSON())
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 
 		sec := &corev1.Secret{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "leak-outputs"}, sec)).To(Succeed())
 		Expect(string(sec.Data["password"])).To(Equal(sensitiveMarker), "the marker must reach the outputs Secret, or the scan proves nothing")
 
-		wfJSON, _ := json.Marshal(a.get())
+		childJSON, _ := json.Marshal(s.object())
 		statusJSON, _ := json.Marshal(getRun(ns, run.Name).Status)
 		events, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
 		Expect(err).NotTo(HaveOccurred())
 		Expect(events.Items).NotTo(BeEmpty())
 		eventsJSON, _ := json.Marshal(events.Items)
 		for _, marker := range []string{tokenMarker, sensitiveMarker} {
-			for where, text := range map[string]string{"Workflow": string(wfJSON), "status": string(statusJSON), "events": string(eventsJSON), "manager log": mgrLogs.String()} {
+			for where, text := range map[string]string{"child": string(childJSON), "status": string(statusJSON), "events": string(eventsJSON), "manager log": mgrLogs.String()} {
 				Expect(strings.Contains(text, marker)).To(BeFalse(), "%s leaks a secret marker", where)
 			}
 		}
 	})
-})
+}

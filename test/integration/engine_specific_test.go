@@ -1,0 +1,196 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	wfclientset "github.com/argoproj/argo-workflows/v3/pkg/client/clientset/versioned"
+	"github.com/argoproj/argo-workflows/v3/server/auth"
+	authtypes "github.com/argoproj/argo-workflows/v3/server/auth/types"
+	"github.com/argoproj/argo-workflows/v3/workflow/hydrator/fake"
+	argoutil "github.com/argoproj/argo-workflows/v3/workflow/util"
+	"github.com/go-jose/go-jose/v3/jwt"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"knative.dev/pkg/apis"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+var argoEngine = given{engines[0]}
+
+var _ = Describe("Argo specifics", func() {
+	ctx := context.Background()
+
+	It("records an approval given outside with Argo's own ResumeWorkflow (argo resume)", func() {
+		ns := newNamespace()
+		digest := digestOf("external")
+		run := argoEngine.run("external", ns).Obj()
+		a := argoEngine.planned(ns, run, digest).(argoController)
+
+		wfc := wfclientset.NewForConfigOrDie(cfg)
+		actx := context.WithValue(ctx, auth.ClaimsKey, &authtypes.Claims{Claims: jwt.Claims{Subject: "alice"}})
+		Expect(argoutil.ResumeWorkflow(actx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.k.Name, "")).To(Succeed())
+
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+		got := getRun(ns, run.Name)
+		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
+		Expect(got.Status.Approval.By).To(Equal("alice"))
+		Expect(got.Status.Approval.Digest).To(Equal(digest))
+		_, _, approved := a.gate()
+		Expect(approved).To(Equal(digest), "argo resume fills the supplied output from its default: the gate's plan digest")
+	})
+
+	It("resumes the suspend node as argo resume does: supplied outputs, finishedAt, Resume label", func() {
+		ns := newNamespace()
+		digest := digestOf("resume-shape")
+		run := argoEngine.run("resume-shape", ns).Obj()
+		a := argoEngine.planned(ns, run, digest).(argoController)
+		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
+		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeSucceeded))
+		n := a.gateNode()
+		Expect(n.Message).To(HavePrefix("Resumed by: opr8r"))
+		Expect(n.FinishedAt.IsZero()).To(BeFalse())
+		Expect(n.Outputs.Parameters).To(ContainElements(
+			wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("approve")},
+			wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)},
+		))
+		Expect(a.get().Labels).To(HaveKeyWithValue("workflows.argoproj.io/action", "Resume"))
+	})
+
+	It("maps the Argo UI's \"reject\" choice (a succeeded gate, apply skipped) to a rejected run", func() {
+		ns := newNamespace()
+		digest := digestOf("ui-no")
+		run := argoEngine.run("ui-no", ns).Obj()
+		a := argoEngine.planned(ns, run, digest).(argoController)
+		a.update(func(wf *wfv1.Workflow) {
+			setNode(wf, "approve", wfv1.NodeTypeSuspend, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+				n.Outputs.Parameters[0] = wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("reject")}
+				n.Outputs.Parameters[1] = wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)}
+			})
+		})
+		a.completeAfterGateWith(wfv1.WorkflowSucceeded)
+		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
+		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("False/Rejected"))
+		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
+	})
+
+	It("accepts every golden Workflow in a real API server with Argo's full CRD", func() {
+		ns := newNamespace()
+		files := goldens[*wfv1.Workflow](filepath.Join("pipelines", "argo"))
+		Expect(files).To(HaveLen(6))
+		for name, wf := range files {
+			wf.Namespace = ns
+			wf.OwnerReferences = nil
+			Expect(k8sClient.Create(ctx, wf, client.DryRunAll)).To(Succeed(), "golden %s", name)
+		}
+	})
+})
+
+var _ = Describe("Tekton specifics: the approval custom task contract", func() {
+	ctx := context.Background()
+
+	newGate := func(ns, name string, timeout *metav1.Duration, ref *tektonv1beta1.TaskRef) *tektonv1beta1.CustomRun {
+		cr := &tektonv1beta1.CustomRun{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+				infrav1.ManagedByLabel: infrav1.ManagedByValue, tekton.PipelineTaskLabel: "approve", tekton.PipelineRunLabel: "pr"}},
+			Spec: tektonv1beta1.CustomRunSpec{CustomRef: ref, Timeout: timeout,
+				Params: tektonv1beta1.Params{{Name: "digest", Value: *tektonv1beta1.NewStructuredValues(digestOf(name))}, {Name: "run", Value: *tektonv1beta1.NewStructuredValues("r")}}},
+		}
+		Expect(k8sClient.Create(ctx, cr)).To(Succeed())
+		return cr
+	}
+	succeeded := func(cr *tektonv1beta1.CustomRun) func() string {
+		return func() string {
+			got := &tektonv1beta1.CustomRun{}
+			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cr), got)).To(Succeed())
+			c := got.Status.GetCondition(apis.ConditionSucceeded)
+			if c == nil {
+				return ""
+			}
+			return string(c.Status) + "/" + c.Reason
+		}
+	}
+	ours := &tektonv1beta1.TaskRef{APIVersion: tekton.ApprovalAPIVersion, Kind: tekton.ApprovalKind}
+
+	It("marks a new gate Running (Succeeded Unknown) with a message that says how to approve", func() {
+		ns := newNamespace()
+		cr := newGate(ns, "g1", nil, ours)
+		Eventually(succeeded(cr), timeout, interval).Should(Equal("Unknown/AwaitingApproval"))
+		got := &tektonv1beta1.CustomRun{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cr), got)).To(Succeed())
+		Expect(got.Status.GetCondition(apis.ConditionSucceeded).Message).To(ContainSubstring("kubectl tfrun approve r"))
+		Expect(got.Status.StartTime).NotTo(BeNil())
+	})
+
+	It("fails a cancelled gate with CustomRunCancelled", func() {
+		ns := newNamespace()
+		cr := newGate(ns, "g2", nil, ours)
+		Eventually(succeeded(cr), timeout, interval).Should(Equal("Unknown/AwaitingApproval"))
+		patch := client.MergeFrom(cr.DeepCopy())
+		cr.Spec.Status = tektonv1beta1.CustomRunSpecStatusCancelled
+		cr.Spec.StatusMessage = "PipelineRun cancelled"
+		Expect(k8sClient.Patch(ctx, cr, patch)).To(Succeed())
+		Eventually(succeeded(cr), timeout, interval).Should(Equal("False/" + tekton.ReasonCustomRunCancelled))
+	})
+
+	It("fails a gate past spec.timeout with CustomRunTimedOut", func() {
+		ns := newNamespace()
+		cr := newGate(ns, "g3", &metav1.Duration{Duration: time.Second}, ours)
+		Eventually(succeeded(cr), timeout, interval).Should(Equal("False/" + tekton.ReasonCustomRunTimedOut))
+	})
+
+	It("leaves other custom tasks alone", func() {
+		ns := newNamespace()
+		cr := newGate(ns, "g4", nil, &tektonv1beta1.TaskRef{APIVersion: "example.dev/v1", Kind: "Wait"})
+		Consistently(succeeded(cr), 2*time.Second, interval).Should(BeEmpty())
+	})
+
+	It("accepts every golden PipelineRun in a real API server with Tekton's CRDs", func() {
+		ns := newNamespace()
+		files := goldens[*tektonv1.PipelineRun](filepath.Join("pipelines", "tekton"))
+		Expect(files).To(HaveLen(6))
+		for name, pr := range files {
+			pr.Namespace = ns
+			pr.OwnerReferences = nil
+			Expect(k8sClient.Create(ctx, pr, client.DryRunAll)).To(Succeed(), "golden %s", name)
+		}
+	})
+})
+
+// goldens reads an engine's golden files.
+func goldens[T client.Object](dir string) map[string]T {
+	paths, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), dir, "testdata", "*.golden.yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	out := map[string]T{}
+	for _, p := range paths {
+		b, err := os.ReadFile(p)
+		Expect(err).NotTo(HaveOccurred())
+		var obj T
+		obj = newOf(obj).(T)
+		Expect(yaml.UnmarshalStrict(b, obj)).To(Succeed(), p)
+		out[strings.TrimSuffix(filepath.Base(p), ".golden.yaml")] = obj
+	}
+	return out
+}
+
+func newOf(o client.Object) client.Object {
+	switch o.(type) {
+	case *wfv1.Workflow:
+		return &wfv1.Workflow{}
+	case *tektonv1.PipelineRun:
+		return &tektonv1.PipelineRun{}
+	}
+	panic("unknown golden type")
+}
