@@ -26,6 +26,15 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 
+// Defaults shared by the manager's flags and `kubectl tfrun render`, so a
+// rendered run is what the manager would create.
+const (
+	DefaultStepImage      = "ghcr.io/opr8r/opr8r:latest"
+	DefaultTerraformImage = "docker.io/hashicorp/terraform:1.11"
+	DefaultRunnerSA       = "opr8r-runner"
+	DefaultEngine         = infrav1.EngineArgo
+)
+
 // Options configures the controller.
 type Options struct {
 	// Engines lists the enabled engines by name.

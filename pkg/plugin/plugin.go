@@ -1,0 +1,501 @@
+// Package plugin is `kubectl tfrun`: list runs, show plans and outputs,
+// approve, reject and rerun, render a run offline, and find step logs. It
+// uses the user's kubeconfig and kubectl's context flags.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// FieldManager is the field manager of the plugin's writes.
+const FieldManager = "kubectl-tfrun"
+
+// Options are the plugin's shared options.
+type Options struct {
+	genericiooptions.IOStreams
+	Flags  *genericclioptions.ConfigFlags
+	Output string
+
+	// Client and Clientset are set in tests; otherwise built from Flags.
+	Client    client.Client
+	Clientset kubernetes.Interface
+	Now       func() time.Time
+}
+
+func (o *Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now()
+	}
+	return time.Now()
+}
+
+func (o *Options) clients() (client.Client, kubernetes.Interface, string, error) {
+	ns, _, err := o.Flags.ToRawKubeConfigLoader().Namespace()
+	if err != nil || ns == "" {
+		ns = "default"
+	}
+	if o.Client != nil {
+		return o.Client, o.Clientset, ns, nil
+	}
+	cfg, err := o.Flags.ToRESTConfig()
+	if err != nil {
+		return nil, nil, "", fmt.Errorf("no cluster: %w", err)
+	}
+	scheme, err := manager.Scheme()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, nil, "", err
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	o.Client, o.Clientset = c, cs
+	return c, cs, ns, nil
+}
+
+// NewCommand returns `kubectl tfrun` with its subcommands.
+func NewCommand(o *Options) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "kubectl-tfrun",
+		Short:         "Work with opr8r TerraformRuns: plans, approvals, outputs and logs",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	if o.Flags == nil {
+		o.Flags = genericclioptions.NewConfigFlags(true)
+	}
+	o.Flags.AddFlags(root.PersistentFlags())
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "Output format: json or yaml (default: human)")
+
+	var allNamespaces bool
+	list := &cobra.Command{
+		Use: "list", Aliases: []string{"get", "ls"}, Short: "List runs with engine, phase, plan and current step",
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.list(cmd.Context(), args, allNamespaces) },
+	}
+	list.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List runs in every namespace")
+
+	var pin string
+	approve := &cobra.Command{
+		Use: "approve NAME", Short: "Approve the plan waiting at the gate (bound to its digest)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.approve(cmd.Context(), args[0], pin) },
+	}
+	approve.Flags().StringVar(&pin, "plan", "", "Approve only if the waiting plan has this digest")
+
+	var reason string
+	reject := &cobra.Command{
+		Use: "reject NAME", Short: "Reject the plan waiting at the gate", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.reject(cmd.Context(), args[0], reason) },
+	}
+	reject.Flags().StringVar(&reason, "reason", "", "Why (shown in status)")
+	_ = reject.MarkFlagRequired("reason")
+
+	var showSensitive bool
+	outputs := &cobra.Command{
+		Use: "outputs NAME", Short: "Show outputs; sensitive values only with --show-sensitive", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.outputs(cmd.Context(), args[0], showSensitive) },
+	}
+	outputs.Flags().BoolVar(&showSensitive, "show-sensitive", false, "Show the values of sensitive outputs")
+
+	var step string
+	logs := &cobra.Command{
+		Use: "logs NAME", Short: "Show a step's logs", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.logs(cmd.Context(), args[0], step) },
+	}
+	logs.Flags().StringVar(&step, "step", pipeline.StepPlan, "The step: clone, init, plan, apply, export-outputs or cleanup")
+
+	root.AddCommand(list,
+		&cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return o.plan(cmd.Context(), args[0]) }},
+		approve, reject,
+		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
+		outputs, newRenderCommand(o), logs)
+	return root
+}
+
+func (o *Options) get(ctx context.Context, name string) (*infrav1.TerraformRun, client.Client, kubernetes.Interface, error) {
+	c, cs, ns, err := o.clients()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	run := &infrav1.TerraformRun{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, run); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil, nil, fmt.Errorf("TerraformRun %q not found in namespace %q", name, ns)
+		}
+		return nil, nil, nil, err
+	}
+	return run, c, cs, nil
+}
+
+// print writes v as JSON or YAML when -o asks for it; it reports whether it did.
+func (o *Options) print(v any) (bool, error) {
+	switch o.Output {
+	case "":
+		return false, nil
+	case "json":
+		b, err := json.MarshalIndent(v, "", "  ")
+		if err != nil {
+			return true, err
+		}
+		_, err = fmt.Fprintln(o.Out, string(b))
+		return true, err
+	case "yaml":
+		b, err := yaml.Marshal(v)
+		if err != nil {
+			return true, err
+		}
+		_, err = o.Out.Write(b)
+		return true, err
+	default:
+		return true, fmt.Errorf("unknown output format %q: use json or yaml", o.Output)
+	}
+}
+
+// RunRow is one line of `kubectl tfrun list`.
+type RunRow struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	Engine    string `json:"engine"`
+	Phase     string `json:"phase"`
+	Plan      string `json:"plan"`
+	Step      string `json:"step"`
+	Ready     string `json:"ready"`
+	Age       string `json:"age"`
+}
+
+func currentStep(run *infrav1.TerraformRun) string {
+	if run.Status.Run == nil {
+		return ""
+	}
+	last := ""
+	for _, s := range run.Status.Run.Steps {
+		switch s.Phase {
+		case infrav1.StepRunning:
+			return s.Name
+		case infrav1.StepFailed:
+			return s.Name + " (failed)"
+		case infrav1.StepSucceeded:
+			last = s.Name
+		}
+	}
+	return last
+}
+
+func (o *Options) list(ctx context.Context, args []string, all bool) error {
+	c, _, ns, err := o.clients()
+	if err != nil {
+		return err
+	}
+	runs := &infrav1.TerraformRunList{}
+	var opts []client.ListOption
+	if !all {
+		opts = append(opts, client.InNamespace(ns))
+	}
+	if err := c.List(ctx, runs, opts...); err != nil {
+		return err
+	}
+	var rows []RunRow
+	for _, r := range runs.Items {
+		if len(args) == 1 && r.Name != args[0] {
+			continue
+		}
+		row := RunRow{Namespace: r.Namespace, Name: r.Name, Phase: r.Status.Phase, Plan: r.Status.PlanSummary, Step: currentStep(&r),
+			Age: duration.HumanDuration(o.now().Sub(r.CreationTimestamp.Time))}
+		if r.Status.Run != nil {
+			row.Engine = string(r.Status.Run.Engine)
+		}
+		if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.ReadyCondition); c != nil {
+			row.Ready = string(c.Status)
+		}
+		rows = append(rows, row)
+	}
+	if len(args) == 1 && len(rows) == 0 {
+		return fmt.Errorf("TerraformRun %q not found in namespace %q", args[0], ns)
+	}
+	if done, err := o.print(rows); done {
+		return err
+	}
+	if len(rows) == 0 {
+		fmt.Fprintf(o.ErrOut, "No TerraformRuns found in namespace %s.\n", ns)
+		return nil
+	}
+	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
+	if all {
+		fmt.Fprint(w, "NAMESPACE\t")
+	}
+	fmt.Fprintln(w, "NAME\tENGINE\tPHASE\tPLAN\tSTEP\tREADY\tAGE")
+	for _, r := range rows {
+		if all {
+			fmt.Fprintf(w, "%s\t", r.Namespace)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Engine), dash(r.Phase), dash(r.Plan), dash(r.Step), dash(r.Ready), r.Age)
+	}
+	return w.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+// ErrNoPlan says the run has no plan yet.
+var ErrNoPlan = errors.New("no plan")
+
+func (o *Options) plan(ctx context.Context, name string) error {
+	run, _, cs, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if run.Status.Plan == nil {
+		return fmt.Errorf("%w: TerraformRun %s has no plan yet (phase %s)", ErrNoPlan, name, dash(run.Status.Phase))
+	}
+	sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.PlanSecretName(run.Status.Plan.RunID), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return fmt.Errorf("the readable plan of run %s is gone (its %s was pruned); start a new run with kubectl tfrun rerun %s", run.Status.Plan.RunID, childKind(run), name)
+	}
+	if err != nil {
+		return err
+	}
+	if done, err := o.print(map[string]string{"digest": run.Status.Plan.Digest, "summary": run.Status.Plan.Summary, "plan": string(sec.Data["plan.txt"])}); done {
+		return err
+	}
+	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", run.Status.Plan.Digest, run.Status.Plan.Summary, run.Status.Plan.RunID)
+	_, err = o.Out.Write(sec.Data["plan.txt"])
+	return err
+}
+
+func childKind(run *infrav1.TerraformRun) string {
+	if run.Status.Run != nil {
+		return run.Status.Run.Child.Kind
+	}
+	return "engine object"
+}
+
+// waiting returns the digest of the plan waiting at the gate.
+func waiting(run *infrav1.TerraformRun) (string, error) {
+	if run.Status.Run == nil || run.Status.Run.Phase != infrav1.RunAwaitingApproval || run.Status.Plan == nil {
+		phase := "no run"
+		if run.Status.Run != nil {
+			phase = string(run.Status.Run.Phase)
+		}
+		return "", fmt.Errorf("nothing to approve: TerraformRun %s has no plan waiting for approval (run phase: %s)", run.Name, phase)
+	}
+	return run.Status.Plan.Digest, nil
+}
+
+func (o *Options) approve(ctx context.Context, name, pin string) error {
+	run, c, _, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	digest, err := waiting(run)
+	if err != nil {
+		return err
+	}
+	if pin != "" && pin != digest {
+		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
+	}
+	// A decision replaces an earlier one for the same plan.
+	patch := fmt.Sprintf(`{"spec":{"approval":{"approvedPlan":%q,"rejectedPlan":null,"rejectReason":null}}}`, digest)
+	if err := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner(FieldManager)); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s\n", digest, run.Status.Plan.Summary, name)
+	return nil
+}
+
+func (o *Options) reject(ctx context.Context, name, reason string) error {
+	run, c, _, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	digest, err := waiting(run)
+	if err != nil {
+		return errors.New(strings.Replace(err.Error(), "nothing to approve", "nothing to reject", 1))
+	}
+	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"approval": map[string]any{"rejectedPlan": digest, "rejectReason": reason, "approvedPlan": nil}}})
+	if err := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", b), client.FieldOwner(FieldManager)); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "rejected plan %s of TerraformRun %s: %s\n", digest, name, reason)
+	return nil
+}
+
+func (o *Options) rerun(ctx context.Context, name string) error {
+	run, c, _, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	stamp := o.now().UTC().Format(time.RFC3339Nano)
+	b, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{infrav1.RunRequestAnnotation: stamp}}})
+	if err := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", b), client.FieldOwner(FieldManager)); err != nil {
+		return err
+	}
+	fmt.Fprintf(o.Out, "requested a new run of TerraformRun %s (%s=%s)\n", name, infrav1.RunRequestAnnotation, stamp)
+	return nil
+}
+
+// OutputRow is one output of `kubectl tfrun outputs`.
+type OutputRow struct {
+	Key       string `json:"key"`
+	Output    string `json:"output,omitempty"`
+	Sensitive *bool  `json:"sensitive,omitempty"`
+	Value     string `json:"value,omitempty"`
+}
+
+func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) error {
+	run, _, cs, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if run.Status.OutputsSecretName == "" {
+		return fmt.Errorf("TerraformRun %s has no outputs yet (phase %s)", name, dash(run.Status.Phase))
+	}
+	var rows []OutputRow
+	// Sensitivity is known from the run's raw outputs while its child exists.
+	raw, rawErr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.RawOutputsSecretName(run.Status.Run.ID), metav1.GetOptions{})
+	if rawErr == nil {
+		outs, err := controller.Outputs(run.Spec.Outputs, raw.Data[controller.RawOutputsKey])
+		if err != nil {
+			return err
+		}
+		for _, out := range outs {
+			s := out.Sensitive
+			row := OutputRow{Key: out.Key, Output: out.Name, Sensitive: &s}
+			if !s || showSensitive {
+				row.Value = string(out.Value)
+			}
+			rows = append(rows, row)
+		}
+	} else {
+		sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, run.Status.OutputsSecretName, metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading outputs Secret %s: %w", run.Status.OutputsSecretName, err)
+		}
+		keys := make([]string, 0, len(sec.Data))
+		for k := range sec.Data {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			row := OutputRow{Key: k}
+			if showSensitive {
+				row.Value = string(sec.Data[k])
+			}
+			rows = append(rows, row)
+		}
+		if !showSensitive {
+			fmt.Fprintln(o.ErrOut, "the run's raw outputs are gone, so which outputs are sensitive is unknown: values are hidden; use --show-sensitive")
+		}
+	}
+	if done, err := o.print(rows); done {
+		return err
+	}
+	w := tabwriter.NewWriter(o.Out, 0, 4, 2, ' ', 0)
+	fmt.Fprintf(w, "KEY\tVALUE\t(Secret %s)\n", run.Status.OutputsSecretName)
+	for _, r := range rows {
+		v := r.Value
+		if r.Value == "" && r.Sensitive != nil && *r.Sensitive {
+			v = "<sensitive>"
+		} else if r.Value == "" && r.Sensitive == nil {
+			v = "<hidden>"
+		}
+		fmt.Fprintf(w, "%s\t%s\t\n", r.Key, v)
+	}
+	return w.Flush()
+}
+
+func (o *Options) logs(ctx context.Context, name, step string) error {
+	run, _, cs, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if run.Status.Run == nil {
+		return fmt.Errorf("TerraformRun %s has no run yet", name)
+	}
+	r := run.Status.Run
+	pods, err := cs.CoreV1().Pods(run.Namespace).List(ctx, metav1.ListOptions{LabelSelector: podSelector(r, step)})
+	if err != nil {
+		return err
+	}
+	hint := fmt.Sprintf("argo logs %s -n %s", r.ID, run.Namespace)
+	if r.Engine == infrav1.EngineTekton {
+		hint = fmt.Sprintf("tkn pipelinerun logs %s -n %s", r.ID, run.Namespace)
+	}
+	if len(pods.Items) == 0 {
+		return fmt.Errorf("no pod of step %s of run %s (%s %s) exists: it has not started, or its pod was garbage-collected; the engine may still have the logs: %s", step, r.ID, r.Child.Kind, r.ID, hint)
+	}
+	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp) })
+	pod := pods.Items[0]
+	container := "main"
+	if r.Engine == infrav1.EngineTekton {
+		container = "step-" + step
+	}
+	stream, err := cs.CoreV1().Pods(run.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
+	if err != nil {
+		return fmt.Errorf("reading logs of pod %s container %s: %w (or try: %s)", pod.Name, container, err, hint)
+	}
+	defer stream.Close()
+	_, err = io.Copy(o.Out, stream)
+	return err
+}
+
+// podSelector selects the pods of one step: Argo pods carry the template's
+// infra.opr8r.io/step label and the workflow's name; Tekton pods carry the
+// pipelineRun and pipelineTask labels (clone, init and plan share the plan
+// task's pod).
+func podSelector(r *infrav1.RunStatus, step string) string {
+	if r.Engine == infrav1.EngineTekton {
+		task := step
+		if step == pipeline.StepClone || step == pipeline.StepInit {
+			task = pipeline.StepPlan
+		}
+		return "tekton.dev/pipelineRun=" + r.ID + ",tekton.dev/pipelineTask=" + task
+	}
+	return "workflows.argoproj.io/workflow=" + r.ID + ",infra.opr8r.io/step=" + step
+}
+
+// Main runs the plugin; it is cmd/kubectl-tfrun's main.
+func Main() int {
+	o := &Options{IOStreams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}}
+	cmd := NewCommand(o)
+	if err := cmd.ExecuteContext(context.Background()); err != nil {
+		fmt.Fprintln(os.Stderr, "error:", err)
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,220 @@
+package plugin_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/plugin"
+	"github.com/opr8r/opr8r/pkg/testutil"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+var (
+	k8s client.Client
+	cs  kubernetes.Interface
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		fmt.Fprintln(os.Stderr, "KUBEBUILDER_ASSETS is not set: run the tests with make test")
+		os.Exit(1)
+	}
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		panic(err)
+	}
+	scheme, _ := manager.Scheme()
+	k8s, _ = client.New(cfg, client.Options{Scheme: scheme})
+	cs = kubernetes.NewForConfigOrDie(cfg)
+	code := m.Run()
+	_ = env.Stop()
+	os.Exit(code)
+}
+
+const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+
+// tfrun runs `kubectl tfrun args...` in namespace ns.
+func tfrun(ns string, args ...string) (string, string, error) {
+	var out, errOut bytes.Buffer
+	flags := genericclioptions.NewConfigFlags(false)
+	flags.Namespace = &ns
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs,
+		Now: func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }}
+	cmd := plugin.NewCommand(o)
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&errOut)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), errOut.String(), err
+}
+
+// seed makes a run waiting for approval and a finished one with outputs, as
+// the manager would leave them.
+func seed(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	ns := fmt.Sprintf("plugin-%d", time.Now().UnixNano()%1000000)
+	if err := k8s.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, st infrav1.TerraformRunStatus) {
+		r := testutil.MakeRun(name, ns).Outputs(map[string]string{"id": "ID"}).Obj()
+		r.UID = ""
+		if err := k8s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		r.Status = st
+		if err := k8s.Status().Update(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+	}
+	plan := &infrav1.PlanStatus{Add: 1, HasChanges: true, Digest: digest, Summary: "+1 ~0 -0", RunID: "waiting-abc-1"}
+	mk("waiting", infrav1.TerraformRunStatus{Phase: "AwaitingApproval", PlanSummary: "+1 ~0 -0", Plan: plan,
+		Run: &infrav1.RunStatus{ID: "waiting-abc-1", Type: "apply", Engine: "argo", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunAwaitingApproval,
+			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "waiting-abc-1"},
+			Steps: []infrav1.StepStatus{{Name: "plan", Phase: "Succeeded"}, {Name: "approve", Phase: "Running"}}}})
+	mk("done", infrav1.TerraformRunStatus{Phase: "Succeeded", OutputsSecretName: "done-outputs", Outputs: []string{"ID", "password"},
+		Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Succeeded", LastTransitionTime: metav1.Now()}},
+		Run: &infrav1.RunStatus{ID: "done-abc-1", Type: "apply", Engine: "tekton", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunSucceeded,
+			Child: infrav1.ChildReference{APIVersion: "tekton.dev/v1", Kind: "PipelineRun", Name: "done-abc-1"}}})
+	for _, s := range []*corev1.Secret{
+		{ObjectMeta: metav1.ObjectMeta{Name: "waiting-abc-1-plan", Namespace: ns}, Data: map[string][]byte{"plan.txt": []byte("  # terraform_data.x will be created\nPlan: 1 to add, 0 to change, 0 to destroy.\n")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "done-abc-1-tfoutputs", Namespace: ns}, Data: map[string][]byte{"outputs.json": []byte(
+			`{"id":{"sensitive":false,"value":"i-123"},"password":{"sensitive":true,"value":"hunter2-marker"}}`)}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "done-outputs", Namespace: ns}, Data: map[string][]byte{"ID": []byte("i-123"), "password": []byte("hunter2-marker")}},
+	} {
+		if err := k8s.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ns
+}
+
+func get(t *testing.T, ns, name string) *infrav1.TerraformRun {
+	t.Helper()
+	r := &infrav1.TerraformRun{}
+	if err := k8s.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func TestPluginCommands(t *testing.T) {
+	ns := seed(t)
+
+	t.Run("list", func(t *testing.T) {
+		out, _, err := tfrun(ns, "list")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"NAME", "ENGINE", "PHASE", "PLAN", "STEP", "waiting", "argo", "AwaitingApproval", "+1 ~0 -0", "approve", "done", "tekton", "Succeeded"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("list output lacks %q:\n%s", want, out)
+			}
+		}
+		js, _, err := tfrun(ns, "get", "waiting", "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rows []plugin.RunRow
+		if err := json.Unmarshal([]byte(js), &rows); err != nil || len(rows) != 1 || rows[0].Step != "approve" {
+			t.Errorf("-o json = %s (%v)", js, err)
+		}
+	})
+
+	t.Run("plan", func(t *testing.T) {
+		out, _, err := tfrun(ns, "plan", "waiting")
+		if err != nil || !strings.Contains(out, "terraform_data.x will be created") || !strings.Contains(out, digest) {
+			t.Errorf("plan: %v\n%s", err, out)
+		}
+		if _, _, err := tfrun(ns, "plan", "done"); err == nil || !strings.Contains(err.Error(), "has no plan yet") {
+			t.Errorf("plan of a run without plan: %v", err)
+		}
+	})
+
+	t.Run("errors are clear", func(t *testing.T) {
+		for args, want := range map[string]string{
+			"approve missing":                    `TerraformRun "missing" not found in namespace "` + ns + `"`,
+			"approve done":                       "nothing to approve: TerraformRun done has no plan waiting for approval (run phase: Succeeded)",
+			"approve waiting --plan sha256:nope": "wrong digest: you approved sha256:nope, but the plan waiting is " + digest,
+			"reject done --reason x":             "nothing to reject",
+			"logs waiting --step plan":           "no pod of step plan of run waiting-abc-1 (Workflow waiting-abc-1) exists",
+			"outputs waiting":                    "has no outputs yet",
+		} {
+			_, _, err := tfrun(ns, strings.Fields(args)...)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("kubectl tfrun %s: err = %v, want %q", args, err, want)
+			}
+		}
+		if got := get(t, ns, "waiting").Spec.Approval.ApprovedPlan; got != "" {
+			t.Errorf("a refused approval changed the run: approvedPlan = %q", got)
+		}
+	})
+
+	t.Run("outputs hide sensitive values", func(t *testing.T) {
+		out, _, err := tfrun(ns, "outputs", "done")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(out, "i-123") || !strings.Contains(out, "<sensitive>") || strings.Contains(out, "hunter2-marker") {
+			t.Errorf("outputs:\n%s", out)
+		}
+		out, _, _ = tfrun(ns, "outputs", "done", "--show-sensitive")
+		if !strings.Contains(out, "hunter2-marker") {
+			t.Errorf("--show-sensitive does not show the value:\n%s", out)
+		}
+		js, _, _ := tfrun(ns, "outputs", "done", "-o", "json")
+		if strings.Contains(js, "hunter2-marker") || !strings.Contains(js, `"sensitive": true`) {
+			t.Errorf("-o json leaks or lacks sensitivity:\n%s", js)
+		}
+	})
+
+	t.Run("approve binds the current digest", func(t *testing.T) {
+		out, _, err := tfrun(ns, "approve", "waiting", "--plan", digest)
+		if err != nil || !strings.Contains(out, "approved plan "+digest) {
+			t.Fatalf("approve: %v %s", err, out)
+		}
+		r := get(t, ns, "waiting")
+		if r.Spec.Approval.ApprovedPlan != digest {
+			t.Errorf("approvedPlan = %q", r.Spec.Approval.ApprovedPlan)
+		}
+		found := false
+		for _, mf := range r.ManagedFields {
+			found = found || mf.Manager == plugin.FieldManager
+		}
+		if !found {
+			t.Error("the write is not attributed to kubectl-tfrun")
+		}
+	})
+
+	t.Run("reject and rerun", func(t *testing.T) {
+		if _, _, err := tfrun(ns, "reject", "waiting", "--reason", "too risky"); err != nil {
+			t.Fatal(err)
+		}
+		r := get(t, ns, "waiting")
+		if r.Spec.Approval.RejectedPlan != digest || r.Spec.Approval.RejectReason != "too risky" {
+			t.Errorf("approval = %+v", r.Spec.Approval)
+		}
+		if _, _, err := tfrun(ns, "rerun", "done"); err != nil {
+			t.Fatal(err)
+		}
+		if got := get(t, ns, "done").Annotations[infrav1.RunRequestAnnotation]; got != "2026-11-23T12:00:00Z" {
+			t.Errorf("rerun annotation = %q", got)
+		}
+	})
+}

@@ -1,0 +1,120 @@
+package plugin
+
+import (
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// RenderOptions configure `kubectl tfrun render`.
+type RenderOptions struct {
+	File          string
+	Engine        string
+	Type          string
+	DefaultEngine string
+	Config        engine.Config
+	All           bool
+}
+
+func newRenderCommand(o *Options) *cobra.Command {
+	ro := &RenderOptions{}
+	cmd := &cobra.Command{
+		Use:   "render -f run.yaml",
+		Short: "Print the Workflow or PipelineRun the operator would create, offline",
+		Long: "render uses the manager's own translators, like helm template: no cluster is needed.\n" +
+			"The run's namespace and name come from the file; its uid is left empty.",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return Render(o.Out, *ro) },
+	}
+	cmd.Flags().StringVarP(&ro.File, "filename", "f", "", "The TerraformRun manifest (- for stdin)")
+	cmd.Flags().StringVar(&ro.Engine, "engine", "", "Render for this engine (default: spec.engine, else --default-engine)")
+	cmd.Flags().StringVar(&ro.Type, "type", string(infrav1.RunApply), "Run type: apply or destroy")
+	cmd.Flags().StringVar(&ro.DefaultEngine, "default-engine", string(manager.DefaultEngine), "The manager's --default-engine")
+	cmd.Flags().StringVar(&ro.Config.StepImage, "step-image", manager.DefaultStepImage, "The manager's --step-image")
+	cmd.Flags().StringVar(&ro.Config.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "The manager's --terraform-image")
+	cmd.Flags().StringVar(&ro.Config.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "The manager's --runner-service-account")
+	cmd.Flags().BoolVar(&ro.All, "all", false, "Also print the ConfigMaps the operator creates next to the child")
+	_ = cmd.MarkFlagRequired("filename")
+	return cmd
+}
+
+// Render prints the child (and, with All, its input ConfigMaps) of the run
+// in the file, built by the same code the manager runs.
+func Render(out io.Writer, ro RenderOptions) error {
+	var b []byte
+	var err error
+	if ro.File == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(ro.File)
+	}
+	if err != nil {
+		return err
+	}
+	run := &infrav1.TerraformRun{}
+	if err := yaml.UnmarshalStrict(b, run); err != nil {
+		return fmt.Errorf("%s is not a TerraformRun: %w", ro.File, err)
+	}
+	if run.Kind != "TerraformRun" {
+		return fmt.Errorf("%s has kind %q, want TerraformRun", ro.File, run.Kind)
+	}
+	if run.Namespace == "" {
+		run.Namespace = "default"
+	}
+	if ro.Engine != "" {
+		run.Spec.Engine = infrav1.EngineName(ro.Engine)
+	}
+	eff := pipeline.Defaults(run, infrav1.EngineName(ro.DefaultEngine), ro.Config)
+	var e engine.Engine
+	for _, cand := range pipelines.All() {
+		if cand.Name() == eff.Spec.Engine {
+			e = cand
+		}
+	}
+	if e == nil {
+		return fmt.Errorf("unknown engine %q (known: argo, tekton)", eff.Spec.Engine)
+	}
+	typ := infrav1.RunType(ro.Type)
+	if typ != infrav1.RunApply && typ != infrav1.RunDestroy {
+		return fmt.Errorf("--type must be apply or destroy, not %q", ro.Type)
+	}
+	hash := pipeline.SpecHash(eff)
+	name := pipeline.ChildName(run.Name, typ, hash, 1)
+	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, SpecHash: hash, Config: ro.Config})
+	if err != nil {
+		return err
+	}
+	docs := []any{child}
+	if ro.All {
+		cms, err := pipeline.InputObjects(eff, name)
+		if err != nil {
+			return err
+		}
+		for _, cm := range cms {
+			cm.APIVersion, cm.Kind = "v1", "ConfigMap"
+			docs = append(docs, cm)
+		}
+	}
+	for i, d := range docs {
+		y, err := yaml.Marshal(d)
+		if err != nil {
+			return err
+		}
+		if i > 0 {
+			fmt.Fprintln(out, "---")
+		}
+		if _, err := out.Write(y); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,83 @@
+package plugin_test
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/validate"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/plugin"
+)
+
+// TestRenderEveryExample renders each example for both engines with the
+// manager's translators and checks the result with the engine's validator.
+func TestRenderEveryExample(t *testing.T) {
+	examples, err := filepath.Glob("../../examples/*.yaml")
+	if err != nil || len(examples) < 7 {
+		t.Fatalf("want at least 7 examples, found %d (%v)", len(examples), err)
+	}
+	for _, ex := range examples {
+		for _, eng := range []string{"argo", "tekton"} {
+			for _, typ := range []string{"apply", "destroy"} {
+				t.Run(filepath.Base(ex)+"/"+eng+"/"+typ, func(t *testing.T) {
+					var out bytes.Buffer
+					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true}
+					ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+					if err := plugin.Render(&out, ro); err != nil {
+						t.Fatalf("render: %v", err)
+					}
+					docs := strings.Split(out.String(), "\n---\n")
+					if len(docs) < 2 {
+						t.Fatalf("want the child and its ConfigMaps, got %d documents", len(docs))
+					}
+					switch eng {
+					case "argo":
+						wf := &wfv1.Workflow{}
+						if err := yaml.UnmarshalStrict([]byte(docs[0]), wf); err != nil {
+							t.Fatal(err)
+						}
+						if err := validate.ValidateWorkflow(nil, nil, wf, nil, validate.ValidateOpts{}); err != nil {
+							t.Fatalf("Argo rejects the rendered Workflow: %v", err)
+						}
+					case "tekton":
+						pr := &tektonv1.PipelineRun{}
+						if err := yaml.UnmarshalStrict([]byte(docs[0]), pr); err != nil {
+							t.Fatal(err)
+						}
+						pr.SetDefaults(context.Background())
+						if err := pr.Validate(context.Background()); err != nil {
+							t.Fatalf("Tekton rejects the rendered PipelineRun: %v", err)
+						}
+					}
+				})
+			}
+		}
+	}
+}
+
+func TestRenderErrors(t *testing.T) {
+	cases := map[string]struct {
+		ro   plugin.RenderOptions
+		want string
+	}{
+		"unknown engine": {plugin.RenderOptions{File: "../../examples/inline.yaml", Engine: "jenkins", Type: "apply"}, `unknown engine "jenkins"`},
+		"bad type":       {plugin.RenderOptions{File: "../../examples/inline.yaml", Type: "plan"}, "--type must be apply or destroy"},
+		"missing file":   {plugin.RenderOptions{File: "nope.yaml", Type: "apply"}, "no such file"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			tc.ro.Config.StepImage, tc.ro.Config.TerraformImage = "s", "t"
+			err := plugin.Render(&bytes.Buffer{}, tc.ro)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
