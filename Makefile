@@ -7,6 +7,10 @@ KUBE_VERSION ?= 1.36.3
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
 CONTROLLER_GEN := $(ROOT)/bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
 ENVTEST_ASSETS := $(ROOT)/bin/k8s/$(KUBE_VERSION)
+HELM_VERSION ?= v3.19.0
+HELM := $(ROOT)/bin/tools/helm-$(HELM_VERSION)/helm
+KUSTOMIZE_VERSION ?= v5.7.1
+KUSTOMIZE := $(ROOT)/bin/tools/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 TOFU_VERSION ?= 1.12.6
 TOFU := $(ROOT)/bin/tofu/$(TOFU_VERSION)/tofu
 GO_TEST_FLAGS ?=
@@ -26,7 +30,19 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 .PHONY: manifests
 manifests: $(CONTROLLER_GEN) ## Generate the CRD into config/crd/bases and RBAC into config/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
-	$(CONTROLLER_GEN) rbac:roleName=opr8r-manager paths="./pkg/...;./pipelines/..." output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=opr8r-manager paths=./pkg/... output:rbac:artifacts:config=config/rbac
+	$(CONTROLLER_GEN) rbac:roleName=opr8r-argo paths=./pipelines/argo/... output:rbac:artifacts:config=config/rbac/argo
+	$(CONTROLLER_GEN) rbac:roleName=opr8r-tekton paths=./pipelines/tekton/... output:rbac:artifacts:config=config/rbac/tekton
+	$(MAKE) helm-sync
+
+.PHONY: helm-sync
+helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never edited twice).
+	mkdir -p deploy/opr8r/crds deploy/opr8r/files/rbac
+	cp config/crd/bases/*.yaml deploy/opr8r/crds/
+	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
+	cp config/rbac/argo/role.yaml deploy/opr8r/files/rbac/argo.yaml
+	cp config/rbac/tekton/role.yaml deploy/opr8r/files/rbac/tekton.yaml
+	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
 
 .PHONY: fmt
 fmt:
@@ -40,6 +56,7 @@ vet:
 build: ## Build the manager and the step runner.
 	CGO_ENABLED=0 go build -o bin/manager ./cmd/manager
 	CGO_ENABLED=0 go build -o bin/opr8r-step ./cmd/opr8r-step
+	CGO_ENABLED=0 go build -o bin/kubectl-tfrun ./cmd/kubectl-tfrun
 
 IMG ?= ghcr.io/opr8r/opr8r:latest
 .PHONY: image
@@ -52,6 +69,15 @@ envtest-assets: $(ENVTEST_ASSETS)/kube-apiserver ## Build kube-apiserver and ins
 $(ENVTEST_ASSETS)/kube-apiserver:
 	KUBE_VERSION=$(KUBE_VERSION) hack/envtest-assets.sh
 
+$(HELM):
+	GOBIN=$(dir $(HELM)) go install helm.sh/helm/v3/cmd/helm@$(HELM_VERSION)
+
+$(KUSTOMIZE):
+	GOBIN=$(dir $(KUSTOMIZE)) go install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+
+.PHONY: tools
+tools: $(CONTROLLER_GEN) $(HELM) $(KUSTOMIZE) ## Build helm and kustomize for the install tests.
+
 .PHONY: tofu
 tofu: $(TOFU) ## Build OpenTofu for the step runner's tests.
 
@@ -61,29 +87,41 @@ $(TOFU):
 ##@ Test
 
 .PHONY: test
-test: envtest-assets tofu ## Unit, golden, step-runner (real git, terraform, OpenTofu) and envtest integration tests.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) go test $(GO_TEST_FLAGS) ./...
+test: envtest-assets tofu tools ## Unit, golden, step-runner (real git, terraform, OpenTofu), install and envtest integration tests.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test $(GO_TEST_FLAGS) ./...
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Only the envtest integration suite.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./test/integration/... -ginkgo.v
 
+.PHONY: docs
+docs: ## Regenerate docs/api-reference.md from the CRD.
+	go run ./hack/gen-api-docs > docs/api-reference.md
+
 .PHONY: update-golden
 update-golden: ## Rewrite the translators' golden files.
-	go test ./pipelines/... -update
+	go test ./pipelines/argo/ ./pipelines/tekton/ -update
 
 .PHONY: verify
 verify: generate manifests ## Fail if generated files are stale.
 	go mod tidy
 	gofmt -l . | (! grep .) || (echo "gofmt: files above need formatting" && false)
-	git diff --exit-code -- api config go.mod go.sum || (echo "generated files are stale: run make generate manifests and commit" && false)
-	@test -z "$$(git status --porcelain -- api config)" || (git status --porcelain -- api config; echo "untracked generated files: commit them" && false)
+	go run ./hack/gen-api-docs > docs/api-reference.md
+	git diff --exit-code -- api config deploy docs go.mod go.sum || (echo "generated files are stale: run make generate manifests docs and commit" && false)
+	@test -z "$$(git status --porcelain -- api config deploy docs)" || (git status --porcelain -- api config deploy docs; echo "untracked generated files: commit them" && false)
 
 ##@ Run
 
 .PHONY: dev
-dev: envtest-assets ## One-command local start: a local control plane, the manager and an example run.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./cmd/opr8r-dev $(DEV_FLAGS)
+dev: ## One-command local start: a local control plane, the manager and an example run (with KUBECONFIG set: the manager on that cluster).
+	@if [ -n "$$KUBECONFIG" ]; then \
+	  echo "==> KUBECONFIG is set: running the manager against $$KUBECONFIG (CRDs installed first)"; \
+	  go run ./cmd/manager --install-crds; \
+	else \
+	  $(MAKE) --no-print-directory envtest-assets && \
+	  go build -o bin/kubectl-tfrun ./cmd/kubectl-tfrun && \
+	  KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./cmd/opr8r-dev $(DEV_FLAGS); \
+	fi
 
 .PHONY: run
 run: ## Run the manager against the current kubeconfig (installs the CRD).

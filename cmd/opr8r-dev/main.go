@@ -119,12 +119,13 @@ func run(example string, once bool) error {
 This local control plane runs no engine controller, so the %s stays Pending.
 On a cluster with the engine, the run reaches the approval gate and you approve it:
 
-  export KUBECONFIG=%s
-  kubectl get tfrun %s -n %s                 # ENGINE PHASE PLAN READY AGE
-  kubectl get tfrun %s -n %s -o jsonpath='{.status.plan.digest}'
-  kubectl patch tfrun %s -n %s --type merge -p '{"spec":{"approval":{"approvedPlan":"<digest>"}}}'
+  export KUBECONFIG=%s PATH=$PWD/bin:$PATH     # bin/kubectl-tfrun is the plugin
+  kubectl tfrun list -n %s                    # NAME ENGINE PHASE PLAN STEP READY AGE
+  kubectl tfrun render -f %s                  # the child, offline
+  kubectl tfrun plan %s -n %s                 # once planned: the readable plan and its digest
+  kubectl tfrun approve %s -n %s              # approves exactly the plan waiting
   # Argo: argo resume %s -n %s   (the Argo UI's RESUME button does the same)
-`, tr.Status.Run.Child.Kind, kubeconfig, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Status.Run.ID, tr.Namespace)
+`, tr.Status.Run.Child.Kind, kubeconfig, tr.Namespace, example, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Status.Run.ID, tr.Namespace)
 	if once {
 		return nil
 	}

@@ -1,0 +1,115 @@
+// Command gen-api-docs writes docs/api-reference.md from the generated CRD's
+// OpenAPI schema, so the reference says exactly what `kubectl explain` and
+// the API server's validation say. make verify checks it is up to date.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"sigs.k8s.io/yaml"
+)
+
+func main() {
+	b, err := os.ReadFile("config/crd/bases/infra.opr8r.io_terraformruns.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(b, crd); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	v := crd.Spec.Versions[0]
+	root := v.Schema.OpenAPIV3Schema
+	fmt.Printf("# TerraformRun API reference (`%s/%s`)\n\n", crd.Spec.Group, v.Name)
+	fmt.Println("Generated from the CRD's schema by `hack/gen-api-docs` (`make verify` keeps it current); do not edit.")
+	fmt.Printf("\nShort names: %s. %s\n", strings.Join(crd.Spec.Names.ShortNames, ", "), oneLine(root.Description))
+	for _, top := range []string{"spec", "status"} {
+		fmt.Printf("\n## %s\n\n| field | type | description | validation |\n| --- | --- | --- | --- |\n", top)
+		walk(top, root.Properties[top], root.Properties[top].Required)
+	}
+	if len(root.XValidations) > 0 {
+		fmt.Print("\n## Object rules\n\n")
+		for _, r := range root.XValidations {
+			fmt.Printf("- %s\n", r.Message)
+		}
+	}
+}
+
+func walk(path string, s apiextensionsv1.JSONSchemaProps, _ []string) {
+	names := make([]string, 0, len(s.Properties))
+	for n := range s.Properties {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	required := map[string]bool{}
+	for _, r := range s.Required {
+		required[r] = true
+	}
+	for _, n := range names {
+		p := s.Properties[n]
+		fp := path + "." + n
+		typ := p.Type
+		child := p
+		if p.Type == "array" && p.Items != nil && p.Items.Schema != nil {
+			typ = "[]" + p.Items.Schema.Type
+			child = *p.Items.Schema
+			fp += "[]"
+		}
+		if p.Type == "object" && p.AdditionalProperties != nil && p.AdditionalProperties.Schema != nil {
+			typ = "map[string]" + p.AdditionalProperties.Schema.Type
+		}
+		if p.XPreserveUnknownFields != nil && *p.XPreserveUnknownFields && typ == "" {
+			typ = "any JSON"
+		}
+		var rules []string
+		if required[n] {
+			rules = append(rules, "required")
+		}
+		if p.Default != nil {
+			rules = append(rules, "default `"+string(p.Default.Raw)+"`")
+		}
+		for _, e := range p.Enum {
+			rules = append(rules, "`"+string(e.Raw)+"`")
+		}
+		if p.Pattern != "" {
+			rules = append(rules, "pattern `"+strings.ReplaceAll(p.Pattern, "|", `\|`)+"`")
+		}
+		if p.MaxLength != nil {
+			rules = append(rules, fmt.Sprintf("max length %d", *p.MaxLength))
+		}
+		if p.MaxItems != nil {
+			rules = append(rules, fmt.Sprintf("max items %d", *p.MaxItems))
+		}
+		if p.MaxProperties != nil {
+			rules = append(rules, fmt.Sprintf("max entries %d", *p.MaxProperties))
+		}
+		for _, x := range p.XValidations {
+			rules = append(rules, "rule: "+x.Message)
+		}
+		if p.Type == "array" {
+			for _, x := range child.XValidations {
+				rules = append(rules, "rule: "+x.Message)
+			}
+		}
+		if p.Minimum != nil {
+			rules = append(rules, fmt.Sprintf("min %g", *p.Minimum))
+		}
+		if p.Maximum != nil {
+			rules = append(rules, fmt.Sprintf("max %g", *p.Maximum))
+		}
+		fmt.Printf("| `%s` | %s | %s | %s |\n", fp, typ, oneLine(p.Description), strings.ReplaceAll(strings.Join(rules, "; "), "|", `\|`))
+		if len(child.Properties) > 0 && !strings.HasSuffix(fp, "resources") && !strings.Contains(fp, "tolerations") && !strings.HasSuffix(fp, "conditions[]") {
+			walk(fp, child, nil)
+		}
+	}
+}
+
+func oneLine(s string) string {
+	return strings.ReplaceAll(strings.Join(strings.Fields(s), " "), "|", `\|`)
+}

@@ -1,0 +1,244 @@
+// Package install checks what users install: the kustomize overlays and the
+// Helm chart render, carry exactly the generated CRD, follow the security
+// rules, and are accepted by a real API server (server-side dry run).
+package install
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+func tool(t *testing.T, env string) string {
+	t.Helper()
+	p := os.Getenv(env)
+	if p == "" {
+		t.Fatalf("%s is not set: run the tests with make test, which builds helm and kustomize", env)
+	}
+	return p
+}
+
+func run(t *testing.T, bin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(bin, args...)
+	cmd.Dir = envtestutil.RepoRoot()
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("%s %v: %v\n%s", filepath.Base(bin), args, err, errb.String())
+	}
+	return out.String()
+}
+
+// objects parses a multi-document YAML stream.
+func objects(t *testing.T, s string) []*unstructured.Unstructured {
+	t.Helper()
+	var out []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(s), 4096)
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatalf("parsing rendered YAML: %v", err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+func byKind(objs []*unstructured.Unstructured, kind string) []*unstructured.Unstructured {
+	var out []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			out = append(out, o)
+		}
+	}
+	return out
+}
+
+func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
+	t.Helper()
+	out := new(T)
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func generatedCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases", "infra.opr8r.io_terraformruns.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(b, crd); err != nil {
+		t.Fatal(err)
+	}
+	return crd
+}
+
+// checkCommon checks what both install paths must get right.
+func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int) {
+	t.Helper()
+	crds := byKind(objs, "CustomResourceDefinition")
+	if len(crds) != 1 {
+		t.Fatalf("want 1 CRD, got %d", len(crds))
+	}
+	if diff := cmp.Diff(generatedCRD(t).Spec, convert[apiextensionsv1.CustomResourceDefinition](t, crds[0]).Spec); diff != "" {
+		t.Errorf("the installed CRD differs from the generated one (-generated +installed):\n%s", diff)
+	}
+	roles := byKind(objs, "ClusterRole")
+	if len(roles) != wantRoles {
+		t.Errorf("want %d ClusterRoles, got %d", wantRoles, len(roles))
+	}
+	for _, u := range append(roles, byKind(objs, "Role")...) {
+		for _, r := range convert[rbacv1.ClusterRole](t, u).Rules {
+			for _, s := range append(append(r.Verbs, r.Resources...), r.APIGroups...) {
+				if s == "*" {
+					t.Errorf("%s %s grants a wildcard: %+v", u.GetKind(), u.GetName(), r)
+				}
+			}
+		}
+	}
+	deps := byKind(objs, "Deployment")
+	if len(deps) != 1 {
+		t.Fatalf("want 1 Deployment, got %d", len(deps))
+	}
+	d := convert[appsv1.Deployment](t, deps[0])
+	ps := d.Spec.Template.Spec
+	c := ps.Containers[0]
+	if ps.SecurityContext == nil || !*ps.SecurityContext.RunAsNonRoot || ps.SecurityContext.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod security context is not hardened: %+v", ps.SecurityContext)
+	}
+	if c.SecurityContext == nil || *c.SecurityContext.AllowPrivilegeEscalation || !*c.SecurityContext.ReadOnlyRootFilesystem || c.SecurityContext.Capabilities.Drop[0] != "ALL" {
+		t.Errorf("container security context is not hardened: %+v", c.SecurityContext)
+	}
+	if c.LivenessProbe == nil || c.ReadinessProbe == nil || c.Resources.Limits.Memory().IsZero() {
+		t.Errorf("manager lacks probes or limits")
+	}
+	if !strings.Contains(strings.Join(c.Args, " "), "--leader-elect") {
+		t.Errorf("manager args %v lack --leader-elect", c.Args)
+	}
+}
+
+func TestKustomizeDefault(t *testing.T) {
+	k := tool(t, "OPR8R_KUSTOMIZE")
+	objs := objects(t, run(t, k, "build", "config/default"))
+	checkCommon(t, objs, 3)
+	for _, dir := range []string{"config/rbac/runner", "config/samples", "config/crd"} {
+		if len(objects(t, run(t, k, "build", dir))) == 0 {
+			t.Errorf("kustomize build %s rendered nothing", dir)
+		}
+	}
+	dryRun(t, objs)
+}
+
+func TestHelmChart(t *testing.T) {
+	h := tool(t, "OPR8R_HELM")
+	t.Run("defaults", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds"))
+		checkCommon(t, objs, 3)
+		dryRun(t, objs)
+	})
+	t.Run("one engine: rights and flags for that engine only", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "engines.tekton.enabled=false", "--include-crds"))
+		checkCommon(t, objs, 2)
+		for _, r := range byKind(objs, "ClusterRole") {
+			if strings.HasSuffix(r.GetName(), "tekton") {
+				t.Errorf("Tekton rights rendered with Tekton disabled: %s", r.GetName())
+			}
+		}
+		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+		if !strings.Contains(args, "--engines=argo ") && !strings.HasSuffix(args, "--engines=argo") {
+			t.Errorf("args %q, want --engines=argo", args)
+		}
+	})
+	t.Run("ServiceMonitor, watched namespaces and runner namespaces", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "metrics.serviceMonitor.enabled=true",
+			"--set", "watchNamespaces={team-a,team-b}", "--set", "runner.namespaces={team-a}"))
+		if len(byKind(objs, "ServiceMonitor")) != 1 {
+			t.Error("no ServiceMonitor")
+		}
+		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+		if !strings.Contains(args, "--watch-namespaces=team-a,team-b") {
+			t.Errorf("args %q lack the watched namespaces", args)
+		}
+		var runnerRole *unstructured.Unstructured
+		for _, r := range byKind(objs, "Role") {
+			if r.GetName() == "opr8r-runner" && r.GetNamespace() == "team-a" {
+				runnerRole = r
+			}
+		}
+		if runnerRole == nil {
+			t.Fatal("no runner Role in team-a")
+		}
+	})
+	t.Run("invalid values fail clearly", func(t *testing.T) {
+		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false")
+		cmd.Dir = envtestutil.RepoRoot()
+		out, err := cmd.CombinedOutput()
+		if err == nil || !strings.Contains(string(out), "enable at least one engine") {
+			t.Errorf("err %v, output %s", err, out)
+		}
+	})
+}
+
+// dryRun creates every rendered object in a real API server with
+// server-side dry run (the CRD for real, so later objects can be checked).
+func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test")
+	}
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	for _, o := range objs {
+		if o.GetKind() == "Namespace" || o.GetKind() == "CustomResourceDefinition" {
+			continue // created by envtest or already there
+		}
+		if ns := o.GetNamespace(); ns != "" {
+			_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metaName(ns)})
+		}
+		if err := c.Create(ctx, o, client.DryRunAll); err != nil {
+			t.Errorf("the API server rejects %s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+	fmt.Fprintf(os.Stderr, "dry-run created %d objects\n", len(objs))
+}
+
+func metaName(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: n} }
