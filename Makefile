@@ -43,6 +43,7 @@ helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never e
 	cp config/rbac/argo/role.yaml deploy/opr8r/files/rbac/argo.yaml
 	cp config/rbac/tekton/role.yaml deploy/opr8r/files/rbac/tekton.yaml
 	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
+	cp config/policy/reserved-labels.yaml deploy/opr8r/templates/policy.yaml
 
 .PHONY: fmt
 fmt:

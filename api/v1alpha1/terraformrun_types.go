@@ -415,6 +415,38 @@ type RunnerSpec struct {
 	// Workspace configures the volume shared by the steps of one pipeline.
 	// +optional
 	Workspace WorkspaceVolume `json:"workspace,omitempty"`
+
+	// SecurityContext sets the user and group the steps run as, for images
+	// that need a particular one. Steps always run as non-root, without
+	// privilege escalation, with all capabilities dropped and the
+	// RuntimeDefault seccomp profile; nothing here can loosen that.
+	// +optional
+	SecurityContext *RunnerSecurityContext `json:"securityContext,omitempty"`
+}
+
+// RunnerSecurityContext is the part of the step pods' security context a
+// TerraformRun may choose.
+type RunnerSecurityContext struct {
+	// RunAsUser is the steps' user id; 0 (root) is refused.
+	// +kubebuilder:validation:Minimum=1
+	// +optional
+	RunAsUser *int64 `json:"runAsUser,omitempty"`
+	// RunAsGroup is the steps' group id.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
+	// FSGroup owns the workspace volume.
+	// +kubebuilder:validation:Minimum=0
+	// +optional
+	FSGroup *int64 `json:"fsGroup,omitempty"`
+	// Privileged is accepted only as false: steps never run privileged.
+	// +kubebuilder:validation:XValidation:rule="!self",message="spec.runner.securityContext.privileged must be false: steps never run privileged"
+	// +optional
+	Privileged *bool `json:"privileged,omitempty"`
+	// AllowPrivilegeEscalation is accepted only as false.
+	// +kubebuilder:validation:XValidation:rule="!self",message="spec.runner.securityContext.allowPrivilegeEscalation must be false"
+	// +optional
+	AllowPrivilegeEscalation *bool `json:"allowPrivilegeEscalation,omitempty"`
 }
 
 // WorkspaceVolume configures the per-pipeline volume that carries the
@@ -670,6 +702,7 @@ type TerraformRunStatus struct {
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters so that engine object names fit in 63"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.engine) || !has(self.spec.engine) || oldSelf.spec.engine == self.spec.engine || !has(oldSelf.status.run) || oldSelf.status.run.phase in ['Succeeded', 'Failed', 'Rejected']",message="spec.engine cannot change while a run is active; wait for it to finish (or reject its plan) first"
 type TerraformRun struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`

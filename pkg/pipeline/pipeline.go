@@ -312,7 +312,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 		StorageClassName:   run.Spec.Runner.Workspace.StorageClassName,
 		NodeSelector:       run.Spec.Runner.NodeSelector,
 		Tolerations:        run.Spec.Runner.Tolerations,
-		PodSecurityContext: PodSecurityContext(),
+		PodSecurityContext: podSecurityContext(run.Spec.Runner.SecurityContext),
 		Labels:             ChildLabels(run, req.Type, req.SpecHash),
 		TTLAfterFinished:   run.Spec.History.TTLAfterFinished,
 		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
@@ -352,6 +352,25 @@ func PodSecurityContext() *corev1.PodSecurityContext {
 		FSGroup:        ptr.To[int64](65532),
 		SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
 	}
+}
+
+// podSecurityContext applies the run's chosen user and groups to the
+// hardened pod security context.
+func podSecurityContext(sc *infrav1.RunnerSecurityContext) *corev1.PodSecurityContext {
+	p := PodSecurityContext()
+	if sc == nil {
+		return p
+	}
+	if sc.RunAsUser != nil {
+		p.RunAsUser = sc.RunAsUser
+	}
+	if sc.RunAsGroup != nil {
+		p.RunAsGroup = sc.RunAsGroup
+	}
+	if sc.FSGroup != nil {
+		p.FSGroup = sc.FSGroup
+	}
+	return p
 }
 
 // ContainerSecurityContext is the hardened security context of every step.

@@ -13,7 +13,9 @@ import (
 	"runtime"
 	"strings"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	kruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -49,7 +51,41 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := InstallPolicies(cfg); err != nil {
+		_ = env.Stop()
+		return nil, nil, err
+	}
 	return env, cfg, nil
+}
+
+// InstallPolicies creates opr8r's ValidatingAdmissionPolicies from
+// config/policy, as kustomize and the Helm chart install them.
+func InstallPolicies(cfg *rest.Config) error {
+	b, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "policy", "reserved-labels.yaml"))
+	if err != nil {
+		return err
+	}
+	s := kruntime.NewScheme()
+	if err := admissionregistrationv1.AddToScheme(s); err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return err
+	}
+	for _, doc := range strings.Split(string(b), "\n---\n") {
+		u := &unstructured.Unstructured{}
+		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+			return err
+		}
+		if len(u.Object) == 0 {
+			continue
+		}
+		if err := c.Create(context.Background(), u); err != nil {
+			return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+	}
+	return nil
 }
 
 // ModuleDir returns the directory of a module pinned in go.mod.

@@ -234,7 +234,9 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 		if ns := o.GetNamespace(); ns != "" {
 			_ = c.Create(ctx, &corev1.Namespace{ObjectMeta: metaName(ns)})
 		}
-		if err := c.Create(ctx, o, client.DryRunAll); err != nil {
+		// Server-side apply, dry run: works whether or not the object exists.
+		if err := c.Patch(ctx, o, client.Apply, client.DryRunAll, client.FieldOwner("opr8r-install-test"), client.ForceOwnership); err != nil { //nolint:staticcheck
+
 			t.Errorf("the API server rejects %s %s: %v", o.GetKind(), o.GetName(), err)
 		}
 	}

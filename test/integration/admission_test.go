@@ -2,13 +2,17 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"strings"
 	"path/filepath"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
@@ -20,51 +24,63 @@ import (
 var _ = Describe("admission", func() {
 	ctx := context.Background()
 
-	DescribeTable("rejects a malformed TerraformRun with a message naming the field",
-		func(mutate func(*infrav1.TerraformRun), wantInMessage string) {
+	It("rejects every malformed TerraformRun at admission with a message naming the field", func() {
+		accepted := 0
+		for _, tc := range malformed() {
 			run := testutil.MakeRun("bad", "default").Obj()
 			run.UID = ""
-			mutate(run)
+			tc.mutate(run)
 			err := k8sClient.Create(ctx, run, client.DryRunAll)
-			Expect(err).To(HaveOccurred())
-			Expect(err.Error()).To(ContainSubstring(wantInMessage))
-		},
-		Entry("no source", func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{} }, "spec.source must set exactly one of git, inline or configMapRef"),
-		Entry("two sources", func(r *infrav1.TerraformRun) {
-			r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"}
-		}, "spec.source must set exactly one"),
-		Entry("a git URL with a token in it", func(r *infrav1.TerraformRun) {
-			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "https://user:ghp_secret@github.com/x.git"}}
-		}, "spec.source.git.url must not embed credentials"),
-		Entry("a git URL that is not a URL", func(r *infrav1.TerraformRun) {
-			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "not a url"}}
-		}, "spec.source.git.url must be"),
-		Entry("a git path escaping the repository", func(r *infrav1.TerraformRun) {
-			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "https://example.com/x.git", Path: "../etc"}}
-		}, "spec.source.git.path must be relative"),
-		Entry("an invalid variable name", func(r *infrav1.TerraformRun) {
-			r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "1bad", Value: testutil.MakeRun("x", "y").Var("a", "1").Spec.Terraform.Vars[0].Value}}
-		}, "spec.terraform.vars[0].name"),
-		Entry("a zero approval timeout", func(r *infrav1.TerraformRun) {
-			r.Spec.Approval.Timeout = &metav1.Duration{}
-		}, "spec.approval.timeout must be positive"),
-		Entry("a negative approval timeout", func(r *infrav1.TerraformRun) {
-			r.Spec.Approval.Timeout = &metav1.Duration{Duration: -time.Hour}
-		}, "spec.approval.timeout must be positive"),
-		Entry("an unknown engine", func(r *infrav1.TerraformRun) { r.Spec.Engine = "jenkins" }, "spec.engine"),
-		Entry("a deletionPolicy typo", func(r *infrav1.TerraformRun) { r.Spec.DeletionPolicy = "Destory" }, "spec.deletionPolicy"),
-		Entry("an outputs Secret name that is not a DNS name", func(r *infrav1.TerraformRun) { r.Spec.Outputs.SecretName = "Bad_Name" }, "spec.outputs.secretName"),
-		Entry("a rename to an invalid Secret key", func(r *infrav1.TerraformRun) {
-			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"}
-		}, "spec.outputs.rename"),
-		Entry("an approval that is not a digest", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = "yes" }, "spec.approval.approvedPlan"),
-		Entry("a name too long for engine objects", func(r *infrav1.TerraformRun) {
-			r.Name = "a-very-long-terraform-run-name-that-exceeds-forty-characters"
-		}, "metadata.name must be at most 40 characters"),
-		Entry("a huge inline file", func(r *infrav1.TerraformRun) {
-			r.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent(make([]byte, 300*1024))
-		}, "spec.source.inline.files"),
-	)
+			if err == nil {
+				accepted++
+				AddReportEntry("accepted: " + tc.name)
+				continue
+			}
+			Expect(err.Error()).To(ContainSubstring(tc.want), "case %q", tc.name)
+		}
+		Expect(len(malformed())).To(BeNumerically(">=", 40))
+		Expect(accepted).To(Equal(0))
+		checkReliabilityRow("malformed TerraformRuns applied", fmt.Sprint(len(malformed())))
+		checkReliabilityRow("malformed TerraformRuns accepted", fmt.Sprint(accepted))
+	})
+
+	It("refuses an engine change while a run is active, and allows it after", func() {
+		run := testutil.MakeRun("switch", "default").Obj()
+		run.UID = ""
+		run.Spec.Engine = infrav1.EngineArgo
+		run.Spec.Suspend = true // no manager run starts; status is set by hand below
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		run.Status.Run = &infrav1.RunStatus{ID: "switch-x-1", Type: "apply", Engine: "argo", SpecHash: "x", Attempt: 1, Phase: infrav1.RunRunning,
+			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "switch-x-1"}}
+		Expect(k8sClient.Status().Update(ctx, run)).To(Succeed())
+		patch := client.MergeFrom(run.DeepCopy())
+		run.Spec.Engine = infrav1.EngineTekton
+		err := k8sClient.Patch(ctx, run, patch)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.engine cannot change while a run is active"))
+
+		got := &infrav1.TerraformRun{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
+		Expect(got.Spec.Engine).To(Equal(infrav1.EngineArgo), "nothing stored is lost")
+		got.Status.Run.Phase = infrav1.RunSucceeded
+		Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
+		patch = client.MergeFrom(got.DeepCopy())
+		got.Spec.Engine = infrav1.EngineTekton
+		Expect(k8sClient.Patch(ctx, got, patch)).To(Succeed())
+	})
+
+	It("stalls a run whose map keys the schema cannot check, before creating anything", func() {
+		ns := newNamespace()
+		run := testutil.MakeRun("badkeys", ns).Obj()
+		run.UID = ""
+		run.Spec.Source.Inline.Files["../escape.tf"] = "x"
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(condReason(ns, "badkeys", infrav1.StalledCondition), timeout, interval).Should(Equal("True/InvalidSpec"))
+		Expect(cond(getRun(ns, "badkeys"), infrav1.StalledCondition).Message).To(ContainSubstring(`spec.source.inline.files: "../escape.tf" is not a plain file name`))
+		for _, e := range engines {
+			Expect(e.children(ns)).To(BeEmpty())
+		}
+	})
 
 	It("accepts every example", func() {
 		paths, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), "examples", "*.yaml"))
@@ -79,3 +95,101 @@ var _ = Describe("admission", func() {
 		}
 	})
 })
+
+type malformedCase struct {
+	name   string
+	mutate func(*infrav1.TerraformRun)
+	want   string
+}
+
+func jsonVal(s string) apiextensionsv1.JSON { return apiextensionsv1.JSON{Raw: []byte(s)} }
+
+// malformed are TerraformRuns the API must refuse, each with the text the
+// refusal must contain: the offending field and what to do.
+func malformed() []malformedCase {
+	git := func(url, ref, path string) func(*infrav1.TerraformRun) {
+		return func(r *infrav1.TerraformRun) {
+			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: url, Ref: ref, Path: path}}
+		}
+	}
+	digest := "sha256:" + strings.Repeat("a", 64)
+	many := map[string]infrav1.FileContent{}
+	for i := 0; i < 65; i++ {
+		many[fmt.Sprintf("f%d.tf", i)] = "x"
+	}
+	return []malformedCase{
+		{"no source", func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{} }, "spec.source must set exactly one of git, inline or configMapRef"},
+		{"two sources", func(r *infrav1.TerraformRun) { r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"} }, "spec.source must set exactly one"},
+		{"three sources", func(r *infrav1.TerraformRun) {
+			r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"}
+			r.Spec.Source.ConfigMapRef = &infrav1.LocalObjectReference{Name: "m"}
+		}, "spec.source must set exactly one"},
+		{"git URL with a token", git("https://user:ghp_secret@github.com/x.git", "main", ""), "spec.source.git.url must not embed credentials"},
+		{"http URL with a token", git("http://tok@git.example.com/x.git", "main", ""), "spec.source.git.url must not embed credentials"},
+		{"git URL that is not a URL", git("not a url", "main", ""), "spec.source.git.url must be"},
+		{"git URL with a bad scheme", git("ftp://example.com/x.git", "main", ""), "spec.source.git.url must be"},
+		{"empty git URL", git("", "main", ""), "spec.source.git.url"},
+		{"git ref with ..", git("https://example.com/x.git", "a..b", ""), "spec.source.git.ref must be a branch, tag or commit SHA"},
+		{"git ref like a flag", git("https://example.com/x.git", "-upload-pack=x", ""), "spec.source.git.ref must be a branch, tag or commit SHA"},
+		{"git path escaping the repository", git("https://example.com/x.git", "main", "a/../../etc"), "spec.source.git.path must be relative"},
+		{"absolute git path", git("https://example.com/x.git", "main", "/etc"), "spec.source.git.path must be relative"},
+		{"no inline files", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files = map[string]infrav1.FileContent{} }, "spec.source.inline.files"},
+		{"too many inline files", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files = many }, "spec.source.inline.files"},
+		{"a huge inline file", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent(make([]byte, 300*1024)) }, "spec.source.inline.files"},
+		{"configMapRef that is not a name", func(r *infrav1.TerraformRun) {
+			r.Spec.Source = infrav1.Source{ConfigMapRef: &infrav1.LocalObjectReference{Name: "Bad_Name"}}
+		}, "spec.source.configMapRef.name"},
+		{"bad workspace", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Workspace = "bad ws" }, "spec.terraform.workspace"},
+		{"invalid variable name", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "1bad", Value: jsonVal("1")}} }, "spec.terraform.vars[0].name"},
+		{"variable name with a dot", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "a.b", Value: jsonVal("1")}} }, "spec.terraform.vars[0].name"},
+		{"duplicate variable", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "a", Value: jsonVal("1")}, {Name: "a", Value: jsonVal("2")}}
+		}, "spec.terraform.vars[1]: Duplicate value"},
+		{"varsFrom of an unknown kind", func(r *infrav1.TerraformRun) { r.Spec.Terraform.VarsFrom = []infrav1.VarsFromSource{{Kind: "Deployment", Name: "x"}} }, "spec.terraform.varsFrom[0].kind"},
+		{"env var reserved by the runner", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "PATH", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name is reserved by the step runner"},
+		{"env var with a bad name", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "1X", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env[0].name"},
+		{"env Secret key with a slash", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "X", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "a/b"}}}
+		}, "spec.terraform.env[0].secretKeyRef.key"},
+		{"relative files mountPath", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "creds"}} }, "mountPath must be an absolute path"},
+		{"files mountPath hiding /etc", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/etc/x"}} }, "must not hide a system or runner directory"},
+		{"files mountPath hiding the workspace", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/workspace"}} }, "must not hide a system or runner directory"},
+		{"image name too long", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Image = strings.Repeat("a", 600) }, "spec.terraform.image"},
+		{"two backends", func(r *infrav1.TerraformRun) {
+			r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{}, ConfigSecretRef: &infrav1.BackendConfigRef{Type: "s3", Name: "b"}}
+		}, "spec.backend must set at most one of kubernetes or configSecretRef"},
+		{"bad backend type", func(r *infrav1.TerraformRun) { r.Spec.Backend = &infrav1.BackendSpec{ConfigSecretRef: &infrav1.BackendConfigRef{Type: "S3!", Name: "b"}} }, "spec.backend.configSecretRef.type"},
+		{"bad state secret suffix", func(r *infrav1.TerraformRun) { r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: "Bad"}} }, "spec.backend.kubernetes.secretSuffix"},
+		{"unknown engine", func(r *infrav1.TerraformRun) { r.Spec.Engine = "jenkins" }, "spec.engine"},
+		{"unknown approval mode", func(r *infrav1.TerraformRun) { r.Spec.Approval.Mode = "Sometimes" }, "spec.approval.mode"},
+		{"zero approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{} }, "spec.approval.timeout must be positive"},
+		{"negative approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: -time.Hour} }, "spec.approval.timeout must be positive"},
+		{"absurd approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: 100000 * time.Hour} }, "at most 8760h"},
+		{"approval that is not a digest", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = "yes" }, "spec.approval.approvedPlan"},
+		{"approve and reject the same plan", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.ApprovedPlan, r.Spec.Approval.RejectedPlan = digest, digest
+		}, "name the same plan; set only one"},
+		{"reject reason too long", func(r *infrav1.TerraformRun) { r.Spec.Approval.RejectReason = strings.Repeat("x", 300) }, "spec.approval.rejectReason"},
+		{"outputs Secret name that is not a DNS name", func(r *infrav1.TerraformRun) { r.Spec.Outputs.SecretName = "Bad_Name" }, "spec.outputs.secretName"},
+		{"output both included and excluded", func(r *infrav1.TerraformRun) {
+			r.Spec.Outputs.Include, r.Spec.Outputs.Exclude = []string{"id"}, []string{"id"}
+		}, "a name may not be both included and excluded"},
+		{"included output that is not a name", func(r *infrav1.TerraformRun) { r.Spec.Outputs.Include = []string{"1bad"} }, "spec.outputs.include[0]"},
+		{"rename to an invalid Secret key", func(r *infrav1.TerraformRun) { r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"} }, "spec.outputs.rename"},
+		{"keepFinished 0", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](0) }, "spec.history.keepFinished"},
+		{"keepFinished 1000", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](1000) }, "spec.history.keepFinished"},
+		{"negative history TTL", func(r *infrav1.TerraformRun) { r.Spec.History.TTLAfterFinished = &metav1.Duration{Duration: -time.Minute} }, "ttlAfterFinished must not be negative"},
+		{"deletionPolicy typo", func(r *infrav1.TerraformRun) { r.Spec.DeletionPolicy = "Destory" }, "spec.deletionPolicy"},
+		{"privileged runner", func(r *infrav1.TerraformRun) { r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{Privileged: ptr.To(true)} }, "spec.runner.securityContext.privileged must be false"},
+		{"runner allowing privilege escalation", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{AllowPrivilegeEscalation: ptr.To(true)}
+		}, "allowPrivilegeEscalation must be false"},
+		{"runner as root", func(r *infrav1.TerraformRun) { r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsUser: ptr.To[int64](0)} }, "spec.runner.securityContext.runAsUser"},
+		{"reserved label", func(r *infrav1.TerraformRun) { r.Labels = map[string]string{infrav1.RunNameLabel: "other"} }, "the infra.opr8r.io/ prefix is reserved for opr8r"},
+		{"name too long for engine objects", func(r *infrav1.TerraformRun) { r.Name = "a-very-long-terraform-run-name-that-exceeds-forty-characters" }, "metadata.name must be at most 40 characters"},
+	}
+}
