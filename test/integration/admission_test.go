@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
 	"path/filepath"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -119,7 +119,9 @@ func malformed() []malformedCase {
 	}
 	return []malformedCase{
 		{"no source", func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{} }, "spec.source must set exactly one of git, inline or configMapRef"},
-		{"two sources", func(r *infrav1.TerraformRun) { r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"} }, "spec.source must set exactly one"},
+		{"two sources", func(r *infrav1.TerraformRun) {
+			r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"}
+		}, "spec.source must set exactly one"},
 		{"three sources", func(r *infrav1.TerraformRun) {
 			r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"}
 			r.Spec.Source.ConfigMapRef = &infrav1.LocalObjectReference{Name: "m"}
@@ -135,17 +137,25 @@ func malformed() []malformedCase {
 		{"absolute git path", git("https://example.com/x.git", "main", "/etc"), "spec.source.git.path must be relative"},
 		{"no inline files", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files = map[string]infrav1.FileContent{} }, "spec.source.inline.files"},
 		{"too many inline files", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files = many }, "spec.source.inline.files"},
-		{"a huge inline file", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent(make([]byte, 300*1024)) }, "spec.source.inline.files"},
+		{"a huge inline file", func(r *infrav1.TerraformRun) {
+			r.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent(make([]byte, 300*1024))
+		}, "spec.source.inline.files"},
 		{"configMapRef that is not a name", func(r *infrav1.TerraformRun) {
 			r.Spec.Source = infrav1.Source{ConfigMapRef: &infrav1.LocalObjectReference{Name: "Bad_Name"}}
 		}, "spec.source.configMapRef.name"},
 		{"bad workspace", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Workspace = "bad ws" }, "spec.terraform.workspace"},
-		{"invalid variable name", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "1bad", Value: jsonVal("1")}} }, "spec.terraform.vars[0].name"},
-		{"variable name with a dot", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "a.b", Value: jsonVal("1")}} }, "spec.terraform.vars[0].name"},
+		{"invalid variable name", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "1bad", Value: jsonVal("1")}}
+		}, "spec.terraform.vars[0].name"},
+		{"variable name with a dot", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "a.b", Value: jsonVal("1")}}
+		}, "spec.terraform.vars[0].name"},
 		{"duplicate variable", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Vars = []infrav1.Variable{{Name: "a", Value: jsonVal("1")}, {Name: "a", Value: jsonVal("2")}}
 		}, "spec.terraform.vars[1]: Duplicate value"},
-		{"varsFrom of an unknown kind", func(r *infrav1.TerraformRun) { r.Spec.Terraform.VarsFrom = []infrav1.VarsFromSource{{Kind: "Deployment", Name: "x"}} }, "spec.terraform.varsFrom[0].kind"},
+		{"varsFrom of an unknown kind", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.VarsFrom = []infrav1.VarsFromSource{{Kind: "Deployment", Name: "x"}}
+		}, "spec.terraform.varsFrom[0].kind"},
 		{"env var reserved by the runner", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "PATH", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
 		}, "spec.terraform.env name is reserved by the step runner"},
@@ -155,20 +165,32 @@ func malformed() []malformedCase {
 		{"env Secret key with a slash", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "X", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "a/b"}}}
 		}, "spec.terraform.env[0].secretKeyRef.key"},
-		{"relative files mountPath", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "creds"}} }, "mountPath must be an absolute path"},
-		{"files mountPath hiding /etc", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/etc/x"}} }, "must not hide a system or runner directory"},
-		{"files mountPath hiding the workspace", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/workspace"}} }, "must not hide a system or runner directory"},
+		{"relative files mountPath", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "creds"}}
+		}, "mountPath must be an absolute path"},
+		{"files mountPath hiding /etc", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/etc/x"}}
+		}, "must not hide a system or runner directory"},
+		{"files mountPath hiding the workspace", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/workspace"}}
+		}, "must not hide a system or runner directory"},
 		{"image name too long", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Image = strings.Repeat("a", 600) }, "spec.terraform.image"},
 		{"two backends", func(r *infrav1.TerraformRun) {
 			r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{}, ConfigSecretRef: &infrav1.BackendConfigRef{Type: "s3", Name: "b"}}
 		}, "spec.backend must set at most one of kubernetes or configSecretRef"},
-		{"bad backend type", func(r *infrav1.TerraformRun) { r.Spec.Backend = &infrav1.BackendSpec{ConfigSecretRef: &infrav1.BackendConfigRef{Type: "S3!", Name: "b"}} }, "spec.backend.configSecretRef.type"},
-		{"bad state secret suffix", func(r *infrav1.TerraformRun) { r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: "Bad"}} }, "spec.backend.kubernetes.secretSuffix"},
+		{"bad backend type", func(r *infrav1.TerraformRun) {
+			r.Spec.Backend = &infrav1.BackendSpec{ConfigSecretRef: &infrav1.BackendConfigRef{Type: "S3!", Name: "b"}}
+		}, "spec.backend.configSecretRef.type"},
+		{"bad state secret suffix", func(r *infrav1.TerraformRun) {
+			r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: "Bad"}}
+		}, "spec.backend.kubernetes.secretSuffix"},
 		{"unknown engine", func(r *infrav1.TerraformRun) { r.Spec.Engine = "jenkins" }, "spec.engine"},
 		{"unknown approval mode", func(r *infrav1.TerraformRun) { r.Spec.Approval.Mode = "Sometimes" }, "spec.approval.mode"},
 		{"zero approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{} }, "spec.approval.timeout must be positive"},
 		{"negative approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: -time.Hour} }, "spec.approval.timeout must be positive"},
-		{"absurd approval timeout", func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: 100000 * time.Hour} }, "at most 8760h"},
+		{"absurd approval timeout", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.Timeout = &metav1.Duration{Duration: 100000 * time.Hour}
+		}, "at most 8760h"},
 		{"approval that is not a digest", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = "yes" }, "spec.approval.approvedPlan"},
 		{"approve and reject the same plan", func(r *infrav1.TerraformRun) {
 			r.Spec.Approval.ApprovedPlan, r.Spec.Approval.RejectedPlan = digest, digest
@@ -179,16 +201,24 @@ func malformed() []malformedCase {
 			r.Spec.Outputs.Include, r.Spec.Outputs.Exclude = []string{"id"}, []string{"id"}
 		}, "a name may not be both included and excluded"},
 		{"included output that is not a name", func(r *infrav1.TerraformRun) { r.Spec.Outputs.Include = []string{"1bad"} }, "spec.outputs.include[0]"},
-		{"rename to an invalid Secret key", func(r *infrav1.TerraformRun) { r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"} }, "spec.outputs.rename"},
+		{"rename to an invalid Secret key", func(r *infrav1.TerraformRun) {
+			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"}
+		}, "spec.outputs.rename"},
 		{"keepFinished 0", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](0) }, "spec.history.keepFinished"},
 		{"keepFinished 1000", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](1000) }, "spec.history.keepFinished"},
-		{"negative history TTL", func(r *infrav1.TerraformRun) { r.Spec.History.TTLAfterFinished = &metav1.Duration{Duration: -time.Minute} }, "ttlAfterFinished must not be negative"},
+		{"negative history TTL", func(r *infrav1.TerraformRun) {
+			r.Spec.History.TTLAfterFinished = &metav1.Duration{Duration: -time.Minute}
+		}, "ttlAfterFinished must not be negative"},
 		{"deletionPolicy typo", func(r *infrav1.TerraformRun) { r.Spec.DeletionPolicy = "Destory" }, "spec.deletionPolicy"},
-		{"privileged runner", func(r *infrav1.TerraformRun) { r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{Privileged: ptr.To(true)} }, "spec.runner.securityContext.privileged must be false"},
+		{"privileged runner", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{Privileged: ptr.To(true)}
+		}, "spec.runner.securityContext.privileged must be false"},
 		{"runner allowing privilege escalation", func(r *infrav1.TerraformRun) {
 			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{AllowPrivilegeEscalation: ptr.To(true)}
 		}, "allowPrivilegeEscalation must be false"},
-		{"runner as root", func(r *infrav1.TerraformRun) { r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsUser: ptr.To[int64](0)} }, "spec.runner.securityContext.runAsUser"},
+		{"runner as root", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsUser: ptr.To[int64](0)}
+		}, "spec.runner.securityContext.runAsUser"},
 		{"reserved label", func(r *infrav1.TerraformRun) { r.Labels = map[string]string{infrav1.RunNameLabel: "other"} }, "the infra.opr8r.io/ prefix is reserved for opr8r"},
 		{"name too long for engine objects", func(r *infrav1.TerraformRun) { r.Name = "a-very-long-terraform-run-name-that-exceeds-forty-characters" }, "metadata.name must be at most 40 characters"},
 	}
