@@ -99,6 +99,11 @@ test-integration: envtest-assets ## Only the envtest integration suite.
 docs: ## Regenerate docs/api-reference.md from the CRD.
 	go run ./hack/gen-api-docs > docs/api-reference.md
 
+FUZZ_TIME ?= 5m
+.PHONY: fuzz
+fuzz: ## Fuzz translation of admission-valid specs through both engines' validators.
+	go test ./pipelines/ -run='^$$' -fuzz=FuzzTranslate -fuzztime=$(FUZZ_TIME)
+
 .PHONY: update-golden
 update-golden: ## Rewrite the translators' golden files.
 	go test ./pipelines/argo/ ./pipelines/tekton/ -update

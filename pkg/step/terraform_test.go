@@ -222,6 +222,10 @@ func TestTerraformJourneys(t *testing.T) {
 			if err != nil {
 				t.Fatalf("readable plan Secret: %v", err)
 			}
+			meta, _ := json.Marshal(planSecret.ObjectMeta)
+			if strings.Contains(string(meta), sensitiveOut) {
+				t.Errorf("the readable plan Secret's metadata contains the sensitive value: %s", meta)
+			}
 			if !strings.Contains(string(planSecret.Data["plan.txt"]), "terraform_data.thing will be created") {
 				t.Errorf("readable plan lacks the resource:\n%s", planSecret.Data["plan.txt"])
 			}

@@ -1,0 +1,156 @@
+package pipelines_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/validate"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+// clean keeps the runes of s that allowed accepts, capped at n; fallback if
+// nothing is left. It turns fuzz input into values the CRD schema admits.
+func clean(s string, allowed *regexp.Regexp, n int, fallback string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if allowed.MatchString(string(r)) {
+			b.WriteRune(r)
+		}
+		if b.Len() >= n {
+			break
+		}
+	}
+	if b.Len() == 0 {
+		return fallback
+	}
+	return b.String()
+}
+
+var (
+	dnsRune  = regexp.MustCompile(`[a-z0-9]`)
+	nameRune = regexp.MustCompile(`[A-Za-z0-9_]`)
+	refRune  = regexp.MustCompile(`[A-Za-z0-9._/]`)
+	keyRune  = regexp.MustCompile(`[A-Za-z0-9._-]`)
+)
+
+// specFrom builds an admission-valid TerraformRun from fuzz input: every
+// field that the schema constrains gets a value the schema accepts.
+func specFrom(name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) *infrav1.TerraformRun {
+	w := testutil.MakeRun(clean(name, dnsRune, 40, "r"), clean(c, dnsRune, 20, "ns"))
+	r := w.Obj()
+	switch choice % 3 {
+	case 0:
+		ref := strings.Trim(strings.ReplaceAll(clean(b, refRune, 60, "main"), "..", "."), "-")
+		if ref == "" || strings.HasPrefix(ref, "-") {
+			ref = "main"
+		}
+		path := strings.ReplaceAll(strings.Trim(clean(c, refRune, 60, ""), "/"), "..", ".")
+		r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "https://example.com/" + clean(a, keyRune, 40, "repo") + ".git", Ref: ref, Path: path}}
+		if choice&4 != 0 {
+			r.Spec.Source.Git.CredentialsSecretRef = &infrav1.LocalObjectReference{Name: clean(b, dnsRune, 20, "creds")}
+		}
+	case 1:
+		r.Spec.Source.Inline.Files = map[string]infrav1.FileContent{
+			strings.TrimLeft(clean(a, keyRune, 60, "main.tf"), ".") + "x": infrav1.FileContent(b),
+		}
+	case 2:
+		r.Spec.Source = infrav1.Source{ConfigMapRef: &infrav1.LocalObjectReference{Name: clean(a, dnsRune, 50, "module")}}
+	}
+	v := jsonVal
+	if !json.Valid(v) {
+		v, _ = json.Marshal(string(jsonVal))
+	}
+	for i := 0; i < int(n%4); i++ {
+		r.Spec.Terraform.Vars = append(r.Spec.Terraform.Vars, infrav1.Variable{Name: fmt.Sprintf("v%d_%s", i, clean(a, nameRune, 20, "")), Value: apiextensionsv1.JSON{Raw: v}})
+	}
+	for i := 0; i < int(n%3); i++ {
+		kind := "Secret"
+		if i%2 == 1 {
+			kind = "ConfigMap"
+		}
+		r.Spec.Terraform.VarsFrom = append(r.Spec.Terraform.VarsFrom, infrav1.VarsFromSource{Kind: kind, Name: fmt.Sprintf("vars-%d", i), Optional: choice&8 != 0})
+	}
+	if choice&16 != 0 {
+		r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "E_" + clean(b, nameRune, 20, "X"), SecretKeyRef: infrav1.SecretKeyRef{Name: "env", Key: clean(c, keyRune, 30, "k")}}}
+		r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "files", MountPath: "/creds/" + clean(a, dnsRune, 20, "x"), EnvName: "F_PATH", Key: clean(b, keyRune, 20, "")}}
+	}
+	switch choice % 5 {
+	case 1:
+		r.Spec.Backend = &infrav1.BackendSpec{ConfigSecretRef: &infrav1.BackendConfigRef{Type: infrav1.BackendType("s" + clean(b, dnsRune, 10, "3")), Name: "backend"}}
+	case 2:
+		r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: clean(c, dnsRune, 30, "state")}}
+	}
+	if choice&32 != 0 {
+		r.Spec.Approval.Mode = infrav1.ApprovalAuto
+	}
+	if choice&64 != 0 {
+		r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"o_" + clean(a, nameRune, 20, ""): infrav1.SecretDataKey(clean(b, keyRune, 30, "k"))}
+		r.Spec.Runner.NodeSelector = map[string]string{"pool": clean(c, dnsRune, 20, "x")}
+		r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsUser: ptr.To(int64(n) + 1)}
+		q := resource.MustParse(fmt.Sprintf("%dGi", n%50+1))
+		r.Spec.Runner.Workspace.Size = &q
+		r.Spec.History.TTLAfterFinished = &metav1.Duration{Duration: 0}
+	}
+	if choice&128 != 0 {
+		r.Spec.Terraform.Workspace = clean(b, dnsRune, 30, "ws")
+	}
+	return r
+}
+
+// FuzzTranslate checks that every admission-valid spec translates, for every
+// engine and run type, into an object the engine's own validator accepts,
+// without panicking. make test runs the seed corpus; make fuzz runs it
+// for longer.
+func FuzzTranslate(f *testing.F) {
+	f.Add("net", uint8(0), "modules", "v1.2.0", "stacks/vpc", []byte(`{"a":1}`), uint8(3))
+	f.Add("inline", uint8(1), "main.tf", "resource \"x\" \"y\" {}", "ns", []byte(`"s"`), uint8(1))
+	f.Add("cm", uint8(2), "module", "", "", []byte(`[1,2]`), uint8(2))
+	f.Add("all", uint8(255), "a", "b", "c", []byte(`null`), uint8(255))
+	f.Add("auto", uint8(0x35), "x", "y", "z", []byte(`not json`), uint8(7))
+	f.Add("", uint8(0x96), "", "", "", []byte{}, uint8(0))
+	f.Fuzz(func(t *testing.T, name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) {
+		run := specFrom(name, choice, a, b, c, jsonVal, n)
+		for _, e := range pipelines.All() {
+			eff := pipeline.Defaults(run, e.Name(), testutil.Config)
+			eff.Spec.Engine = e.Name()
+			hash := pipeline.SpecHash(eff)
+			for _, typ := range []infrav1.RunType{infrav1.RunApply, infrav1.RunDestroy} {
+				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, hash, 1), SpecHash: hash, Config: testutil.Config})
+				if err != nil {
+					t.Fatalf("%s %s: Build refused an admission-valid spec: %v\n%+v", e.Name(), typ, err, run.Spec)
+				}
+				switch o := obj.(type) {
+				case *wfv1.Workflow:
+					if err := validate.ValidateWorkflow(nil, nil, o, nil, validate.ValidateOpts{}); err != nil {
+						t.Fatalf("Argo rejects the Workflow: %v\n%+v", err, run.Spec)
+					}
+				case *tektonv1.PipelineRun:
+					o.SetDefaults(context.Background())
+					if err := o.Validate(context.Background()); err != nil {
+						t.Fatalf("Tekton rejects the PipelineRun: %v\n%+v", err, run.Spec)
+					}
+				default:
+					t.Fatalf("unexpected child type %T", obj)
+				}
+				if _, err := pipeline.InputObjects(eff, obj.GetName()); err != nil {
+					t.Fatalf("input ConfigMaps: %v", err)
+				}
+			}
+		}
+	})
+}

@@ -1,0 +1,193 @@
+package install
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+func readRole(t *testing.T, path string) rbacv1.ClusterRole {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r rbacv1.ClusterRole
+	if err := yaml.Unmarshal(b, &r); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// grants flattens rules into "group/resource:verb" strings.
+func grants(r rbacv1.ClusterRole) []string {
+	var out []string
+	for _, rule := range r.Rules {
+		for _, g := range rule.APIGroups {
+			for _, res := range rule.Resources {
+				for _, v := range rule.Verbs {
+					out = append(out, fmt.Sprintf("%s/%s:%s", g, res, v))
+				}
+			}
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestRBACAllowList compares every generated role with the rights each one
+// is meant to have: an added right fails here until it is reviewed.
+func TestRBACAllowList(t *testing.T) {
+	allowed := map[string][]string{
+		"config/rbac/role.yaml": {
+			"/configmaps:create", "/configmaps:get", "/configmaps:list", "/configmaps:watch",
+			"/secrets:create", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
+			"events.k8s.io/events:create", "events.k8s.io/events:patch",
+			"infra.opr8r.io/terraformruns/finalizers:update",
+			"infra.opr8r.io/terraformruns/status:get", "infra.opr8r.io/terraformruns/status:patch", "infra.opr8r.io/terraformruns/status:update",
+			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
+		},
+		"config/rbac/argo/role.yaml": {
+			"argoproj.io/workflows:create", "argoproj.io/workflows:delete", "argoproj.io/workflows:get", "argoproj.io/workflows:list",
+			"argoproj.io/workflows:patch", "argoproj.io/workflows:update", "argoproj.io/workflows:watch",
+		},
+		"config/rbac/tekton/role.yaml": {
+			"tekton.dev/customruns/status:get", "tekton.dev/customruns/status:patch", "tekton.dev/customruns/status:update",
+			"tekton.dev/customruns:get", "tekton.dev/customruns:list", "tekton.dev/customruns:watch",
+			"tekton.dev/pipelineruns:create", "tekton.dev/pipelineruns:delete", "tekton.dev/pipelineruns:get", "tekton.dev/pipelineruns:list",
+			"tekton.dev/pipelineruns:patch", "tekton.dev/pipelineruns:update", "tekton.dev/pipelineruns:watch",
+			"tekton.dev/taskruns:get", "tekton.dev/taskruns:list", "tekton.dev/taskruns:watch",
+		},
+		"config/rbac/runner/role.yaml": {
+			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update",
+			"argoproj.io/workflowtaskresults:create", "argoproj.io/workflowtaskresults:patch",
+			"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:delete", "coordination.k8s.io/leases:get",
+			"coordination.k8s.io/leases:list", "coordination.k8s.io/leases:patch", "coordination.k8s.io/leases:update",
+		},
+	}
+	for path, want := range allowed {
+		r := readRole(t, path)
+		got := grants(r)
+		sort.Strings(want)
+		if strings.Join(got, "\n") != strings.Join(want, "\n") {
+			t.Errorf("%s grants differ from its allow-list.\ngot:\n  %s\nwant:\n  %s", path, strings.Join(got, "\n  "), strings.Join(want, "\n  "))
+		}
+		for _, g := range got {
+			if strings.Contains(g, "*") {
+				t.Errorf("%s grants a wildcard: %s", path, g)
+			}
+		}
+	}
+	if r := readRole(t, "config/rbac/runner/role.yaml"); r.Kind != "Role" {
+		t.Errorf("the runner's role is a %s; it must be a namespaced Role", r.Kind)
+	}
+}
+
+// TestRunnerRoleWithRealAuthorizer binds a user to the runner Role in one
+// namespace and asks envtest's real RBAC authorizer what it may do.
+func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test")
+	}
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	ctx := context.Background()
+	admin := kubernetes.NewForConfigOrDie(cfg)
+	for _, ns := range []string{"team-a", "team-b"} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := admin.CoreV1().Secrets(ns).Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "existing"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	role := readRole(t, "config/rbac/runner/role.yaml")
+	r := &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "opr8r-runner", Namespace: "team-a"}, Rules: role.Rules}
+	if _, err := admin.RbacV1().Roles("team-a").Create(ctx, r, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rb := &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "opr8r-runner", Namespace: "team-a"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "opr8r-runner"},
+		Subjects: []rbacv1.Subject{{Kind: "User", Name: "runner"}}}
+	if _, err := admin.RbacV1().RoleBindings("team-a").Create(ctx, rb, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "runner"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ucfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	runner := kubernetes.NewForConfigOrDie(ucfg)
+
+	allowed := map[string]func() error{
+		"create a Secret in its namespace": func() error {
+			_, err := runner.CoreV1().Secrets("team-a").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfstate-default-x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"read a Secret in its namespace": func() error {
+			_, err := runner.CoreV1().Secrets("team-a").Get(ctx, "existing", metav1.GetOptions{})
+			return err
+		},
+		"list Leases in its namespace": func() error {
+			_, err := runner.CoordinationV1().Leases("team-a").List(ctx, metav1.ListOptions{})
+			return err
+		},
+	}
+	denied := map[string]func() error{
+		"read a Secret of another namespace": func() error {
+			_, err := runner.CoreV1().Secrets("team-b").Get(ctx, "existing", metav1.GetOptions{})
+			return err
+		},
+		"list Secrets cluster-wide": func() error {
+			_, err := runner.CoreV1().Secrets("").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"list pods": func() error {
+			_, err := runner.CoreV1().Pods("team-a").List(ctx, metav1.ListOptions{})
+			return err
+		},
+		"create a RoleBinding (escalate)": func() error {
+			_, err := runner.RbacV1().RoleBindings("team-a").Create(ctx, rb.DeepCopy(), metav1.CreateOptions{})
+			return err
+		},
+		"delete its namespace": func() error {
+			return runner.CoreV1().Namespaces().Delete(ctx, "team-a", metav1.DeleteOptions{})
+		},
+	}
+	for what, call := range allowed {
+		if err := call(); err != nil {
+			t.Errorf("the runner cannot %s: %v", what, err)
+		}
+	}
+	for what, call := range denied {
+		if err := call(); !apierrors.IsForbidden(err) {
+			t.Errorf("the runner can %s (err = %v), want Forbidden", what, err)
+		}
+	}
+	t.Logf("runner Role: %d allowed and %d denied actions as expected", len(allowed), len(denied))
+}
