@@ -239,6 +239,21 @@ func conformance(g given) {
 			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, &corev1.Secret{})
 		}, timeout, interval).Should(Succeed())
 
+		By("an edited outputs Secret is restored too")
+		Eventually(func() error {
+			sec := &corev1.Secret{}
+			if err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, sec); err != nil {
+				return err
+			}
+			sec.Data["resource_id"] = []byte("tampered")
+			return k8sClient.Update(ctx, sec)
+		}, timeout, interval).Should(Succeed())
+		Eventually(func() string {
+			sec := &corev1.Secret{}
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "happy-outputs"}, sec)).To(Succeed())
+			return string(sec.Data["resource_id"])
+		}, timeout, interval).Should(Equal("abc-123"))
+
 		By("an unchanged spec starts no new run")
 		Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(1))
 	})

@@ -1,0 +1,298 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+// chaos injects API faults into the manager's client and crashes the manager
+// at chosen points. Its dice are seeded, so a failing run can be repeated.
+type chaos struct {
+	mu       sync.Mutex
+	rnd      *rand.Rand
+	faults   atomic.Int64
+	crashes  atomic.Int64
+	crash    chan string
+	disabled atomic.Bool
+}
+
+func (c *chaos) roll(p float64) bool {
+	if c.disabled.Load() {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.rnd.Float64() < p
+}
+
+func (c *chaos) fault(what string) error {
+	c.faults.Add(1)
+	return apierrors.NewInternalError(errors.New("chaos: " + what))
+}
+
+// crashHere asks the supervisor to kill the manager now.
+func (c *chaos) crashHere(where string, p float64) {
+	if c.roll(p) {
+		select {
+		case c.crash <- where:
+		default:
+		}
+	}
+}
+
+func isChild(obj client.Object) bool {
+	switch obj.(type) {
+	case *wfv1.Workflow, *tektonv1.PipelineRun:
+		return true
+	}
+	return false
+}
+
+func (c *chaos) funcs() interceptor.Funcs {
+	return interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if _, ok := obj.(*corev1.Secret); ok && c.roll(0.1) {
+				return c.fault("Secret create refused")
+			}
+			if err := cl.Create(ctx, obj, opts...); err != nil {
+				return err
+			}
+			if isChild(obj) {
+				// Between creating a child and recording it in status.
+				c.crashHere("after creating a child", 0.08)
+				if c.roll(0.15) {
+					return c.fault("child created, response lost")
+				}
+			}
+			if s, ok := obj.(*corev1.Secret); ok && s.Labels[infrav1.ComponentLabel] == "outputs" {
+				c.crashHere("during outputs projection", 0.1)
+			}
+			return nil
+		},
+		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			if isChild(obj) && c.roll(0.1) {
+				return apierrors.NewConflict(schema.GroupResource{Resource: "workflows"}, obj.GetName(), errors.New("chaos"))
+			}
+			return cl.Update(ctx, obj, opts...)
+		},
+		Patch: func(ctx context.Context, cl client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+			if _, ok := obj.(*infrav1.TerraformRun); ok {
+				// Finalizer handling.
+				c.crashHere("during finalizer handling", 0.05)
+				if c.roll(0.1) {
+					return c.fault("metadata patch refused")
+				}
+			}
+			return cl.Patch(ctx, obj, patch, opts...)
+		},
+		SubResourcePatch: func(ctx context.Context, cl client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+			if c.roll(0.15) {
+				c.faults.Add(1)
+				return apierrors.NewConflict(schema.GroupResource{Resource: "terraformruns"}, obj.GetName(), errors.New("chaos"))
+			}
+			return cl.SubResource(sub).Patch(ctx, obj, patch, opts...)
+		},
+	}
+}
+
+// startChaosManager starts the production setup with the chaos client.
+func startChaosManager(c *chaos) (context.CancelFunc, chan struct{}) {
+	scheme, err := manager.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Cache: manager.CacheOptions(nil),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: ctrlConfigSkipNameValidation(),
+		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
+			cl, err := client.NewWithWatch(rc, o) // reads from the cache, as the manager's own client does
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(cl, c.funcs()), nil
+		},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	_, err = manager.Setup(mgr, manager.Options{
+		Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
+		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		_ = mgr.Start(ctx)
+	}()
+	return cancel, done
+}
+
+const chaosLifecycles = 200
+
+var _ = Describe("chaos", Serial, func() {
+	It("runs 200 lifecycles on both engines through API faults and manager crashes: no duplicate children, no lost outputs, no stuck finalizers", func() {
+		stopManager() // the chaos manager replaces the suite's
+		DeferCleanup(startManager)
+
+		ch := &chaos{rnd: rand.New(rand.NewSource(20261123)), crash: make(chan string, 1)}
+		cancel, done := startChaosManager(ch)
+		restarts := 0
+		supervisorDone := make(chan struct{})
+		stopSupervisor := make(chan struct{})
+		go func() {
+			defer GinkgoRecover()
+			defer close(supervisorDone)
+			for {
+				select {
+				case where := <-ch.crash:
+					cancel()
+					<-done
+					ch.crashes.Add(1)
+					restarts++
+					GinkgoWriter.Printf("chaos: manager crashed %s; restarting\n", where)
+					cancel, done = startChaosManager(ch)
+				case <-stopSupervisor:
+					return
+				}
+			}
+		}()
+
+		ns := newNamespace()
+		long := 90 * time.Second
+		var failures atomic.Int64
+		lifecycle := func(i int) {
+			defer GinkgoRecover()
+			g := given{engines[i%len(engines)]}
+			name := fmt.Sprintf("c%03d", i)
+			manual := i%4 == 0
+			remove := i%2 == 0
+			w := g.run(name, ns)
+			if !manual {
+				w = w.Auto()
+			}
+			Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+			s := g.active(ns, name)
+			s.start()
+			digest := digestOf(name)
+			s.plan(1, 0, 0, digest)
+			if manual {
+				s.suspend(digest)
+				Eventually(phase(ns, name), long, interval).Should(Equal(infrav1.RunAwaitingApproval))
+				patchRun(ns, name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
+				Eventually(gateState(s), long, interval).Should(Equal("Approved"))
+			}
+			s.finishApply(`{"a":{"sensitive":false,"value":"1"},"b":{"sensitive":true,"value":"2"}}`)
+			Eventually(condReason(ns, name, infrav1.ReadyCondition), long, interval).Should(Equal("True/Succeeded"))
+			if remove {
+				Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
+				Eventually(func() infrav1.RunType {
+					r := &infrav1.TerraformRun{}
+					if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, r); err != nil || r.Status.Run == nil {
+						return ""
+					}
+					return r.Status.Run.Type
+				}, long, interval).Should(Equal(infrav1.RunDestroy))
+				g.active(ns, name).succeedDestroy()
+				Eventually(gone(ns, name), long, interval).Should(BeTrue())
+			}
+		}
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 20)
+		for i := 0; i < chaosLifecycles; i++ {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func(i int) {
+				defer wg.Done()
+				defer func() { <-sem }()
+				defer func() {
+					if r := recover(); r != nil {
+						failures.Add(1)
+						panic(r)
+					}
+				}()
+				lifecycle(i)
+			}(i)
+		}
+		wg.Wait()
+		close(stopSupervisor)
+		<-supervisorDone
+		ch.disabled.Store(true)
+		cancel()
+		<-done
+
+		By("checking every run's children, outputs and finalizers")
+		duplicates, lostOutputs, stuck, destroyRuns := 0, 0, 0, 0
+		children := map[string][]client.Object{}
+		for _, e := range engines {
+			for _, c := range e.children(ns) {
+				run := c.GetLabels()[infrav1.RunNameLabel]
+				children[run] = append(children[run], c)
+			}
+		}
+		for i := 0; i < chaosLifecycles; i++ {
+			name := fmt.Sprintf("c%03d", i)
+			apply, destroy := 0, 0
+			for _, c := range children[name] {
+				switch c.GetLabels()[infrav1.RunTypeLabel] {
+				case "apply":
+					apply++
+				case "destroy":
+					destroy++
+				}
+			}
+			if apply != 1 {
+				duplicates += apply - 1
+				AddReportEntry(fmt.Sprintf("%s has %d apply children", name, apply))
+			}
+			if i%2 == 0 {
+				destroyRuns++
+				if destroy != 1 {
+					duplicates += destroy - 1
+					AddReportEntry(fmt.Sprintf("%s has %d destroy children", name, destroy))
+				}
+				if !gone(ns, name)() {
+					stuck++
+				}
+				continue
+			}
+			sec := &corev1.Secret{}
+			if err := k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name + "-outputs"}, sec); err != nil || len(sec.Data) != 2 || string(sec.Data["a"]) != "1" || string(sec.Data["b"]) != "2" {
+				lostOutputs++
+			}
+		}
+		AddReportEntry(fmt.Sprintf("chaos: %d lifecycles, %d injected API faults, %d manager crashes, %d destroys", chaosLifecycles, ch.faults.Load(), ch.crashes.Load(), destroyRuns))
+		fmt.Fprintf(GinkgoWriter, "chaos: %d lifecycles, %d injected API faults, %d manager crashes\n", chaosLifecycles, ch.faults.Load(), ch.crashes.Load())
+		Expect(failures.Load()).To(BeZero())
+		Expect(ch.faults.Load()).To(BeNumerically(">", 0), "no fault was injected; the test proves nothing")
+		Expect(ch.crashes.Load()).To(BeNumerically(">", 0), "the manager never crashed; the test proves nothing")
+		Expect(duplicates).To(Equal(0))
+		Expect(lostOutputs).To(Equal(0))
+		Expect(stuck).To(Equal(0))
+		checkReliabilityRow("chaos lifecycles, both engines", fmt.Sprint(chaosLifecycles))
+		checkReliabilityRow("duplicate children after chaos", fmt.Sprint(duplicates))
+		checkReliabilityRow("lost outputs after chaos", fmt.Sprint(lostOutputs))
+		checkReliabilityRow("stuck finalizers after chaos", fmt.Sprint(stuck))
+	})
+})
