@@ -49,6 +49,7 @@ const (
 	ReasonSuperseded        = "Superseded"
 	ReasonOutputsFailed     = "OutputsFailed"
 	ReasonInvalidSpec       = "InvalidSpec"
+	ReasonNoProgress        = "NoProgress"
 )
 
 // Labels and annotations opr8r reads or writes.

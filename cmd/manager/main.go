@@ -35,7 +35,7 @@ func main() {
 		maxConcurrent                      int
 		qps                                float64
 		burst                              int
-		destroyTimeout                     time.Duration
+		destroyTimeout, progressTimeout    time.Duration
 		cfg                                engine.Config
 	)
 	flag.StringVar(&engines, "engines", "argo,tekton", "Comma-separated engines to enable (argo, tekton). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
@@ -53,19 +53,20 @@ func main() {
 	flag.Float64Var(&qps, "kube-api-qps", 50, "Client QPS towards the API server.")
 	flag.IntVar(&burst, "kube-api-burst", 100, "Client burst towards the API server.")
 	flag.DurationVar(&destroyTimeout, "destroy-timeout", controller.DefaultDestroyTimeout, "A deletion whose destroy runs longer is marked Stalled.")
+	flag.DurationVar(&progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, cfg); err != nil {
+	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, progressTimeout, cfg); err != nil {
 		log.Error(err, "manager failed")
 		os.Exit(1)
 	}
 }
 
-func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout time.Duration, cfg engine.Config) error {
+func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout, progressTimeout time.Duration, cfg engine.Config) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no kubeconfig: %w", err)
@@ -102,7 +103,7 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, lead
 	controller.RegisterMetrics()
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: names, DefaultEngine: infrav1.EngineName(defaultEngine), Engine: cfg,
-		MaxConcurrentReconciles: maxConcurrent, DestroyTimeout: destroyTimeout,
+		MaxConcurrentReconciles: maxConcurrent, DestroyTimeout: destroyTimeout, ProgressTimeout: progressTimeout,
 	}); err != nil {
 		return err
 	}

@@ -125,3 +125,29 @@ func TestPipelineRunShape(t *testing.T) {
 		}
 	}
 }
+
+// TestStepPodsAreHardened checks every step container and the pod template.
+func TestStepPodsAreHardened(t *testing.T) {
+	for name, tc := range testutil.GoldenCases() {
+		pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type)
+		pod := pr.Spec.TaskRunTemplate.PodTemplate
+		if pod == nil || pod.SecurityContext == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" {
+			t.Errorf("%s: pod security context is not hardened: %+v", name, pod)
+		}
+		for _, pt := range append(pr.Spec.PipelineSpec.Tasks, pr.Spec.PipelineSpec.Finally...) {
+			if pt.TaskSpec == nil {
+				continue
+			}
+			for _, s := range pt.TaskSpec.Steps {
+				sc := s.SecurityContext
+				if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem ||
+					sc.Capabilities == nil || len(sc.Capabilities.Drop) != 1 || sc.Capabilities.Drop[0] != "ALL" || sc.SeccompProfile == nil {
+					t.Errorf("%s task %s step %s: security context is not hardened: %+v", name, pt.Name, s.Name, sc)
+				}
+				if s.ComputeResources.Limits.Memory().IsZero() || s.ComputeResources.Requests.Cpu().IsZero() {
+					t.Errorf("%s task %s step %s has no requests/limits", name, pt.Name, s.Name)
+				}
+			}
+		}
+	}
+}

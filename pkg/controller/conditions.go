@@ -37,7 +37,8 @@ func (r *TerraformRunReconciler) transition(run *infrav1.TerraformRun, t string,
 	typ := corev1.EventTypeNormal
 	if reason == infrav1.ReasonRunFailed || reason == infrav1.ReasonRejected || reason == infrav1.ReasonApprovalTimeout ||
 		reason == infrav1.ReasonStaleApproval || reason == infrav1.ReasonChildDeleted || reason == infrav1.ReasonDestroyFailed ||
-		reason == infrav1.ReasonDestroyTimeout || reason == infrav1.ReasonEngineUnavailable || reason == infrav1.ReasonOutputsFailed {
+		reason == infrav1.ReasonDestroyTimeout || reason == infrav1.ReasonEngineUnavailable || reason == infrav1.ReasonOutputsFailed ||
+		reason == infrav1.ReasonNoProgress {
 		typ = corev1.EventTypeWarning
 	}
 	r.event(run, typ, reason, t, msg)

@@ -83,6 +83,9 @@ func (r *TerraformRunReconciler) followActive(ctx context.Context, run, eff *inf
 			return r.supersede(ctx, run, e, child, cur)
 		}
 		res, err := r.reconcileGate(ctx, run, eff, e, child, pr)
+		if err == nil && pr.Gate.State != engine.GatePending {
+			res = r.checkProgress(run, cur, res)
+		}
 		return res, true, err
 	}
 	if err := r.finishRun(ctx, run, eff, pr); err != nil {
@@ -90,6 +93,49 @@ func (r *TerraformRunReconciler) followActive(ctx context.Context, run, eff *inf
 	}
 	r.pruneHistory(ctx, run, eff, e)
 	return ctrl.Result{}, false, nil
+}
+
+// checkProgress sets Stalled (reason NoProgress) when an active run's steps
+// have not moved for ProgressTimeout: a stuck engine controller, pods that
+// never schedule. Waiting for approval is not counted. The run keeps
+// waiting; the next step that moves clears the condition.
+func (r *TerraformRunReconciler) checkProgress(run *infrav1.TerraformRun, cur *infrav1.RunStatus, res ctrl.Result) ctrl.Result {
+	if r.ProgressTimeout <= 0 {
+		return res
+	}
+	last := cur.StartedAt
+	step := "the engine has not started it"
+	for _, s := range cur.Steps {
+		for _, t := range []*metav1.Time{s.StartedAt, s.FinishedAt} {
+			if t != nil && (last == nil || t.After(last.Time)) {
+				last = t
+			}
+		}
+		switch s.Phase {
+		case infrav1.StepRunning, infrav1.StepPending:
+			step = fmt.Sprintf("step %s is %s", s.Name, s.Phase)
+		case infrav1.StepSucceeded:
+			step = fmt.Sprintf("step %s finished and the next has not started", s.Name)
+		}
+	}
+	if last == nil {
+		return res
+	}
+	idle := r.now().Sub(last.Time)
+	if idle < r.ProgressTimeout {
+		return shorter(res, r.ProgressTimeout-idle)
+	}
+	r.setStalled(run, infrav1.ReasonNoProgress, fmt.Sprintf("run %s has made no progress for %s (%s): check the engine's controller and the step pods of %s %s; opr8r keeps waiting",
+		cur.ID, idle.Round(time.Second), step, cur.Child.Kind, cur.ID))
+	return shorter(res, r.ProgressTimeout)
+}
+
+// shorter keeps the earlier of two requeues.
+func shorter(res ctrl.Result, after time.Duration) ctrl.Result {
+	if res.RequeueAfter == 0 || after < res.RequeueAfter {
+		res.RequeueAfter = after
+	}
+	return res
 }
 
 // startRun creates the child of a new run with a deterministic name: a

@@ -42,6 +42,7 @@ import (
 // Defaults for timings the manager may override by flag.
 const (
 	DefaultDestroyTimeout     = 30 * time.Minute
+	DefaultProgressTimeout    = time.Hour
 	DefaultEngineRetryPeriod  = 15 * time.Second
 	skipDestroyAnnotationTrue = "true"
 )
@@ -64,6 +65,9 @@ type TerraformRunReconciler struct {
 	Config engine.Config
 	// DestroyTimeout stalls a deletion whose destroy runs longer.
 	DestroyTimeout time.Duration
+	// ProgressTimeout stalls a run whose steps have not moved for this long
+	// (approval waits excluded); 0 disables the check.
+	ProgressTimeout time.Duration
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }

@@ -47,6 +47,8 @@ type Options struct {
 	MaxConcurrentReconciles int
 	// DestroyTimeout stalls deletions whose destroy runs longer.
 	DestroyTimeout time.Duration
+	// ProgressTimeout stalls runs whose steps have not moved for this long.
+	ProgressTimeout time.Duration
 	// EnginePollPeriod is how often missing engine CRDs are looked for.
 	EnginePollPeriod time.Duration
 }
@@ -110,14 +112,15 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	}
 	avail := controller.NewAvailability()
 	r := &controller.TerraformRunReconciler{
-		Client:         mgr.GetClient(),
-		APIReader:      mgr.GetAPIReader(),
-		Recorder:       mgr.GetEventRecorder("opr8r"),
-		Engines:        reg,
-		Available:      avail,
-		DefaultEngine:  o.DefaultEngine,
-		Config:         o.Engine,
-		DestroyTimeout: o.DestroyTimeout,
+		Client:          mgr.GetClient(),
+		APIReader:       mgr.GetAPIReader(),
+		Recorder:        mgr.GetEventRecorder("opr8r"),
+		Engines:         reg,
+		Available:       avail,
+		DefaultEngine:   o.DefaultEngine,
+		Config:          o.Engine,
+		DestroyTimeout:  o.DestroyTimeout,
+		ProgressTimeout: o.ProgressTimeout,
 	}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {

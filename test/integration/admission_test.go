@@ -8,10 +8,12 @@ import (
 	"strings"
 	"time"
 
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
@@ -45,28 +47,43 @@ var _ = Describe("admission", func() {
 	})
 
 	It("refuses an engine change while a run is active, and allows it after", func() {
-		run := testutil.MakeRun("switch", "default").Obj()
+		ns := newNamespace()
+		run := testutil.MakeRun("switch", ns).Obj()
 		run.UID = ""
 		run.Spec.Engine = infrav1.EngineArgo
-		run.Spec.Suspend = true // no manager run starts; status is set by hand below
+		run.Spec.Suspend = true // the manager starts nothing; the active run is set up below
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
-		run.Status.Run = &infrav1.RunStatus{ID: "switch-x-1", Type: "apply", Engine: "argo", SpecHash: "x", Attempt: 1, Phase: infrav1.RunRunning,
-			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "switch-x-1"}}
-		Expect(k8sClient.Status().Update(ctx, run)).To(Succeed())
-		patch := client.MergeFrom(run.DeepCopy())
-		run.Spec.Engine = infrav1.EngineTekton
-		err := k8sClient.Patch(ctx, run, patch)
+		Eventually(func() []string { return getRun(ns, "switch").Finalizers }, timeout, interval).ShouldNot(BeEmpty())
+		// A pending Workflow the manager can observe, so it too sees the run as active.
+		owner := getRun(ns, "switch")
+		wf := &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "switch-x-1", Namespace: ns, Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, infrav1.GroupVersion.WithKind("TerraformRun"))}},
+			Spec: wfv1.WorkflowSpec{Entrypoint: "main"}}
+		Expect(k8sClient.Create(ctx, wf)).To(Succeed())
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			r := getRun(ns, "switch")
+			r.Status.Run = &infrav1.RunStatus{ID: "switch-x-1", Type: "apply", Engine: "argo", SpecHash: "x", Attempt: 1, Phase: infrav1.RunRunning,
+				Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "switch-x-1"}}
+			return k8sClient.Status().Update(ctx, r)
+		})).To(Succeed())
+
+		r := getRun(ns, "switch")
+		patch := client.MergeFrom(r.DeepCopy())
+		r.Spec.Engine = infrav1.EngineTekton
+		err := k8sClient.Patch(ctx, r, patch)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("spec.engine cannot change while a run is active"))
+		Expect(getRun(ns, "switch").Spec.Engine).To(Equal(infrav1.EngineArgo), "nothing stored is lost")
 
-		got := &infrav1.TerraformRun{}
-		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
-		Expect(got.Spec.Engine).To(Equal(infrav1.EngineArgo), "nothing stored is lost")
-		got.Status.Run.Phase = infrav1.RunSucceeded
-		Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
-		patch = client.MergeFrom(got.DeepCopy())
-		got.Spec.Engine = infrav1.EngineTekton
-		Expect(k8sClient.Patch(ctx, got, patch)).To(Succeed())
+		By("once the run has ended (its Workflow deleted), the engine may change")
+		Expect(k8sClient.Delete(ctx, wf)).To(Succeed())
+		Eventually(phase(ns, "switch"), timeout, interval).Should(Equal(infrav1.RunFailed))
+		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			r := getRun(ns, "switch")
+			patch := client.MergeFrom(r.DeepCopy())
+			r.Spec.Engine = infrav1.EngineTekton
+			return k8sClient.Patch(ctx, r, patch)
+		})).To(Succeed())
 	})
 
 	It("stalls a run whose map keys the schema cannot check, before creating anything", func() {

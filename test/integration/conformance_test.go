@@ -360,6 +360,22 @@ func conformance(g given) {
 		Expect(g.childCount(ns)()).To(Equal(3))
 	})
 
+	It("stalls a run that makes no progress, and clears it when the child moves", func() {
+		ns := newNamespace()
+		run := g.run("stuck-run", ns).Obj()
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		s.start()
+		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/NoProgress"))
+		msg := cond(getRun(ns, run.Name), infrav1.StalledCondition).Message
+		Expect(msg).To(And(ContainSubstring("has made no progress for"), MatchRegexp(`\(step (plan is Running|init finished and the next has not started)\)`), ContainSubstring("opr8r keeps waiting")))
+		s.plan(1, 0, 0, digestOf("stuck-run"))
+		s.suspend(digestOf("stuck-run"))
+		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(BeEmpty())
+		Eventually(condReason(ns, run.Name, infrav1.ReconcilingCondition), timeout, interval).Should(Equal("True/AwaitingApproval"))
+		Consistently(condReason(ns, run.Name, infrav1.StalledCondition), progressTimeout+2*time.Second, interval).Should(BeEmpty(), "waiting for approval is not a lack of progress")
+	})
+
 	It("surfaces terraform's error text when a step fails", func() {
 		ns := newNamespace()
 		run := g.run("fails", ns).Obj()

@@ -27,6 +27,10 @@ import (
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
+// progressTimeout is short so the no-progress test is quick; the scenarios
+// move well within it.
+const progressTimeout = 6 * time.Second
+
 var (
 	testEnv   *envtest.Environment
 	cfg       *rest.Config
@@ -98,6 +102,7 @@ func startManager() {
 		DefaultEngine:    infrav1.EngineArgo,
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,
+		ProgressTimeout:  progressTimeout,
 		EnginePollPeriod: 200 * time.Millisecond,
 	})
 	Expect(err).NotTo(HaveOccurred())
