@@ -7,6 +7,7 @@ import (
 	"sort"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -153,7 +154,24 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 	if err != nil {
 		return ctrl.Result{}, &stallingError{reason: infrav1.ReasonInvalidSpec, msg: "cannot build the pipeline: " + err.Error()}
 	}
-	if err := r.Create(ctx, obj); err != nil {
+	key := types.NamespacedName{Namespace: run.Namespace, Name: name}
+	if cached := e.NewChild(); r.Get(ctx, key, cached) == nil {
+		// The child exists: either our status write recording it has not
+		// reached the cache yet (then write nothing and look again), or it
+		// was lost (a crash between create and status): adopt the child.
+		if !metav1.IsControlledBy(cached, run) {
+			return ctrl.Result{}, &stallingError{reason: infrav1.ReasonInvalidSpec,
+				msg: fmt.Sprintf("%s %s exists and is not owned by this TerraformRun; delete or rename it", e.ChildGVK().Kind, name)}
+		}
+		fresh := &infrav1.TerraformRun{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), fresh); err != nil {
+			return ctrl.Result{}, err
+		}
+		if fresh.Status.Run != nil && fresh.Status.Run.ID == name {
+			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+		}
+		obj = cached
+	} else if err := r.Create(ctx, obj); err != nil {
 		if apimeta.IsNoMatchError(err) {
 			r.Available.Set(e.Name(), false)
 			return ctrl.Result{}, &waitingError{reason: infrav1.ReasonEngineUnavailable, after: DefaultEngineRetryPeriod,
@@ -163,7 +181,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 			return ctrl.Result{}, fmt.Errorf("creating %s %s: %w", e.ChildGVK().Kind, name, err)
 		}
 		existing := e.NewChild()
-		if err := r.APIReader.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, existing); err != nil {
+		if err := r.APIReader.Get(ctx, key, existing); err != nil {
 			return ctrl.Result{}, fmt.Errorf("adopting %s %s: %w", e.ChildGVK().Kind, name, err)
 		}
 		if !metav1.IsControlledBy(existing, run) {
@@ -195,7 +213,9 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 	if t == infrav1.RunDestroy {
 		reason = infrav1.ReasonDestroying
 	}
-	r.setProgressing(run, reason, fmt.Sprintf("%s run %s started (%s %s)", t, name, gvk.Kind, name))
+	// The same message project() writes for a child that has not started,
+	// so the reconcile that the child's creation triggers writes nothing.
+	r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
 	r.event(run, "Normal", "RunStarted", string(t), fmt.Sprintf("started %s run %s as %s %s", t, name, gvk.Kind, name))
 	runsStarted.WithLabelValues(string(e.Name()), string(t)).Inc()
 	return ctrl.Result{}, nil
@@ -210,6 +230,9 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 	for _, cm := range cms {
 		if err := controllerutil.SetControllerReference(child, cm, r.Scheme()); err != nil {
 			return fmt.Errorf("owning ConfigMap %s: %w", cm.Name, err)
+		}
+		if r.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}) == nil {
+			continue
 		}
 		if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)

@@ -92,6 +92,7 @@ func (a argoController) update(fn func(wf *wfv1.Workflow)) {
 		fn(wf)
 		return k8sClient.Update(context.Background(), wf)
 	})).To(Succeed())
+	simWrites.Add(1)
 }
 
 func (a argoController) get() *wfv1.Workflow {

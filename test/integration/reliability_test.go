@@ -13,9 +13,12 @@ import (
 // checkReliabilityRow checks that docs/reliability.md reports what the test
 // measured: a row "| <what> | <figure> |". The document can't drift from the
 // tests: a changed figure fails here until the table is updated.
-func checkReliabilityRow(what, figure string) {
-	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "docs", "reliability.md"))
+func checkReliabilityRow(what, figure string) { checkDocRow("reliability.md", what, figure) }
+
+// checkDocRow checks that docs/<doc> holds the row "| <what> | <figure> |".
+func checkDocRow(doc, what, figure string) {
+	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "docs", doc))
 	Expect(err).NotTo(HaveOccurred())
 	row := "| " + what + " | " + figure + " |"
-	Expect(strings.Contains(string(b), row)).To(BeTrue(), "docs/reliability.md must contain the measured row %q", row)
+	Expect(strings.Contains(string(b), row)).To(BeTrue(), "docs/%s must contain the measured row %q", doc, row)
 }

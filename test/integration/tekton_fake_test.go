@@ -63,6 +63,7 @@ func (c tektonController) updatePR(fn func(pr *tektonv1.PipelineRun)) {
 		fn(pr)
 		return k8sClient.Status().Update(context.Background(), pr)
 	})).To(Succeed())
+	simWrites.Add(1)
 }
 
 func (c tektonController) childLabels(task string) map[string]string {
@@ -101,6 +102,7 @@ func (c tektonController) taskRun(task string, fn func(tr *tektonv1.TaskRun)) {
 			Spec:       tektonv1.TaskRunSpec{TaskSpec: &tektonv1.TaskSpec{Steps: []tektonv1.Step{{Name: task, Image: "x"}}}},
 		}
 		Expect(k8sClient.Create(ctx, tr)).To(Succeed())
+		simWrites.Add(1)
 		c.updatePR(func(pr *tektonv1.PipelineRun) {
 			pr.Status.ChildReferences = append(pr.Status.ChildReferences, tektonv1.ChildStatusReference{
 				TypeMeta: runtimeTypeMeta("TaskRun"), Name: name, PipelineTaskName: task,
@@ -119,6 +121,7 @@ func (c tektonController) taskRun(task string, fn func(tr *tektonv1.TaskRun)) {
 		fn(tr)
 		return k8sClient.Status().Update(ctx, tr)
 	})).To(Succeed())
+	simWrites.Add(1)
 }
 
 func succeededTask(steps ...string) func(tr *tektonv1.TaskRun) {

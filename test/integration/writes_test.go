@@ -1,0 +1,195 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	"k8s.io/client-go/rest"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+// simWrites counts the engine simulators' writes to children and their
+// step objects: the child changes the manager observes.
+var simWrites atomic.Int64
+
+// writeCounter counts the manager's API writes by "verb kind".
+type writeCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (w *writeCounter) add(c client.Client, verb string, obj client.Object) {
+	gvk, _ := apiutil.GVKForObject(obj, c.Scheme())
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts[verb+" "+gvk.Kind]++
+}
+
+func (w *writeCounter) snapshot() map[string]int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int{}
+	for k, v := range w.counts {
+		out[k] = v
+	}
+	return out
+}
+
+func (w *writeCounter) reset() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.counts = map[string]int{}
+}
+
+func (w *writeCounter) funcs() interceptor.Funcs {
+	return interceptor.Funcs{
+		Create: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.CreateOption) error {
+			w.add(c, "create", obj)
+			return c.Create(ctx, obj, o...)
+		},
+		Update: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.UpdateOption) error {
+			w.add(c, "update", obj)
+			return c.Update(ctx, obj, o...)
+		},
+		Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, o ...client.PatchOption) error {
+			w.add(c, "patch", obj)
+			return c.Patch(ctx, obj, p, o...)
+		},
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, o ...client.DeleteOption) error {
+			w.add(c, "delete", obj)
+			return c.Delete(ctx, obj, o...)
+		},
+		SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, o ...client.SubResourcePatchOption) error {
+			w.add(c, "patch/"+sub, obj)
+			return c.SubResource(sub).Patch(ctx, obj, p, o...)
+		},
+		SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, obj client.Object, o ...client.SubResourceUpdateOption) error {
+			w.add(c, "update/"+sub, obj)
+			return c.SubResource(sub).Update(ctx, obj, o...)
+		},
+	}
+}
+
+func startCountingManager(w *writeCounter) (context.CancelFunc, chan struct{}) {
+	scheme, err := manager.Scheme()
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme: scheme, Cache: manager.CacheOptions(nil), Metrics: metricsserver.Options{BindAddress: "0"},
+		Controller: ctrlConfigSkipNameValidation(),
+		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
+			cl, err := client.NewWithWatch(rc, o)
+			if err != nil {
+				return nil, err
+			}
+			return interceptor.NewClient(cl, w.funcs()), nil
+		},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	_, err = manager.Setup(mgr, manager.Options{Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
+		Engine: testutil.Config, EnginePollPeriod: 100 * time.Millisecond})
+	Expect(err).NotTo(HaveOccurred())
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer GinkgoRecover()
+		defer close(done)
+		_ = mgr.Start(ctx)
+	}()
+	return cancel, done
+}
+
+func describeCounts(m map[string]int) string {
+	var keys []string
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%d ", k, m[k])
+	}
+	return b.String()
+}
+
+// The regression guard for the performance issue's P3: API writes are
+// counted, not timed, so they are exact. Each step below waits until the
+// run's status shows the change, so every observed child change is one
+// reconcile.
+var _ = Describe("API writes", Serial, func() {
+	It("makes exactly the expected writes for a lifecycle, and none on a resync of Ready runs", func() {
+		stopManager()
+		DeferCleanup(startManager)
+		w := &writeCounter{counts: map[string]int{}}
+		cancel, done := startCountingManager(w)
+		DeferCleanup(func() { cancel(); <-done })
+		ns := newNamespace()
+
+		for _, e := range engines {
+			g := given{e}
+			name := "w-" + string(e.name)
+			w.reset()
+			Expect(k8sClient.Create(context.Background(), g.run(name, ns).Auto().Obj())).To(Succeed())
+			s := g.active(ns, name)
+			Eventually(phase(ns, name), timeout, interval).Should(Equal(infrav1.RunPending))
+			Eventually(w.snapshot, timeout, interval).Should(HaveKeyWithValue("patch/status TerraformRun", 1))
+			Consistently(w.snapshot, time.Second, interval).Should(Equal(map[string]int{
+				"patch TerraformRun": 1, // the finalizer
+				"create " + map[infrav1.EngineName]string{infrav1.EngineArgo: "Workflow", infrav1.EngineTekton: "PipelineRun"}[e.name]: 1,
+				"create ConfigMap":          2, // vars and the inline source
+				"patch/status TerraformRun": 1, // the run started
+			}), "writes to start a run: %s", describeCounts(w.snapshot()))
+
+			w.reset()
+			simWrites.Store(0)
+			s.start()
+			Eventually(func() int { return len(getRun(ns, name).Status.Run.Steps) }, timeout, interval).Should(BeNumerically(">=", 2))
+			s.plan(1, 0, 0, digestOf(name))
+			Eventually(func() *infrav1.PlanStatus { return getRun(ns, name).Status.Plan }, timeout, interval).ShouldNot(BeNil())
+			s.finishApply(`{"a":{"sensitive":false,"value":"1"}}`)
+			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+			changes := int(simWrites.Load())
+			Consistently(func() int { return w.snapshot()["patch/status TerraformRun"] }, time.Second, interval).Should(BeNumerically("<=", changes),
+				"at most one status write per child change (%d changes): %s", changes, describeCounts(w.snapshot()))
+			got := w.snapshot()
+			if e.name == infrav1.EngineArgo {
+				Expect(got["patch/status TerraformRun"]).To(Equal(3), "Argo: one status write each for started, planned and finished")
+			}
+			Expect(got["create Secret"]).To(Equal(1), "the outputs Secret, written once: %s", describeCounts(got))
+			AddReportEntry(fmt.Sprintf("%s lifecycle writes after start: %s for %d child changes", e.name, describeCounts(got), changes))
+		}
+
+		By("a resync of Ready runs writes nothing")
+		for i := 0; i < 20; i++ {
+			e := engines[i%2]
+			g := given{e}
+			name := fmt.Sprintf("r%02d", i)
+			Expect(k8sClient.Create(context.Background(), g.run(name, ns).Auto().Obj())).To(Succeed())
+			s := g.active(ns, name)
+			s.start()
+			s.plan(1, 0, 0, digestOf(name))
+			s.finishApply(`{"a":{"sensitive":false,"value":"1"}}`)
+			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+		}
+		cancel()
+		<-done
+		w.reset()
+		cancel, done = startCountingManager(w) // a fresh manager reconciles every run once
+		Consistently(w.snapshot, 5*time.Second, interval).Should(BeEmpty(), "writes on resync: %s", describeCounts(w.snapshot()))
+		checkDocRow("performance.md", "API writes on a resync of 22 Ready runs (test)", "0")
+	})
+})
