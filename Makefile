@@ -99,6 +99,12 @@ test-integration: envtest-assets ## Only the envtest integration suite.
 docs: ## Regenerate docs/api-reference.md from the CRD.
 	go run ./hack/gen-api-docs > docs/api-reference.md
 
+BENCH_SIZES ?= 100,1000,5000
+.PHONY: bench
+bench: envtest-assets ## Scale benchmark (docs/performance.md): throughput, latency, writes and memory at BENCH_SIZES runs.
+	go build -o bin/bench-manager ./cmd/manager
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCH_SIZES=$(BENCH_SIZES) go run ./test/bench
+
 FUZZ_TIME ?= 5m
 .PHONY: fuzz
 fuzz: ## Fuzz translation of admission-valid specs through both engines' validators.

@@ -2,12 +2,14 @@ package argo
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/packer"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -19,8 +21,9 @@ import (
 // supplies the outputs (workflow/util.updateSuspendedNode): the active
 // suspend node gets its supplied outputs, phase Succeeded, a "Resumed by:"
 // message and finishedAt, and the Workflow is written with a full Update
-// guarded by its resourceVersion. A conflict is returned to the caller,
-// which retries with a fresh object.
+// guarded by its resourceVersion (opr8r sends a merge patch of the node;
+// see decideGate). A conflict is returned to the caller, which retries with
+// a fresh object.
 func (Engine) Approve(ctx context.Context, c client.Client, obj client.Object, d engine.Decision) error {
 	return decideGate(ctx, c, obj, func(n *wfv1.NodeStatus) error {
 		if err := supplyOutput(n, paramDecision, decisionApprove); err != nil {
@@ -94,12 +97,24 @@ func decideGate(ctx context.Context, c client.Client, obj client.Object, decide 
 			return fmt.Errorf("compressing workflow %s: %w", wf.Name, err)
 		}
 	}
-	if wf.Labels == nil {
-		wf.Labels = map[string]string{}
+	// A merge patch of the one node (or of the compressed nodes), guarded by
+	// the resourceVersion the decision was made on, instead of a full
+	// Update: the manager's cache holds Workflows without their spec.
+	status := map[string]any{"nodes": map[string]any{id: n}}
+	if compressed {
+		status = map[string]any{"compressedNodes": wf.Status.CompressedNodes}
 	}
-	wf.Labels[actorLabel] = ActorName
-	wf.Labels[actionLabel] = "Resume"
-	return c.Update(ctx, wf)
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{
+			"resourceVersion": orig.ResourceVersion,
+			"labels":          map[string]string{actorLabel: ActorName, actionLabel: "Resume"},
+		},
+		"status": status,
+	})
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, orig, client.RawPatch(types.MergePatchType, patch))
 }
 
 // supplyOutput sets a supplied output parameter, as `argo node set` does.

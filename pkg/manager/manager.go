@@ -12,6 +12,7 @@ import (
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -73,6 +74,7 @@ func Scheme() (*runtime.Scheme, error) {
 func CacheOptions(namespaces []string) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue})
 	o := cache.Options{
+		DefaultTransform:     slimForCache,
 		DefaultLabelSelector: ours,
 		ByObject: map[client.Object]cache.ByObject{
 			&infrav1.TerraformRun{}: {Label: labels.Everything()},
@@ -87,6 +89,35 @@ func CacheOptions(namespaces []string) cache.Options {
 		}
 	}
 	return o
+}
+
+// slimForCache drops what the manager never reads from cached objects, so
+// its memory stays small with thousands of runs: managed fields everywhere,
+// the specs of engine objects (observation reads status; cancelling reads
+// only spec.shutdown / spec.status) and the data of input ConfigMaps (only
+// their existence is checked). Writes never send a cached object whole:
+// they are patches, or status updates of small objects.
+func slimForCache(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	switch o := obj.(type) {
+	case *wfv1.Workflow:
+		o.Spec = wfv1.WorkflowSpec{Shutdown: o.Spec.Shutdown}
+		o.Status.StoredTemplates = nil
+		o.Status.StoredWorkflowSpec = nil
+	case *tektonv1.PipelineRun:
+		o.Spec = tektonv1.PipelineRunSpec{Status: o.Spec.Status}
+		o.Status.PipelineSpec = nil
+		o.Status.Provenance = nil
+	case *tektonv1.TaskRun:
+		o.Spec = tektonv1.TaskRunSpec{Status: o.Spec.Status}
+		o.Status.TaskSpec = nil
+		o.Status.Provenance = nil
+	case *corev1.ConfigMap:
+		o.Data, o.BinaryData = nil, nil
+	}
+	return obj, nil
 }
 
 // Setup adds the TerraformRun controller and the engine watcher to mgr.
