@@ -117,8 +117,9 @@ func (c *chaos) funcs() interceptor.Funcs {
 	}
 }
 
-// startChaosManager starts the production setup with the chaos client.
-func startChaosManager(c *chaos) (context.CancelFunc, chan struct{}) {
+// startInterceptedManager starts the production setup with a client whose
+// calls pass through funcs (fault injection, write counting).
+func startInterceptedManager(funcs interceptor.Funcs) (context.CancelFunc, chan struct{}) {
 	scheme, err := manager.Scheme()
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -130,7 +131,7 @@ func startChaosManager(c *chaos) (context.CancelFunc, chan struct{}) {
 			if err != nil {
 				return nil, err
 			}
-			return interceptor.NewClient(cl, c.funcs()), nil
+			return interceptor.NewClient(cl, funcs), nil
 		},
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -157,7 +158,7 @@ var _ = Describe("chaos", Serial, func() {
 		DeferCleanup(startManager)
 
 		ch := &chaos{rnd: rand.New(rand.NewSource(20261123)), crash: make(chan string, 1)}
-		cancel, done := startChaosManager(ch)
+		cancel, done := startInterceptedManager(ch.funcs())
 		restarts := 0
 		supervisorDone := make(chan struct{})
 		stopSupervisor := make(chan struct{})
@@ -172,7 +173,7 @@ var _ = Describe("chaos", Serial, func() {
 					ch.crashes.Add(1)
 					restarts++
 					GinkgoWriter.Printf("chaos: manager crashed %s; restarting\n", where)
-					cancel, done = startChaosManager(ch)
+					cancel, done = startInterceptedManager(ch.funcs())
 				case <-stopSupervisor:
 					return
 				}
