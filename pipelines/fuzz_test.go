@@ -14,6 +14,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -147,10 +148,50 @@ func FuzzTranslate(f *testing.F) {
 				default:
 					t.Fatalf("unexpected child type %T", obj)
 				}
-				if _, err := pipeline.InputObjects(eff, obj.GetName()); err != nil {
-					t.Fatalf("input ConfigMaps: %v", err)
-				}
+				checkInputs(t, engine.Request{Run: eff, Type: typ, Name: obj.GetName(), SpecHash: hash, Config: testutil.Config})
 			}
 		}
 	})
+}
+
+// checkInputs checks that a child's inputs are one ConfigMap with valid keys,
+// and that every volume mounting it selects keys it has, with vars.json
+// among them.
+func checkInputs(t *testing.T, req engine.Request) {
+	t.Helper()
+	cms, err := pipeline.InputObjects(req.Run, req.Name)
+	if err != nil {
+		t.Fatalf("input ConfigMaps: %v", err)
+	}
+	if len(cms) != 1 || cms[0].Name != pipeline.InputsConfigMapName(req.Name) {
+		t.Fatalf("want one input ConfigMap %s, got %d", pipeline.InputsConfigMapName(req.Name), len(cms))
+	}
+	for k := range cms[0].Data {
+		if errs := validation.IsConfigMapKey(k); len(errs) > 0 {
+			t.Fatalf("input ConfigMap key %q: %v", k, errs)
+		}
+	}
+	p, err := pipeline.Build(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vars := false
+	for _, v := range p.Volumes {
+		src := v.ConfigMap
+		if src == nil || src.Name != cms[0].Name {
+			continue
+		}
+		if len(src.Items) == 0 {
+			t.Fatalf("volume %s mounts every key of %s; it must select its own", v.Name, src.Name)
+		}
+		for _, it := range src.Items {
+			if _, ok := cms[0].Data[it.Key]; !ok {
+				t.Fatalf("volume %s selects key %q, which %s lacks", v.Name, it.Key, src.Name)
+			}
+			vars = vars || (it.Key == pipeline.VarsKey && pipeline.InputsDir+"/"+it.Path == pipeline.VarsFile)
+		}
+	}
+	if !vars {
+		t.Fatalf("no volume mounts %s at %s", pipeline.VarsKey, pipeline.VarsFile)
+	}
 }

@@ -221,7 +221,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 	return ctrl.Result{}, nil
 }
 
-// createInputs creates the ConfigMaps the child mounts, owned by the child.
+// createInputs creates the ConfigMap the child mounts, owned by the child.
 func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.TerraformRun, child client.Object) error {
 	cms, err := pipeline.InputObjects(eff, child.GetName())
 	if err != nil {
@@ -235,6 +235,11 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 			continue
 		}
 		if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
+			if apierrors.IsInvalid(err) {
+				// Too large (vars and inline files share one ConfigMap, at
+				// most 1 MiB): no retry fixes that.
+				return &stallingError{reason: infrav1.ReasonInvalidSpec, msg: fmt.Sprintf("the inputs ConfigMap %s is refused: %v; keep inline files and vars under 1 MiB together, or use a git or configMapRef source", cm.Name, err)}
+			}
 			return fmt.Errorf("creating ConfigMap %s: %w", cm.Name, err)
 		}
 	}

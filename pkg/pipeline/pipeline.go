@@ -150,11 +150,15 @@ type Step struct {
 
 // Names of objects that belong to one child.
 
-// InputsConfigMapName is the ConfigMap with the run's vars.json.
+// InputsConfigMapName is the one ConfigMap a child's inputs live in: the
+// run's vars (key VarsKey) and an inline source's files (one key per file,
+// named as the file).
 func InputsConfigMapName(child string) string { return child + "-inputs" }
 
-// SourceConfigMapName is the ConfigMap with an inline source's files.
-func SourceConfigMapName(child string) string { return child + "-source" }
+// VarsKey is the key of vars.json in the inputs ConfigMap. Its leading dot
+// keeps it apart from inline file names, which cannot start with one; each
+// volume selects its own keys with items.
+const VarsKey = ".vars.json"
 
 // RawOutputsSecretName is the Secret the export step writes terraform's
 // outputs to, owned by the child; the operator projects it.
@@ -400,8 +404,8 @@ func DefaultResources() corev1.ResourceRequirements {
 }
 
 // InputObjects returns the ConfigMaps a child needs besides user objects:
-// vars.json always, and the inline source's files. The reconciler creates
-// them owned by the child, so they go away with it.
+// one, holding vars.json and the inline source's files. The reconciler
+// creates it owned by the child, so it goes away with it.
 func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap, error) {
 	vars := map[string]json.RawMessage{}
 	for _, v := range run.Spec.Terraform.Vars {
@@ -411,33 +415,25 @@ func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap,
 	if err != nil {
 		return nil, fmt.Errorf("spec.terraform.vars: %w", err)
 	}
+	data := map[string]string{VarsKey: string(vb)}
+	if in := run.Spec.Source.Inline; in != nil {
+		for k, v := range in.Files {
+			if k == VarsKey {
+				return nil, fmt.Errorf("spec.source.inline.files: %q is reserved", k)
+			}
+			data[k] = string(v)
+		}
+	}
 	labels := map[string]string{
 		infrav1.ManagedByLabel: infrav1.ManagedByValue,
 		infrav1.RunNameLabel:   run.Name,
 		infrav1.ComponentLabel: "inputs",
 	}
-	out := []*corev1.ConfigMap{{
+	return []*corev1.ConfigMap{{
 		ObjectMeta: metav1.ObjectMeta{Name: InputsConfigMapName(child), Namespace: run.Namespace, Labels: labels},
-		Data:       map[string]string{"vars.json": string(vb)},
+		Data:       data,
 		Immutable:  ptr.To(true),
-	}}
-	if in := run.Spec.Source.Inline; in != nil {
-		src := map[string]string{}
-		for k, v := range in.Files {
-			src[k] = string(v)
-		}
-		srcLabels := map[string]string{}
-		for k, v := range labels {
-			srcLabels[k] = v
-		}
-		srcLabels[infrav1.ComponentLabel] = "source"
-		out = append(out, &corev1.ConfigMap{
-			ObjectMeta: metav1.ObjectMeta{Name: SourceConfigMapName(child), Namespace: run.Namespace, Labels: srcLabels},
-			Data:       src,
-			Immutable:  ptr.To(true),
-		})
-	}
-	return out, nil
+	}}, nil
 }
 
 type builder struct {
@@ -466,13 +462,14 @@ func (b *builder) collectVolumes() {
 		b.addVolume(secretVolume("git-credentials", spec.Source.Git.CredentialsSecretRef.Name, nil, false))
 		b.gitMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
 	case spec.Source.Inline != nil:
-		b.addVolume(configMapVolume("source", SourceConfigMapName(b.req.Name), false))
+		files := SortedKeys(spec.Source.Inline.Files)
+		b.addVolume(configMapVolume("source", InputsConfigMapName(b.req.Name), false, keyItems(files, files)...))
 		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
 	case spec.Source.ConfigMapRef != nil:
 		b.addVolume(configMapVolume("source", spec.Source.ConfigMapRef.Name, false))
 		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
 	}
-	b.addVolume(configMapVolume("inputs", InputsConfigMapName(b.req.Name), false))
+	b.addVolume(configMapVolume("inputs", InputsConfigMapName(b.req.Name), false, keyItems([]string{VarsKey}, []string{path.Base(VarsFile)})...))
 
 	if be := spec.Backend; be != nil && be.ConfigSecretRef != nil {
 		b.addVolume(secretVolume("backend-config", be.ConfigSecretRef.Name, nil, false))
@@ -667,12 +664,22 @@ func secretVolume(name, secret string, keys []string, optional bool) corev1.Volu
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: src}}
 }
 
-func configMapVolume(name, cm string, optional bool) corev1.Volume {
-	src := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}}
+// configMapVolume mounts a ConfigMap; with items, only those keys.
+func configMapVolume(name, cm string, optional bool, items ...corev1.KeyToPath) corev1.Volume {
+	src := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Items: items}
 	if optional {
 		src.Optional = ptr.To(true)
 	}
 	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: src}}
+}
+
+// keyItems maps keys[i] to the file paths[i].
+func keyItems(keys, paths []string) []corev1.KeyToPath {
+	out := make([]corev1.KeyToPath, len(keys))
+	for i := range keys {
+		out[i] = corev1.KeyToPath{Key: keys[i], Path: paths[i]}
+	}
+	return out
 }
 
 func appendUnique(s []string, v string) []string {

@@ -86,6 +86,20 @@ var _ = Describe("admission", func() {
 		})).To(Succeed())
 	})
 
+	It("stalls a run whose inputs are too large for their one ConfigMap, naming the limit", func() {
+		ns := newNamespace()
+		run := testutil.MakeRun("toolarge", ns).Obj()
+		run.UID = ""
+		// Each file and the vars fit the schema; together they pass 1 MiB.
+		for i := 0; i < 3; i++ {
+			run.Spec.Source.Inline.Files[fmt.Sprintf("f%d.tf", i)] = infrav1.FileContent("#" + strings.Repeat("x", 250<<10))
+		}
+		run.Spec.Terraform.Vars = []infrav1.Variable{{Name: "big", Value: apiextensionsv1.JSON{Raw: []byte(`"` + strings.Repeat("y", 300<<10) + `"`)}}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(condReason(ns, "toolarge", infrav1.StalledCondition), timeout, interval).Should(Equal("True/InvalidSpec"))
+		Expect(cond(getRun(ns, "toolarge"), infrav1.StalledCondition).Message).To(ContainSubstring("under 1 MiB together"))
+	})
+
 	It("stalls a run whose map keys the schema cannot check, before creating anything", func() {
 		ns := newNamespace()
 		run := testutil.MakeRun("badkeys", ns).Obj()

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
 
@@ -190,7 +191,8 @@ func conformance(g given) {
 		Expect(s.validate()).To(Succeed())
 		cm := &corev1.ConfigMap{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.key().Name + "-inputs"}, cm)).To(Succeed())
-		Expect(cm.Data["vars.json"]).To(MatchJSON(`{"name":"demo"}`))
+		Expect(cm.Data[pipeline.VarsKey]).To(MatchJSON(`{"name":"demo"}`))
+		Expect(cm.Data).To(HaveKey("main.tf"), "the inline source shares the inputs ConfigMap")
 		Expect(metav1.IsControlledBy(cm, s.object())).To(BeTrue())
 
 		By("status shows the plan and waits for approval")

@@ -130,7 +130,7 @@ var _ = Describe("API writes", Serial, func() {
 			Consistently(w.snapshot, time.Second, interval).Should(Equal(map[string]int{
 				"patch TerraformRun": 1, // the finalizer
 				"create " + map[infrav1.EngineName]string{infrav1.EngineArgo: "Workflow", infrav1.EngineTekton: "PipelineRun"}[e.name]: 1,
-				"create ConfigMap":          2, // vars and the inline source
+				"create ConfigMap":          1, // vars and the inline source, in one
 				"patch/status TerraformRun": 1, // the run started
 			}), "writes to start a run: %s", describeCounts(w.snapshot()))
 
