@@ -216,7 +216,15 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 	// The same message project() writes for a child that has not started,
 	// so the reconcile that the child's creation triggers writes nothing.
 	r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
-	r.event(run, "Normal", "RunStarted", string(t), fmt.Sprintf("started %s run %s as %s %s", t, name, gvk.Kind, name))
+	// An apply run's start emits no Event: it would be one more API write
+	// per run started and says nothing status does not. Reconciling (True,
+	// Progressing, "run <child>: pending") and status.run (id, type, engine,
+	// child kind and name, startedAt) carry it, and the Planned event
+	// follows. A destroy, rare and the start of removing infrastructure,
+	// keeps its Event, paired with Destroyed.
+	if t == infrav1.RunDestroy {
+		r.event(run, "Normal", "RunStarted", string(t), fmt.Sprintf("started %s run %s as %s %s", t, name, gvk.Kind, name))
+	}
 	runsStarted.WithLabelValues(string(e.Name()), string(t)).Inc()
 	return ctrl.Result{}, nil
 }

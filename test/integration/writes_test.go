@@ -11,6 +11,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
@@ -133,6 +134,13 @@ var _ = Describe("API writes", Serial, func() {
 				"create ConfigMap":          1, // vars and the inline source, in one
 				"patch/status TerraformRun": 1, // the run started
 			}), "writes to start a run: %s", describeCounts(w.snapshot()))
+			// The recorder writes Events with its own client, past the
+			// interceptor: starting an apply run emits none.
+			evs, err := clientset.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
+			Expect(err).NotTo(HaveOccurred())
+			for _, ev := range evs.Items {
+				Expect(ev.Reason).NotTo(Equal("RunStarted"), "an apply run's start is in status, not an Event")
+			}
 
 			w.reset()
 			simWrites.Store(0)
