@@ -63,14 +63,7 @@ func run(args []string, out io.Writer) int {
 	if err := r.LoadEnvFiles(o.envFiles); err != nil {
 		return fail(err)
 	}
-	if o.namespace == "" {
-		o.namespace = o.backendNS
-	}
-	if o.namespace == "" {
-		if b, err := os.ReadFile("/var/run/secrets/kubernetes.io/serviceaccount/o.namespace"); err == nil {
-			o.namespace = strings.TrimSpace(string(b))
-		}
-	}
+	o.namespace = secretsNamespace(o.namespace, o.backendNS)
 	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes")
 	if needsKube {
 		k, err := step.NewKube(o.kubeconfig, o.namespace, step.OwnerRef(o.ownerAPI, o.ownerKind, o.ownerName, o.ownerUID))
@@ -210,4 +203,23 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.termLog, "termination-log", "/dev/termination-log", "where the failure summary goes")
 	fs.Var(&o.envFiles, "env-file", "NAME=PATH: terraform's env var NAME from a mounted Secret file (repeatable)")
 	return fs
+}
+
+// serviceAccountNamespaceFile holds the pod's namespace in every pod with a
+// service account token.
+var serviceAccountNamespaceFile = "/var/run/secrets/kubernetes.io/serviceaccount/namespace"
+
+// secretsNamespace is where the step writes Secrets: --namespace, else the
+// backend's namespace, else the pod's own.
+func secretsNamespace(flagNS, backendNS string) string {
+	if flagNS != "" {
+		return flagNS
+	}
+	if backendNS != "" {
+		return backendNS
+	}
+	if b, err := os.ReadFile(serviceAccountNamespaceFile); err == nil {
+		return strings.TrimSpace(string(b))
+	}
+	return ""
 }

@@ -56,3 +56,54 @@ func mustWrite(t *testing.T, p, s string) {
 		t.Fatal(err)
 	}
 }
+
+// TestSecretsNamespace: without --namespace or a backend namespace the step
+// writes Secrets to its pod's namespace, read from the service account
+// mount. (The e2e cluster found this path misspelt: Tekton's plan step then
+// wrote its plan Secret with no namespace and was refused.)
+func TestSecretsNamespace(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "namespace")
+	mustWrite(t, f, "team-a\n")
+	old := serviceAccountNamespaceFile
+	serviceAccountNamespaceFile = f
+	t.Cleanup(func() { serviceAccountNamespaceFile = old })
+	for _, c := range []struct{ flag, backend, want string }{
+		{"", "", "team-a"},
+		{"", "state-ns", "state-ns"},
+		{"explicit", "state-ns", "explicit"},
+	} {
+		if got := secretsNamespace(c.flag, c.backend); got != c.want {
+			t.Errorf("secretsNamespace(%q, %q) = %q, want %q", c.flag, c.backend, got, c.want)
+		}
+	}
+	if want := "/var/run/secrets/kubernetes.io/serviceaccount/namespace"; old != want {
+		t.Errorf("service account namespace file = %q, want %q", old, want)
+	}
+}
+
+// TestPluginCacheDirIsCreated: the translators point TF_PLUGIN_CACHE_DIR at
+// the (initially empty) workspace volume; terraform must not warn about it.
+func TestPluginCacheDirIsCreated(t *testing.T) {
+	dir := t.TempDir()
+	rc := filepath.Join(dir, "terraformrc")
+	mustWrite(t, rc, "")
+	t.Setenv("TF_CLI_CONFIG_FILE", rc)
+	cache := filepath.Join(dir, "workspace", ".plugin-cache")
+	t.Setenv("TF_PLUGIN_CACHE_DIR", cache)
+	mod := filepath.Join(dir, "src")
+	if err := os.MkdirAll(mod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(mod, "main.tf"), `output "x" { value = 1 }`+"\n")
+	mustWrite(t, filepath.Join(dir, "backend.hcl"), `path = "`+filepath.Join(dir, "state.tfstate")+`"`+"\n")
+	var out bytes.Buffer
+	if code := run([]string{"init", "--module-dir=" + mod, "--backend=local", "--backend-config-file=" + filepath.Join(dir, "backend.hcl")}, &out); code != 0 {
+		t.Fatalf("init exited %d:\n%s", code, out.String())
+	}
+	if st, err := os.Stat(cache); err != nil || !st.IsDir() {
+		t.Fatalf("plugin cache dir not created: %v", err)
+	}
+	if strings.Contains(out.String(), "plugin cache dir") {
+		t.Fatalf("terraform warned about the plugin cache:\n%s", out.String())
+	}
+}

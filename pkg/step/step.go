@@ -113,6 +113,14 @@ func (r *Runner) terraformBin() (string, error) {
 	return "", errors.New("neither terraform nor tofu is on PATH; use a Terraform or OpenTofu image")
 }
 
+// envValue is what terraform sees for key: r.Env wins over the process's.
+func (r *Runner) envValue(key string) string {
+	if v, ok := r.Env[key]; ok {
+		return v
+	}
+	return os.Getenv(key)
+}
+
 // TerraformError is a failed terraform command, with terraform's own
 // diagnostic summary.
 type TerraformError struct {
@@ -135,6 +143,13 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 	bin, err := r.terraformBin()
 	if err != nil {
 		return nil, 0, err
+	}
+	// Terraform only warns, on every command, when its plugin cache
+	// directory is missing; the workspace volume starts empty.
+	if d := r.envValue("TF_PLUGIN_CACHE_DIR"); d != "" {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return nil, 0, fmt.Errorf("creating the plugin cache %s: %w", d, err)
+		}
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Dir = dir
