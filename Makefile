@@ -99,6 +99,18 @@ test-integration: envtest-assets ## Only the envtest integration suite.
 docs: ## Regenerate docs/api-reference.md from the CRD.
 	go run ./hack/gen-api-docs > docs/api-reference.md
 
+.PHONY: e2e-cluster
+e2e-cluster: ## Bring up a single-node cluster built from source, with Argo, Tekton and opr8r (test/e2e/cluster.sh; needs root).
+	test/e2e/cluster.sh up
+
+.PHONY: e2e-down
+e2e-down: ## Stop the e2e cluster and remove every trace of it.
+	test/e2e/cluster.sh down
+
+.PHONY: e2e
+e2e: ## Real end-to-end on that cluster: both engines, real pods, real terraform (E2E_KEEP=1 keeps the cluster).
+	test/e2e/run.sh
+
 BENCH_SIZES ?= 100,1000,5000
 .PHONY: bench
 bench: envtest-assets ## Scale benchmark (docs/performance.md): throughput, latency, writes and memory at BENCH_SIZES runs.

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# Builds everything the e2e cluster runs, from the Go module proxy only:
+#   Kubernetes  kubelet, kube-controller-manager, kube-scheduler, kube-proxy,
+#               kubectl (kube-apiserver comes from hack/envtest-assets.sh)
+#   etcd        etcd (the server Kubernetes pins)
+#   containerd  containerd, containerd-shim-runc-v2, ctr
+#   Argo        workflow-controller, argoexec, argo (the CLI)
+#   Tekton      controller, entrypoint, nop, workingdirinit
+# Each upstream project is built through a throwaway wrapper module that
+# requires the pinned version and copies its go.mod's replace/exclude blocks,
+# so the dependency versions are the project's own. Binaries are cached under
+# bin/e2e/<project>-<version>/; a second run is a no-op.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.2.0}"
+ETCD_VERSION="${ETCD_VERSION:-3.6.8}"
+ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
+TEKTON_VERSION="$(awk '$1=="github.com/tektoncd/pipeline"{print substr($2,2)}' "${ROOT}/go.mod")"
+OUT="${ROOT}/bin/e2e"
+
+log() { echo "e2e-build: $*" >&2; }
+
+# wrapper MODULE VERSION DIR [extra go.mod lines...]: writes DIR/go.mod.
+wrapper() {
+  local mod="$1" ver="$2" dir="$3"; shift 3
+  local gomod; gomod="$(go mod download -json "${mod}@v${ver}" | jq -r .GoMod)"
+  {
+    echo "module opr8r.local/e2ebuild"
+    awk '$1=="go"{print; exit}' "${gomod}"
+    awk '/^godebug \(/{p=1} p{print} p&&/^\)/{exit}' "${gomod}"
+    echo "require ${mod} v${ver}"
+    # Replaces into the project's own tree (=> ./x, => ../x) point at
+    # sibling modules its go.mod also requires, at the versions the proxy serves.
+    { grep -E '^(replace|exclude) [^(]' "${gomod}" || true
+      awk '/^(replace|exclude) \(/{p=1} p{print} p&&/^\)/{p=0}' "${gomod}"; } | grep -vE '=>[[:space:]]*\.\.?/'
+    for l in "$@"; do echo "$l"; done
+  } >"${dir}/go.mod"
+}
+
+# build NAME MODULE VERSION LDFLAGS EXTRA_GOMOD PKG... : builds PKGs into
+# bin/e2e/NAME-VERSION unless every binary is already there.
+build() {
+  local name="$1" mod="$2" ver="$3" ldflags="$4" extra="$5"; shift 5
+  local dest="${OUT}/${name}-${ver}" missing=0 p
+  for p in "$@"; do [ -x "${dest}/$(basename "$p")" ] || missing=1; done
+  [ "${missing}" = 1 ] || return 0
+  mkdir -p "${dest}"
+  local work; work="$(mktemp -d)"
+  # shellcheck disable=SC2086
+  wrapper "${mod}" "${ver}" "${work}" ${extra:+"$extra"}
+  log "building ${name} v${ver}: $*"
+  (
+    cd "${work}"
+    gets=(); for p in "$@"; do gets+=("${p}@v${ver}"); done
+    GOFLAGS=-mod=mod go get "${gets[@]}" >&2
+    ( while sleep 15; do printf '.' >&2; done ) & ticker=$!
+    rc=0
+    CGO_ENABLED=0 go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "-s -w ${ldflags}" -o "${dest}/" "$@" || rc=$?
+    kill "${ticker}" 2>/dev/null || true; echo >&2
+    if [ "${rc}" != 0 ]; then for p in "$@"; do rm -f "${dest}/$(basename "$p")"; done; fi
+    exit "${rc}"
+  )
+  rm -rf "${work}"
+}
+
+kube_replaces() {
+  local gomod; gomod="$(go mod download -json "k8s.io/kubernetes@v${KUBE_VERSION}" | jq -r .GoMod)"
+  echo "replace ("
+  sed -n 's#^[[:space:]]*\(k8s.io/[^ ]*\) => ./staging/src/.*#\t\1 => \1 v0.'"${KUBE_VERSION#*.}"'#p' "${gomod}"
+  echo ")"
+}
+
+what="${1:-all}"
+minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
+if [ "${what}" = all ] || [ "${what}" = kube ]; then
+  # The staging replaces must not be copied verbatim (they point into the
+  # kubernetes repository), so kubernetes gets its own wrapper.
+  dest="${OUT}/kube-${KUBE_VERSION}"
+  need=0; for b in kubelet kube-controller-manager kube-scheduler kube-proxy kubectl; do [ -x "${dest}/${b}" ] || need=1; done
+  if [ "${need}" = 1 ]; then
+    mkdir -p "${dest}"; work="$(mktemp -d)"
+    gomod="$(go mod download -json "k8s.io/kubernetes@v${KUBE_VERSION}" | jq -r .GoMod)"
+    { echo "module opr8r.local/e2ebuild"; awk '$1=="go"{print; exit}' "${gomod}"; echo "require k8s.io/kubernetes v${KUBE_VERSION}"; kube_replaces; } >"${work}/go.mod"
+    log "building Kubernetes v${KUBE_VERSION} node binaries (a few minutes cold)"
+    (
+      cd "${work}"
+      GOFLAGS=-mod=mod go get "k8s.io/kubernetes/cmd/kubelet@v${KUBE_VERSION}" "k8s.io/kubernetes/cmd/kube-controller-manager@v${KUBE_VERSION}" \
+        "k8s.io/kubernetes/cmd/kube-scheduler@v${KUBE_VERSION}" "k8s.io/kubernetes/cmd/kube-proxy@v${KUBE_VERSION}" "k8s.io/kubernetes/cmd/kubectl@v${KUBE_VERSION}" >&2
+      ( while sleep 15; do printf '.' >&2; done ) & ticker=$!
+      rc=0
+      CGO_ENABLED=0 go build -trimpath -ldflags "-s -w -X k8s.io/component-base/version.gitVersion=v${KUBE_VERSION} -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=${minor} -X k8s.io/client-go/pkg/version.gitVersion=v${KUBE_VERSION}" \
+        -o "${dest}/" k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-controller-manager k8s.io/kubernetes/cmd/kube-scheduler k8s.io/kubernetes/cmd/kube-proxy k8s.io/kubernetes/cmd/kubectl || rc=$?
+      kill "${ticker}" 2>/dev/null || true; echo >&2; exit "${rc}"
+    )
+    rm -rf "${work}"
+  fi
+fi
+if [ "${what}" = all ] || [ "${what}" = etcd ]; then
+  # The etcd Kubernetes ${KUBE_VERSION} pins. Debian's 3.4.23 lacks
+  # RequestWatchProgress, and then the API server ends every streaming-list
+  # watch with an error: controllers see changes tens of seconds late.
+  build etcd go.etcd.io/etcd/server/v3 "${ETCD_VERSION}" "" "" go.etcd.io/etcd/server/v3
+fi
+if [ "${what}" = all ] || [ "${what}" = containerd ]; then
+  BUILD_TAGS=no_btrfs build containerd github.com/containerd/containerd/v2 "${CONTAINERD_VERSION}" \
+    "-X github.com/containerd/containerd/v2/version.Version=v${CONTAINERD_VERSION}" "" \
+    github.com/containerd/containerd/v2/cmd/containerd github.com/containerd/containerd/v2/cmd/containerd-shim-runc-v2 github.com/containerd/containerd/v2/cmd/ctr
+fi
+if [ "${what}" = all ] || [ "${what}" = argo ]; then
+  # Argo is built from a copy of its module, for two files the zip lacks:
+  # the argo CLI embeds the UI's dist/app (like Argo's own Makefile without
+  # the UI, a placeholder page; `argo resume` needs no UI), and a symlink.
+  # The module cache is read-only and -overlay may not replace files in it.
+  argodir="$(go mod download -json "github.com/argoproj/argo-workflows/v3@v${ARGO_VERSION}" | jq -r .Dir)"
+  src="$(mktemp -d)/argo-workflows"
+  if [ ! -x "${OUT}/argo-${ARGO_VERSION}/argo" ] || [ ! -x "${OUT}/argo-${ARGO_VERSION}/argoexec" ] || [ ! -x "${OUT}/argo-${ARGO_VERSION}/workflow-controller" ]; then
+    cp -r "${argodir}" "${src}" && chmod -R u+w "${src}"
+    mkdir -p "${src}/ui/dist/app" && echo "Argo Server UI not built (opr8r e2e build)" >"${src}/ui/dist/app/index.html"
+    # Upstream, osspecific/signal_linux.go is a git symlink to signal_darwin.go;
+    # module zips drop symlinks, so argoexec does not build from the zip alone.
+    osd="${src}/workflow/executor/osspecific"
+    [ -e "${osd}/signal_linux.go" ] || ln -s signal_darwin.go "${osd}/signal_linux.go"
+  fi
+  build argo github.com/argoproj/argo-workflows/v3 "${ARGO_VERSION}" \
+    "-X github.com/argoproj/argo-workflows/v3.version=v${ARGO_VERSION}" "replace github.com/argoproj/argo-workflows/v3 => ${src}" \
+    github.com/argoproj/argo-workflows/v3/cmd/workflow-controller github.com/argoproj/argo-workflows/v3/cmd/argoexec github.com/argoproj/argo-workflows/v3/cmd/argo
+  rm -rf "$(dirname "${src}")"
+fi
+if [ "${what}" = all ] || [ "${what}" = tekton ]; then
+  build tekton github.com/tektoncd/pipeline "${TEKTON_VERSION}" "" "" \
+    github.com/tektoncd/pipeline/cmd/controller github.com/tektoncd/pipeline/cmd/entrypoint github.com/tektoncd/pipeline/cmd/nop github.com/tektoncd/pipeline/cmd/workingdirinit
+fi
+log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

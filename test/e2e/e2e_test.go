@@ -1,0 +1,349 @@
+//go:build e2e
+
+// Package e2e runs the engine scenarios for real: the cluster from
+// test/e2e/cluster.sh (kubelet, containerd, kube-proxy), the real Argo and
+// Tekton controllers, real step pods running terraform, and opr8r installed
+// from its Helm chart. `make e2e` brings the cluster up and runs this.
+//
+// The scenarios, on both engines: a plan approved with `kubectl tfrun
+// approve` (and, on Argo, with `argo resume`), a no-change rerun, a reject,
+// the outputs Secret checked against the state terraform wrote, destroy on
+// delete, and terraform's own error text for a failing module.
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+const ns = "e2e"
+
+type env struct {
+	kubeconfig, kubectl, tfrun, argo string
+	c                                client.Client
+}
+
+func setup(t *testing.T) *env {
+	t.Helper()
+	kc := os.Getenv("OPR8R_E2E_KUBECONFIG")
+	if kc == "" {
+		t.Fatal("OPR8R_E2E_KUBECONFIG is not set: run `make e2e`, which brings up the cluster (test/e2e/cluster.sh up) and sets it")
+	}
+	e := &env{kubeconfig: kc, kubectl: mustEnv(t, "OPR8R_E2E_KUBECTL"), tfrun: mustEnv(t, "OPR8R_E2E_TFRUN"), argo: mustEnv(t, "OPR8R_E2E_ARGO")}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	_ = infrav1.AddToScheme(s)
+	if e.c, err = client.New(cfg, client.Options{Scheme: s}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func mustEnv(t *testing.T, k string) string {
+	v := os.Getenv(k)
+	if v == "" {
+		t.Fatalf("%s is not set (make e2e sets it)", k)
+	}
+	return v
+}
+
+// sh runs a real CLI against the cluster and returns its combined output.
+func (e *env) sh(t *testing.T, stdin string, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	if stdin != "" {
+		cmd.Stdin = strings.NewReader(stdin)
+	}
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ %s %s\n%s", filepath.Base(name), strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+const module = `
+variable "greeting" {
+  type = string
+  validation {
+    condition     = can(regex("^[A-Za-z ,!]+$", var.greeting))
+    error_message = "greeting must be letters, spaces and punctuation."
+  }
+}
+resource "terraform_data" "hello" { input = var.greeting }
+output "message" { value = terraform_data.hello.output }
+output "token" {
+  value     = sha256(terraform_data.hello.id)
+  sensitive = true
+}
+`
+
+func manifest(name, engine, greeting string) string {
+	files, _ := json.Marshal(map[string]string{"main.tf": module})
+	return fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: %s, namespace: %s}
+spec:
+  engine: %s
+  source: {inline: {files: %s}}
+  terraform:
+    vars: [{name: greeting, value: %q}]
+  approval: {mode: Manual, timeout: 30m}
+  outputs: {rename: {message: greeting_message}}
+  deletionPolicy: Destroy
+  runner: {workspace: {size: 64Mi}}
+`, name, ns, engine, files, greeting)
+}
+
+func (e *env) get(t *testing.T, name string) *infrav1.TerraformRun {
+	t.Helper()
+	run := &infrav1.TerraformRun{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run); err != nil {
+		t.Fatalf("get %s: %v", name, err)
+	}
+	return run
+}
+
+// waitFor polls the run until ok holds; it fails with the run's status.
+func (e *env) waitFor(t *testing.T, name, what string, timeout time.Duration, ok func(*infrav1.TerraformRun) bool) *infrav1.TerraformRun {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	start := time.Now()
+	for {
+		run := e.get(t, name)
+		if ok(run) {
+			t.Logf("%s: %s after %s", name, what, time.Since(start).Round(time.Second))
+			return run
+		}
+		if time.Now().After(deadline) {
+			st, _ := json.MarshalIndent(run.Status, "", "  ")
+			t.Fatalf("%s: timed out after %s waiting for %s; status:\n%s", name, timeout, what, st)
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func runPhase(run *infrav1.TerraformRun) infrav1.RunPhase {
+	if run.Status.Run == nil {
+		return ""
+	}
+	return run.Status.Run.Phase
+}
+
+func ready(run *infrav1.TerraformRun) bool {
+	for _, c := range run.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.Status == "True" && run.Status.ObservedGeneration == run.Generation
+		}
+	}
+	return false
+}
+
+// readyObserved: the Ready condition speaks for the current generation
+// (status.observedGeneration itself moves only when a run for it finishes).
+func readyObserved(r *infrav1.TerraformRun) bool {
+	for _, c := range r.Status.Conditions {
+		if c.Type == "Ready" {
+			return c.ObservedGeneration == r.Generation
+		}
+	}
+	return false
+}
+
+// awaiting: a new run (not the child named prev) has a plan with changes
+// waiting at the gate, for the current spec.
+func awaiting(prev string) func(*infrav1.TerraformRun) bool {
+	return func(r *infrav1.TerraformRun) bool {
+		return readyObserved(r) && r.Status.Run != nil && r.Status.Run.Child.Name != prev &&
+			runPhase(r) == infrav1.RunAwaitingApproval && r.Status.Plan != nil && r.Status.Plan.HasChanges
+	}
+}
+
+// state reads the state terraform wrote to its kubernetes backend.
+func (e *env) state(t *testing.T, name string) (outputs map[string]any, resources int) {
+	t.Helper()
+	sec := &corev1.Secret{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "tfstate-default-" + name}, sec); err != nil {
+		t.Fatalf("state Secret: %v", err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(sec.Data["tfstate"]))
+	if err != nil {
+		t.Fatalf("state Secret is not gzip: %v", err)
+	}
+	raw, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st struct {
+		Outputs   map[string]struct{ Value any } `json:"outputs"`
+		Resources []json.RawMessage              `json:"resources"`
+	}
+	if err := json.Unmarshal(raw, &st); err != nil {
+		t.Fatal(err)
+	}
+	outputs = map[string]any{}
+	for k, v := range st.Outputs {
+		outputs[k] = v.Value
+	}
+	return outputs, len(st.Resources)
+}
+
+func (e *env) checkOutputs(t *testing.T, name, greeting string) {
+	t.Helper()
+	run := e.get(t, name)
+	sec := &corev1.Secret{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: run.Status.OutputsSecretName}, sec); err != nil {
+		t.Fatalf("outputs Secret %q: %v", run.Status.OutputsSecretName, err)
+	}
+	want, resources := e.state(t, name)
+	if resources != 1 {
+		t.Fatalf("state holds %d resources, want 1", resources)
+	}
+	if want["message"] != greeting {
+		t.Fatalf("terraform's state output message = %v, want %q", want["message"], greeting)
+	}
+	if got := string(sec.Data["greeting_message"]); got != want["message"] {
+		t.Fatalf("outputs Secret greeting_message = %q, terraform's output is %q", got, want["message"])
+	}
+	if got := string(sec.Data["token"]); got == "" || got != want["token"] {
+		t.Fatalf("outputs Secret token = %q, terraform's output is %q", got, want["token"])
+	}
+	if _, ok := sec.Data["message"]; ok {
+		t.Fatal("outputs Secret kept the renamed key message")
+	}
+}
+
+// lifecycle is the scenario list for one engine.
+func lifecycle(t *testing.T, e *env, engine string) {
+	name := "hello-" + engine
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
+	})
+
+	// 1. kubectl apply → real plan → approval with kubectl tfrun approve.
+	e.sh(t, manifest(name, engine, "Hello"), e.kubectl, "apply", "-f", "-")
+	run := e.waitFor(t, name, "a plan awaiting approval", 5*time.Minute, awaiting(""))
+	if p := run.Status.Plan; p.Add != 1 || p.Digest == "" {
+		t.Fatalf("plan = %+v, want 1 to add and a digest", p)
+	}
+	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	run = e.waitFor(t, name, "applied and Ready", 5*time.Minute, ready)
+	if run.Status.Approval == nil || !run.Status.Approval.Approved {
+		t.Fatalf("approval = %+v", run.Status.Approval)
+	}
+	e.checkOutputs(t, name, "Hello")
+	out := e.sh(t, "", e.tfrun, "outputs", name, "-n", ns)
+	if !strings.Contains(out, "Hello") {
+		t.Fatalf("kubectl tfrun outputs does not show the output:\n%s", out)
+	}
+
+	// 2. A spec change → a new plan; on Argo approved with `argo resume`.
+	e.sh(t, manifest(name, engine, "Hello again"), e.kubectl, "apply", "-f", "-")
+	run = e.waitFor(t, name, "the changed plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
+	if engine == "argo" {
+		e.sh(t, "", e.argo, "resume", run.Status.Run.Child.Name, "-n", ns)
+	} else {
+		e.sh(t, "", e.tfrun, "approve", name, "-n", ns, "--plan", run.Status.Plan.Digest)
+	}
+	run = e.waitFor(t, name, "the change applied", 5*time.Minute, ready)
+	if engine == "argo" && (run.Status.Approval == nil || run.Status.Approval.Source != infrav1.ApprovedByEngine) {
+		t.Fatalf("approval by argo resume recorded as %+v, want source Engine", run.Status.Approval)
+	}
+	e.checkOutputs(t, name, "Hello again")
+
+	// 3. A rerun of the unchanged spec plans no changes: no gate, no apply.
+	first := run.Status.Run.Child.Name
+	e.sh(t, "", e.tfrun, "rerun", name, "-n", ns)
+	run = e.waitFor(t, name, "the rerun finished without changes", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Child.Name != first && r.Status.Plan != nil && !r.Status.Plan.HasChanges && ready(r)
+	})
+	for _, s := range run.Status.Run.Steps {
+		if s.Name == "apply" && s.Phase != infrav1.StepSkipped {
+			t.Fatalf("a no-change rerun ran apply: %+v", run.Status.Run.Steps)
+		}
+	}
+
+	// 4. Reject: a plan that is rejected is never applied.
+	e.sh(t, manifest(name, engine, "Goodbye"), e.kubectl, "apply", "-f", "-")
+	e.waitFor(t, name, "the third plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
+	e.sh(t, "", e.tfrun, "reject", name, "-n", ns, "--reason", "not today")
+	e.waitFor(t, name, "Rejected", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return runPhase(r) == infrav1.RunRejected
+	})
+	if outs, _ := e.state(t, name); outs["message"] != "Hello again" {
+		t.Fatalf("after a reject the state output is %v, want the last applied %q", outs["message"], "Hello again")
+	}
+
+	// 5. Delete → the destroy pipeline empties the state, then the run goes.
+	e.sh(t, "", e.kubectl, "delete", "terraformrun", name, "-n", ns, "--wait=false")
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &infrav1.TerraformRun{})
+		if apierrors.IsNotFound(err) {
+			break
+		}
+		if time.Now().After(deadline) {
+			st, _ := json.MarshalIndent(e.get(t, name).Status, "", "  ")
+			t.Fatalf("run not gone after destroy; status:\n%s", st)
+		}
+		time.Sleep(time.Second)
+	}
+	if _, resources := e.state(t, name); resources != 0 {
+		t.Fatalf("state after destroy holds %d resources, want 0", resources)
+	}
+}
+
+// failing checks that terraform's own error text reaches the run's status.
+func failing(t *testing.T, e *env, engine string) {
+	name := "bad-" + engine
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
+	})
+	e.sh(t, manifest(name, engine, "Hello #1"), e.kubectl, "apply", "-f", "-")
+	run := e.waitFor(t, name, "the run failed", 5*time.Minute, func(r *infrav1.TerraformRun) bool { return runPhase(r) == infrav1.RunFailed })
+	st, _ := json.Marshal(run.Status)
+	for _, want := range []string{"Invalid value for variable", "greeting must be letters, spaces and punctuation."} {
+		if !strings.Contains(string(st), want) {
+			t.Fatalf("status does not carry terraform's error %q:\n%s", want, st)
+		}
+	}
+}
+
+func TestEngines(t *testing.T) {
+	e := setup(t)
+	for _, engine := range []string{"argo", "tekton"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
+			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
+		})
+	}
+}
+
+func objMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }

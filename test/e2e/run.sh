@@ -1,0 +1,50 @@
+#!/usr/bin/env bash
+# make e2e: bring the from-source cluster up, run the e2e scenarios on both
+# engines, dump diagnostics on failure, and tear the cluster down
+# (E2E_KEEP=1 leaves it running; `make e2e-down` removes it).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+S="${E2E_STATE:-/var/lib/opr8r-e2e}"
+KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
+t0=$(date +%s)
+phase() { echo "== e2e [$(( $(date +%s) - t0 ))s] $*"; }
+
+diagnose() {
+  local k=("${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl" --kubeconfig "${S}/admin.kubeconfig")
+  echo "---- diagnostics"
+  "${k[@]}" get nodes,pods,pvc -A -o wide 2>&1 || true
+  "${k[@]}" get terraformruns,workflows,pipelineruns,taskruns,customruns -A 2>&1 || true
+  "${k[@]}" get events -A --sort-by=.lastTimestamp 2>&1 | tail -40 || true
+  local ns
+  for ns in opr8r-system argo tekton-pipelines; do "${k[@]}" logs -n "$ns" --all-containers --tail=40 -l app.kubernetes.io/name 2>&1 | tail -60 || true; done
+  "${k[@]}" logs -n argo deploy/workflow-controller --tail=40 2>&1 || true
+  for f in "${S}"/logs/*.log; do echo "---- $f"; tail -n 15 "$f"; done
+}
+
+cleanup() {
+  rc=$?
+  if [ "${rc}" != 0 ] && [ -f "${S}/admin.kubeconfig" ]; then diagnose || true; fi
+  if [ "${E2E_KEEP:-0}" != 1 ]; then
+    phase "tearing the cluster down"
+    "${ROOT}/test/e2e/cluster.sh" down || true
+  else
+    echo "E2E_KEEP=1: the cluster is still up; KUBECONFIG=${S}/admin.kubeconfig; make e2e-down removes it"
+  fi
+  phase "done (exit ${rc})"
+  exit "${rc}"
+}
+trap cleanup EXIT
+
+phase "cluster up (test/e2e/cluster.sh up)"
+"${ROOT}/test/e2e/cluster.sh" up
+phase "cluster ready; running the e2e scenarios on Argo and Tekton"
+cd "${ROOT}"
+OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
+OPR8R_E2E_KUBECTL="${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl" \
+OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
+OPR8R_E2E_ARGO="${ROOT}/bin/e2e/argo-${ARGO_VERSION}/argo" \
+  go test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
+  | grep -E '^(=== RUN|--- |PASS|FAIL|ok|panic)|e2e_test.go:[0-9]+: [a-z-]+: .* after ' || true
+grep -q '^ok ' "${ROOT}/bin/e2e/last-run.log" || { tail -n 80 "${ROOT}/bin/e2e/last-run.log"; exit 1; }
+phase "e2e scenarios passed"
