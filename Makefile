@@ -137,11 +137,15 @@ verify: generate manifests ## Fail if generated files are stale.
 ##@ Run
 
 .PHONY: dev
-dev: ## One-command local start: a local control plane, the manager and an example run (with KUBECONFIG set: the manager on that cluster).
+dev: ## One-command local start: a real apply on the from-source cluster when this machine can run it, else a local control plane (DEV_ENVTEST=1 forces it; with KUBECONFIG set: the manager on that cluster).
 	@if [ -n "$$KUBECONFIG" ]; then \
 	  echo "==> KUBECONFIG is set: running the manager against $$KUBECONFIG (CRDs installed first)"; \
 	  go run ./cmd/manager --install-crds; \
+	elif [ -z "$(DEV_ENVTEST)" ] && test/e2e/cluster.sh can-run; then \
+	  echo "==> bringing up the single-node cluster built from source (test/e2e/cluster.sh; the first run builds it, later ones take about a minute)"; \
+	  test/e2e/dev.sh; \
 	else \
+	  echo "==> this machine cannot run the container cluster (needs root and cgroups), or DEV_ENVTEST is set: local control plane only, no engine controller"; \
 	  $(MAKE) --no-print-directory envtest-assets && \
 	  go build -o bin/kubectl-tfrun ./cmd/kubectl-tfrun && \
 	  KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go run ./cmd/opr8r-dev $(DEV_FLAGS); \

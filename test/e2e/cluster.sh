@@ -9,6 +9,8 @@
 #   test/e2e/cluster.sh down    stop what "up" started and remove its traces
 #   test/e2e/cluster.sh status
 #
+#   test/e2e/cluster.sh can-run exit 0 if this machine can run the cluster
+#
 # Every process runs on the host, as root, with state under $E2E_STATE
 # (default /var/lib/opr8r-e2e). The admin kubeconfig is $E2E_STATE/admin.kubeconfig.
 set -euo pipefail
@@ -38,6 +40,7 @@ E2E_IMAGE_TAG="e2e"
 OPR8R_IMAGE="localhost/opr8r/opr8r:${E2E_IMAGE_TAG}"
 TERRAFORM_IMAGE="localhost/opr8r/terraform:${E2E_IMAGE_TAG}"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10"
+STOCK_TERRAFORM_IMAGE="docker.io/hashicorp/terraform:$(terraform version -json 2>/dev/null | jq -r '.terraform_version' | cut -d. -f1,2)"
 SHELL_IMAGE="localhost/opr8r/busybox:${E2E_IMAGE_TAG}"
 
 t0=$(date +%s)
@@ -225,6 +228,10 @@ load_images() {
     "${CBIN}/ctr" --address "${SOCK}" -n k8s.io images import "${f}" >/dev/null 2>"${S}/logs/ctr-import.log" \
       || { cat "${S}/logs/ctr-import.log" >&2; die "ctr could not import ${f}"; }
   done
+  # Examples and the chart's default name Docker Hub's Terraform image; on
+  # this registry-less node that name is the local build of the same binary.
+  "${CBIN}/ctr" --address "${SOCK}" -n k8s.io images tag --force "${TERRAFORM_IMAGE}" "${STOCK_TERRAFORM_IMAGE}" >/dev/null 2>&1 \
+    || die "could not tag ${TERRAFORM_IMAGE} as ${STOCK_TERRAFORM_IMAGE}"
   log "images: $("${CBIN}/ctr" --address "${SOCK}" -n k8s.io images ls -q | grep -v '^sha256' | tr '\n' ' ')"
 }
 
@@ -341,7 +348,7 @@ opr8r_up() {
   "${HELM}" --kubeconfig "${S}/admin.kubeconfig" upgrade --install opr8r "${ROOT}/deploy/opr8r" \
     --namespace opr8r-system --create-namespace \
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
-    --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e}" \
+    --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e,default}" \
     --set leaderElection=false --set logLevel=debug >/dev/null
 }
 
@@ -437,6 +444,7 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   status) status ;;
+  can-run) [ "$(id -u)" = 0 ] && grep -qw cgroup /proc/mounts && [ -n "$(node_ip)" ] ;;
   build) preflight; build_all; build_images ;;
   # Rebuild opr8r (manager, step runner, plugin), reimport its image and
   # restart the manager: the edit-test loop on a running cluster.

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# make dev on a machine that can run containers: the from-source cluster
+# (test/e2e/cluster.sh) with real Argo, Tekton and opr8r, then a real
+# TerraformRun from examples/ planned, approved with `kubectl tfrun approve`,
+# applied, and its outputs shown. The cluster stays up for you to explore
+# (the Argo and Tekton objects, `kubectl tfrun ...`); `make e2e-down` removes it.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+S="${E2E_STATE:-/var/lib/opr8r-e2e}"
+KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
+EXAMPLE="${DEV_EXAMPLE:-${ROOT}/examples/inline.yaml}"
+export KUBECONFIG="${S}/admin.kubeconfig"
+K="${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl"
+TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun"
+
+"${ROOT}/test/e2e/cluster.sh" up >/dev/null
+name="$("${K}" create --dry-run=client -o jsonpath='{.metadata.name}' -f "${EXAMPLE}")"
+ns="$("${K}" create --dry-run=client -o jsonpath='{.metadata.namespace}' -f "${EXAMPLE}")"; ns="${ns:-default}"
+echo "==> kubectl apply -f ${EXAMPLE#"${ROOT}"/}"
+"${K}" apply -f "${EXAMPLE}"
+
+wait_phase() { # wait_phase PHASE...: until status.phase is one of them
+  local deadline=$(( $(date +%s) + 300 )) p
+  while :; do
+    p="$("${K}" get terraformrun "${name}" -n "${ns}" -o jsonpath='{.status.phase}' 2>/dev/null || true)"
+    for want in "$@"; do [ "${p}" = "${want}" ] && return 0; done
+    case "${p}" in Failed|Rejected) "${K}" get terraformrun "${name}" -n "${ns}" -o yaml >&2; echo "run ${p}" >&2; return 1;; esac
+    [ "$(date +%s)" -lt "${deadline}" ] || { echo "timed out waiting for ${*} (phase ${p:-none})" >&2; return 1; }
+    sleep 2
+  done
+}
+
+echo "==> waiting for the real plan (clone, init and plan run as pods)"
+wait_phase AwaitingApproval Succeeded
+"${TFRUN}" list -n "${ns}"
+echo "==> kubectl tfrun plan ${name}"
+"${TFRUN}" plan "${name}" -n "${ns}" | tail -n 25
+if [ "$("${K}" get terraformrun "${name}" -n "${ns}" -o jsonpath='{.status.phase}')" = AwaitingApproval ]; then
+  echo "==> kubectl tfrun approve ${name}"
+  "${TFRUN}" approve "${name}" -n "${ns}"
+  wait_phase Succeeded
+fi
+"${TFRUN}" list -n "${ns}"
+echo "==> kubectl tfrun outputs ${name}"
+"${TFRUN}" outputs "${name}" -n "${ns}"
+engine_kind="$("${K}" get terraformrun "${name}" -n "${ns}" -o jsonpath='{.status.run.child.kind}')"
+cat <<MSG
+
+The cluster is still running (built from source, state in ${S}):
+  export KUBECONFIG=${KUBECONFIG}
+  export PATH=${ROOT}/bin/e2e/opr8r:${ROOT}/bin/e2e/kube-${KUBE_VERSION}:\$PATH
+  kubectl get terraformruns -A; kubectl get ${engine_kind,,}s -n ${ns}
+  kubectl tfrun list -A        # approve, reject, rerun, logs --step plan, outputs
+  make e2e-down                # stop it and remove every trace
+MSG
