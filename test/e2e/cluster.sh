@@ -263,7 +263,7 @@ control_plane_up() {
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259
 }
 
-node_up() {
+start_node() {
   local ip; ip="$(node_ip)"
   mkdir -p "${S}/kubelet" "${S}/pod-logs"
   cat >"${S}/kubelet.yaml" <<YAML
@@ -299,6 +299,9 @@ clusterCIDR: 10.244.0.0/24
 hostnameOverride: ${NODE}
 YAML
   start kube-proxy "${KBIN}/kube-proxy" --config "${S}/kube-proxy.yaml"
+}
+
+node_ready() {
   wait_for 90 "node ${NODE} Ready" kc wait --for=condition=Ready "node/${NODE}" --timeout=2s
   wait_for 60 "the default ServiceAccount" kc get serviceaccount default -n default
   start provisioner "${ROOT}/bin/e2e/opr8r/provisioner" -kubeconfig "${S}/provisioner.kubeconfig" \
@@ -368,12 +371,24 @@ up() {
   mkdir -p "${S}"
   pki
   containerd_up
-  load_images
+  # Images load while the control plane starts; the engines are installed
+  # while the node comes up. Their pods start as soon as it is Ready.
+  load_images >"${S}/logs/load-images.log" 2>&1 & local loader=$!
   control_plane_up
   log "control plane up"
-  node_up
+  wait "${loader}" || { cat "${S}/logs/load-images.log" >&2; die "loading images failed"; }
+  cat "${S}/logs/load-images.log" >&2
+  start_node
+  local pids=() p
+  argo_up >"${S}/logs/install-argo.log" 2>&1 & pids+=($!)
+  tekton_up >"${S}/logs/install-tekton.log" 2>&1 & pids+=($!)
+  opr8r_up >"${S}/logs/install-opr8r.log" 2>&1 & pids+=($!)
+  for p in "${pids[@]}"; do
+    wait "$p" || { cat "${S}"/logs/install-*.log >&2; die "installing the engines or opr8r failed"; }
+  done
+  log "engines and opr8r installed"
+  node_ready
   log "node ${NODE} Ready, default ServiceAccount present"
-  argo_up; tekton_up; opr8r_up
   wait_deployments
   log "Argo ${ARGO_VERSION}, Tekton ${TEKTON_VERSION} and opr8r are available"
   echo "export KUBECONFIG=${S}/admin.kubeconfig"
@@ -456,6 +471,6 @@ case "${1:-}" in
     kc rollout status deployment -n opr8r-system --timeout=120s >&2
     log "opr8r reloaded" ;;
   # The control plane and node only, from binaries already built (debugging).
-  node) preflight; mkdir -p "${S}"; pki; containerd_up; load_images; control_plane_up; node_up; log "node up" ;;
+  node) preflight; mkdir -p "${S}"; pki; containerd_up; load_images; control_plane_up; start_node; node_ready; log "node up" ;;
   *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;
 esac
