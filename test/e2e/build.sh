@@ -5,7 +5,7 @@
 #   etcd        etcd (the server Kubernetes pins)
 #   containerd  containerd, containerd-shim-runc-v2, ctr
 #   Argo        workflow-controller, argoexec, argo (the CLI)
-#   Tekton      controller, entrypoint, nop, workingdirinit
+#   Tekton      controller, webhook, entrypoint, nop, workingdirinit
 # Each upstream project is built through a throwaway wrapper module that
 # requires the pinned version and copies its go.mod's replace/exclude blocks,
 # so the dependency versions are the project's own. Binaries are cached under
@@ -33,7 +33,7 @@ wrapper() {
     # Replaces into the project's own tree (=> ./x, => ../x) point at
     # sibling modules its go.mod also requires, at the versions the proxy serves.
     { grep -E '^(replace|exclude) [^(]' "${gomod}" || true
-      awk '/^(replace|exclude) \(/{p=1} p{print} p&&/^\)/{p=0}' "${gomod}"; } | grep -vE '=>[[:space:]]*\.\.?/'
+      awk '/^(replace|exclude) \(/{p=1} p{print} p&&/^\)/{p=0}' "${gomod}"; } | { grep -vE '=>[[:space:]]*\.\.?/' || true; }
     for l in "$@"; do echo "$l"; done
   } >"${dir}/go.mod"
 }
@@ -129,6 +129,6 @@ if [ "${what}" = all ] || [ "${what}" = argo ]; then
 fi
 if [ "${what}" = all ] || [ "${what}" = tekton ]; then
   build tekton github.com/tektoncd/pipeline "${TEKTON_VERSION}" "" "" \
-    github.com/tektoncd/pipeline/cmd/controller github.com/tektoncd/pipeline/cmd/entrypoint github.com/tektoncd/pipeline/cmd/nop github.com/tektoncd/pipeline/cmd/workingdirinit
+    github.com/tektoncd/pipeline/cmd/controller github.com/tektoncd/pipeline/cmd/webhook github.com/tektoncd/pipeline/cmd/entrypoint github.com/tektoncd/pipeline/cmd/nop github.com/tektoncd/pipeline/cmd/workingdirinit
 fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

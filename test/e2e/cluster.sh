@@ -100,7 +100,7 @@ build_images() {
   image argoexec "quay.io/argoproj/argoexec:v${ARGO_VERSION}" \
     -file "${ABIN}/argoexec:/bin/argoexec" "${bbl[@]}" -entrypoint /bin/argoexec -user 8737:8737
   local b
-  for b in controller entrypoint nop workingdirinit; do
+  for b in controller webhook entrypoint nop workingdirinit; do
     image "tekton-${b}" "localhost/tekton/${b}:v${TEKTON_VERSION}" -file "${TBIN}/${b}:/ko-app/${b}" -entrypoint "/ko-app/${b}" -user 65532:65532
   done
   image terraform "${TERRAFORM_IMAGE}" -file "$(command -v terraform):/bin/terraform" "${bbl[@]}" -entrypoint /bin/terraform
@@ -334,10 +334,11 @@ YAML
 tekton_up() {
   local mod; mod="$(go mod download -json "github.com/tektoncd/pipeline@v${TEKTON_VERSION}" | jq -r .Dir)"
   local f files=()
-  # Everything but the admission webhook (its configurations would block
-  # every create without it), the resolvers and the events controller.
+  # The controller and the admission webhook (defaulting, validation and
+  # CRD conversion, as on any Tekton install); not the resolvers, the
+  # events controller or the webhook's autoscaler.
   for f in "${mod}"/config/100-namespace/*.yaml "${mod}"/config/*.yaml "${mod}"/config/300-crds/*.yaml; do
-    case "$(basename "$f")" in 500-webhooks.yaml|webhook.yaml|webhook-hpa.yaml|events.yaml) continue;; esac
+    case "$(basename "$f")" in webhook-hpa.yaml|events.yaml) continue;; esac
     files+=("$f")
   done
   for f in "${files[@]}"; do echo "---"; cat "$f"; echo; done \

@@ -347,3 +347,31 @@ func TestEngines(t *testing.T) {
 }
 
 func objMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
+
+// TestTektonWebhookIsLive: Tekton is installed with its admission webhook,
+// so every PipelineRun and CustomRun opr8r creates above passed Tekton's own
+// defaulting and validation. An invalid PipelineRun must be refused by it.
+func TestTektonWebhookIsLive(t *testing.T) {
+	e := setup(t)
+	bad := `apiVersion: tekton.dev/v1
+kind: PipelineRun
+metadata: {name: invalid, namespace: e2e}
+spec:
+  pipelineSpec:
+    tasks:
+    - name: no-steps
+      taskSpec: {steps: []}
+`
+	cmd := exec.Command(e.kubectl, "create", "-f", "-")
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	cmd.Stdin = strings.NewReader(bad)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		e.sh(t, "", e.kubectl, "delete", "pipelinerun", "invalid", "-n", ns)
+		t.Fatalf("an invalid PipelineRun was accepted: Tekton's webhook is not in the path\n%s", out)
+	}
+	if !strings.Contains(string(out), "admission webhook") || !strings.Contains(string(out), "validation.webhook.pipeline.tekton.dev") {
+		t.Fatalf("refused, but not by Tekton's webhook:\n%s", out)
+	}
+	t.Logf("refused by Tekton's webhook: %s", strings.TrimSpace(string(out)))
+}
