@@ -30,7 +30,7 @@ import (
 func main() {
 	var (
 		engines, defaultEngine, namespaces string
-		metricsAddr, probeAddr             string
+		metricsAddr, probeAddr, pprofAddr  string
 		leaderElect, installCRDs           bool
 		maxConcurrent                      int
 		qps                                float64
@@ -47,6 +47,7 @@ func main() {
 	flag.StringVar(&namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
+	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of Go's pprof endpoints, for profiling (empty: disabled).")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election (for more than one replica).")
 	flag.BoolVar(&installCRDs, "install-crds", false, "Server-side apply opr8r's CRDs at start (for development).")
 	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "TerraformRuns reconciled in parallel.")
@@ -60,13 +61,13 @@ func main() {
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
 
-	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, progressTimeout, cfg); err != nil {
+	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, progressTimeout, cfg); err != nil {
 		log.Error(err, "manager failed")
 		os.Exit(1)
 	}
 }
 
-func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout, progressTimeout time.Duration, cfg engine.Config) error {
+func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout, progressTimeout time.Duration, cfg engine.Config) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no kubeconfig: %w", err)
@@ -90,6 +91,7 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr string, lead
 		Cache:                  manager.CacheOptions(nsList),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
+		PprofBindAddress:       pprofAddr,
 		LeaderElection:         leaderElect,
 		LeaderElectionID:       "opr8r.infra.opr8r.io",
 	})

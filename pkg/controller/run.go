@@ -7,7 +7,6 @@ import (
 	"sort"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -239,9 +238,9 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 		if err := controllerutil.SetControllerReference(child, cm, r.Scheme()); err != nil {
 			return fmt.Errorf("owning ConfigMap %s: %w", cm.Name, err)
 		}
-		if r.Get(ctx, client.ObjectKeyFromObject(cm), &corev1.ConfigMap{}) == nil {
-			continue
-		}
+		// Created without looking first: it is new, except when a child is
+		// adopted, and then AlreadyExists is success. Never reading
+		// ConfigMaps keeps them out of the manager's cache and watches.
 		if err := r.Create(ctx, cm); err != nil && !apierrors.IsAlreadyExists(err) {
 			if apierrors.IsInvalid(err) {
 				// Too large (vars and inline files share one ConfigMap, at

@@ -36,7 +36,7 @@ import (
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns/finalizers,verbs=update
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
-// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;list;watch;create
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
 
 // Defaults for timings the manager may override by flag.

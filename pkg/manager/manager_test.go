@@ -1,0 +1,111 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	toolscache "k8s.io/client-go/tools/cache"
+)
+
+// pagedWorkflows serves total Workflows, each with a spec and managed
+// fields, in pages of the requested limit, and records the options of
+// every list.
+type pagedWorkflows struct {
+	total int
+	calls []metav1.ListOptions
+}
+
+func (p *pagedWorkflows) list(opts metav1.ListOptions) (runtime.Object, error) {
+	p.calls = append(p.calls, opts)
+	from := 0
+	if opts.Continue != "" {
+		var err error
+		if from, err = strconv.Atoi(opts.Continue); err != nil {
+			return nil, err
+		}
+	}
+	to := p.total
+	if opts.Limit > 0 && from+int(opts.Limit) < to {
+		to = from + int(opts.Limit)
+	}
+	l := &wfv1.WorkflowList{ListMeta: metav1.ListMeta{ResourceVersion: "42"}}
+	for i := from; i < to; i++ {
+		l.Items = append(l.Items, wfv1.Workflow{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("wf-%04d", i), Namespace: "ns",
+				ManagedFields: []metav1.ManagedFieldsEntry{{Manager: "opr8r"}},
+				Annotations:   map[string]string{"big": "x"}},
+			Spec:   wfv1.WorkflowSpec{Entrypoint: "main", Templates: []wfv1.Template{{Name: "main"}}},
+			Status: wfv1.WorkflowStatus{Phase: wfv1.WorkflowRunning},
+		})
+	}
+	if to < p.total {
+		l.Continue = strconv.Itoa(to)
+		remaining := int64(p.total - to)
+		l.RemainingItemCount = &remaining
+	}
+	return l, nil
+}
+
+func TestSlimListReadsPagesAndSlimsEveryObject(t *testing.T) {
+	src := &pagedWorkflows{total: 2*listPageSize + 7}
+	lw := &slimListWatch{inner: toolscache.ToListerWatcherWithContext(&toolscache.ListWatch{
+		ListFunc:  src.list,
+		WatchFunc: func(metav1.ListOptions) (watch.Interface, error) { return watch.NewFake(), nil },
+	})}
+	// What a reflector asks for on start: everything, from its watch cache.
+	obj, err := lw.ListWithContext(context.Background(), metav1.ListOptions{ResourceVersion: "0", ResourceVersionMatch: metav1.ResourceVersionMatchNotOlderThan})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := obj.(*wfv1.WorkflowList)
+	if len(l.Items) != src.total {
+		t.Fatalf("listed %d Workflows, want %d", len(l.Items), src.total)
+	}
+	if l.Continue != "" || l.RemainingItemCount != nil || l.ResourceVersion != "42" {
+		t.Fatalf("list meta = %+v, want the first page's resourceVersion and no continue", l.ListMeta)
+	}
+	for i, wf := range l.Items {
+		if want := fmt.Sprintf("wf-%04d", i); wf.Name != want {
+			t.Fatalf("item %d is %s, want %s (order kept)", i, wf.Name, want)
+		}
+		if wf.ManagedFields != nil || wf.Annotations != nil || wf.Spec.Entrypoint != "" || len(wf.Spec.Templates) != 0 {
+			t.Fatalf("item %d not slimmed: %+v", i, wf.ObjectMeta)
+		}
+		if wf.Status.Phase != wfv1.WorkflowRunning {
+			t.Fatalf("item %d lost its status", i)
+		}
+	}
+	if len(src.calls) != 3 {
+		t.Fatalf("%d list calls, want 3 pages of %d", len(src.calls), listPageSize)
+	}
+	for i, c := range src.calls {
+		if c.Limit != listPageSize || c.ResourceVersion != "" || c.ResourceVersionMatch != "" {
+			t.Fatalf("call %d: %+v, want limit %d at the latest resourceVersion", i, c, listPageSize)
+		}
+	}
+}
+
+func TestSlimForCacheKeepsWhatTheManagerReads(t *testing.T) {
+	wf := &wfv1.Workflow{
+		ObjectMeta: metav1.ObjectMeta{Name: "w", Labels: map[string]string{"app.kubernetes.io/managed-by": "opr8r"}},
+		Spec:       wfv1.WorkflowSpec{Entrypoint: "main", Shutdown: wfv1.ShutdownStrategyStop},
+		Status:     wfv1.WorkflowStatus{Phase: wfv1.WorkflowFailed, StoredWorkflowSpec: &wfv1.WorkflowSpec{Entrypoint: "main"}},
+	}
+	out, err := slimForCache(wf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := out.(*wfv1.Workflow)
+	if got.Spec.Shutdown != wfv1.ShutdownStrategyStop || got.Spec.Entrypoint != "" || got.Status.StoredWorkflowSpec != nil {
+		t.Fatalf("spec/status = %+v / %+v, want only spec.shutdown and the status", got.Spec, got.Status)
+	}
+	if got.Labels["app.kubernetes.io/managed-by"] != "opr8r" || got.Status.Phase != wfv1.WorkflowFailed {
+		t.Fatalf("labels or phase lost: %+v", got)
+	}
+}
