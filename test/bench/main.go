@@ -2,17 +2,24 @@
 //
 //	P1 throughput: N TerraformRuns created at once, time until N children
 //	   exist, against a bare client creating N equivalent Workflows with the
-//	   same QPS settings, in the same run (a ratio).
+//	   same QPS settings, in the same run (a ratio). Also the floor: a bare
+//	   client making, per run, the writes a finalizer-first controller
+//	   cannot avoid (create the run, finalizer, child, one ConfigMap,
+//	   status).
 //	P2 latency: a child's status patched, time until the run's status shows
 //	   it; p50/p95/p99.
 //	P3 writes: the manager's API writes, from the API server's audit log, on
 //	   a restart (resync) of N Ready runs.
 //	P4 memory: the manager's RSS with N runs, then with 2N foreign
-//	   Workflows and PipelineRuns added.
+//	   Workflows and PipelineRuns added; then its live heap (after a forced
+//	   GC, from its pprof endpoint).
 //
 // The manager runs as a subprocess (bin/bench-manager) so its RSS is its
 // own; no engine controller runs, the bench writes child status itself.
 // Run it with make bench; BENCH_SIZES sets N (default 100,1000,5000).
+// BENCH_MANAGER_FLAGS adds manager flags (e.g. --max-concurrent-reconciles=8);
+// BENCH_P1_ONLY=1 stops after P1; BENCH_MANAGER_BIN runs another manager
+// build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4.
 package main
 
 import (
@@ -20,23 +27,34 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/go-logr/logr"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines/argo"
@@ -53,16 +71,27 @@ const (
 )
 
 type result struct {
-	N                           int
-	P1Manager, P1Baseline       time.Duration
-	P2                          []time.Duration
-	P3ResyncWrites              int
-	P3StatusWritesPerChange     float64
-	P4RSS, P4RSSForeign         int64
-	CreatesPerRun, WritesPerRun float64
+	N                      int
+	P1Manager, P1Baseline  time.Duration
+	P1Floor, P1RunsCreated time.Duration
+	// CPU seconds used by the manager, kube-apiserver and etcd during
+	// the baseline, the floor and the manager's P1.
+	P1BaselineCPU, P1FloorCPU, P1CPU [3]float64
+	P2                               []time.Duration
+	P3ResyncWrites                   int
+	P3StatusWritesPerChange          float64
+	P4RSS, P4RSSForeign              int64
+	P4LiveHeap, P4PeakRSS            int64
+	ManagerFlags                     string
+	P4RSSAnon, P4RSSFile             int64
+	P4Variants                       []p4Variant
+	CreatesPerRun, WritesPerRun      float64
+	ReadsPerRun                      float64
 }
 
 func main() {
+	ctrllog.SetLogger(logr.Discard())
+	handleInterrupts()
 	sizes := []int{100, 1000, 5000}
 	if s := os.Getenv("BENCH_SIZES"); s != "" {
 		sizes = nil
@@ -87,6 +116,43 @@ func main() {
 	_ = os.WriteFile(filepath.Join(envtestutil.RepoRoot(), "bin", "bench-results.json"), b, 0o644)
 }
 
+var (
+	cleanupMu sync.Mutex
+	cleanups  = map[int]func(){}
+	cleanupID int
+)
+
+// onInterrupt registers fn to run if the bench is interrupted, so no
+// kube-apiserver, etcd or manager outlives it; the returned func
+// unregisters it.
+func onInterrupt(fn func()) func() {
+	cleanupMu.Lock()
+	defer cleanupMu.Unlock()
+	cleanupID++
+	id := cleanupID
+	cleanups[id] = fn
+	return func() {
+		cleanupMu.Lock()
+		defer cleanupMu.Unlock()
+		delete(cleanups, id)
+	}
+}
+
+func handleInterrupts() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-ch
+		cleanupMu.Lock()
+		for id := cleanupID; id > 0; id-- { // newest first
+			if fn, ok := cleanups[id]; ok {
+				fn()
+			}
+		}
+		os.Exit(130)
+	}()
+}
+
 func logf(format string, args ...any) {
 	fmt.Fprintf(os.Stderr, "bench: "+format+"\n", args...)
 }
@@ -107,19 +173,34 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func print(r result) {
 	fmt.Printf("\n== N=%d\n", r.N)
+	fmt.Printf("manager flags: %q\n", r.ManagerFlags)
 	fmt.Printf("P1 throughput: manager %.2fs, bare client %.2fs, ratio %.2f (target <= 1.25)\n", r.P1Manager.Seconds(), r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Baseline.Seconds())
+	fmt.Printf("P1 floor: a bare client making the 5 unavoidable writes per run %.2fs, ratio %.2f; manager / floor %.2f\n", r.P1Floor.Seconds(), r.P1Floor.Seconds()/r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Floor.Seconds())
+	fmt.Printf("P1 detail: the bench's %d creates took %.2fs; CPU seconds (manager, kube-apiserver, etcd): baseline %s, floor %s, manager %s\n",
+		r.N, r.P1RunsCreated.Seconds(), fmtCPU(r.P1BaselineCPU), fmtCPU(r.P1FloorCPU), fmtCPU(r.P1CPU))
+	fmt.Printf("P1 API server CPU per run: baseline %.1f ms, floor %.1f ms, manager %.1f ms (manager / baseline %.2f)\n",
+		1000*r.P1BaselineCPU[1]/float64(r.N), 1000*r.P1FloorCPU[1]/float64(r.N), 1000*r.P1CPU[1]/float64(r.N), r.P1CPU[1]/r.P1BaselineCPU[1])
+	fmt.Printf("P3 writes: %.2f manager writes per run to start it (and %.2f reads: get, list)\n", r.WritesPerRun, r.ReadsPerRun)
+	if r.P4RSS == 0 {
+		return
+	}
 	fmt.Printf("P2 latency over %d events: p50 %dms, p95 %dms, p99 %dms (target p99 <= 100ms)\n", len(r.P2), pct(r.P2, .5).Milliseconds(), pct(r.P2, .95).Milliseconds(), pct(r.P2, .99).Milliseconds())
-	fmt.Printf("P3 writes: %.2f manager writes per run to start it; %.2f status writes per observed child change; %d writes on a resync of %d Ready runs (target 0)\n", r.WritesPerRun, r.P3StatusWritesPerChange, r.P3ResyncWrites, r.N)
+	fmt.Printf("P3 writes: %.2f status writes per observed child change; %d writes on a resync of %d Ready runs (target 0)\n", r.P3StatusWritesPerChange, r.P3ResyncWrites, r.N)
 	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 150 MiB, < 10%%)\n",
 		r.P4RSS>>20, r.N, r.P4RSSForeign>>20, 2*r.N, 100*float64(r.P4RSSForeign-r.P4RSS)/float64(r.P4RSS))
+	fmt.Printf("P4 live heap after a forced GC: %d MiB; the restarted manager's peak RSS: %d MiB; RSS anonymous %d MiB, file-backed %d MiB\n",
+		r.P4LiveHeap>>20, r.P4PeakRSS>>20, r.P4RSSAnon>>20, r.P4RSSFile>>20)
+	for _, v := range r.P4Variants {
+		fmt.Printf("P4 with %s: RSS %d MiB (anonymous %d, file-backed %d), peak %d MiB, live heap %d MiB\n", v.Env, v.RSS>>20, v.Anon>>20, v.File>>20, v.Peak>>20, v.LiveHeap>>20)
+	}
 }
 
-// auditPolicy logs every write, at metadata level.
+// auditPolicy logs every write and read, at metadata level.
 const auditPolicy = `apiVersion: audit.k8s.io/v1
 kind: Policy
 rules:
   - level: Metadata
-    verbs: [create, update, patch, delete]
+    verbs: [create, update, patch, delete, deletecollection, get, list]
   - level: None
 `
 
@@ -130,6 +211,7 @@ func benchOne(n int) (result, error) {
 		return res, err
 	}
 	defer os.RemoveAll(tmp)
+	defer onInterrupt(func() { os.RemoveAll(tmp) })()
 	auditLog := filepath.Join(tmp, "audit.log")
 	_ = os.WriteFile(filepath.Join(tmp, "policy.yaml"), []byte(auditPolicy), 0o644)
 	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")}}
@@ -138,11 +220,16 @@ func benchOne(n int) (result, error) {
 	args.Set("audit-log-path", auditLog)
 	args.Set("audit-log-mode", "batch")
 	args.Set("audit-log-batch-max-wait", "1s")
+	// The default buffer (10,000 events) overflows at N=5000, and the
+	// batch backend then drops events: the counts would be too low.
+	args.Set("audit-log-batch-buffer-size", "500000")
+	args.Set("audit-log-batch-max-size", "1000")
 	cfg, err := env.Start()
 	if err != nil {
 		return res, err
 	}
 	defer env.Stop()
+	defer onInterrupt(func() { _ = env.Stop() })()
 	ctx := context.Background()
 	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
 		return res, err
@@ -157,7 +244,7 @@ func benchOne(n int) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	for _, ns := range []string{"runs", "baseline", "foreign"} {
+	for _, ns := range []string{"runs", "baseline", "foreign", "floor", "warmup"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return res, err
 		}
@@ -165,6 +252,10 @@ func benchOne(n int) (result, error) {
 
 	logf("P1 baseline (N=%d)", n)
 	// P1 baseline: a bare client creating N Workflows the manager would create.
+	if dir := os.Getenv("BENCH_APISERVER_PROFILE"); dir != "" {
+		go profileAPIServer(ctx, bcfg, filepath.Join(dir, fmt.Sprintf("apiserver-baseline-%d.pb.gz", n)))
+	}
+	cpu0 := usage(0)
 	start := time.Now()
 	if err := parallel(n, func(i int) error {
 		run := testutil.MakeRun(fmt.Sprintf("b%05d", i), "baseline").Auto().Obj()
@@ -180,6 +271,12 @@ func benchOne(n int) (result, error) {
 		return res, err
 	}
 	res.P1Baseline = time.Since(start)
+	res.P1BaselineCPU = sub(usage(0), cpu0)
+
+	logf("P1 floor (N=%d)", n)
+	if res.P1Floor, res.P1FloorCPU, err = floor(ctx, c, n); err != nil {
+		return res, fmt.Errorf("P1 floor: %w", err)
+	}
 
 	logf("The manager (N=%d)", n)
 	// The manager, as a subprocess with its own user (for the audit log).
@@ -190,14 +287,46 @@ func benchOne(n int) (result, error) {
 	kc, _ := user.KubeConfig()
 	kcPath := filepath.Join(tmp, "manager.kubeconfig")
 	_ = os.WriteFile(kcPath, kc, 0o600)
-	mgr, err := startManager(kcPath)
+	res.ManagerFlags = os.Getenv("BENCH_MANAGER_FLAGS")
+	mgr, pprofAddr, err := startManager(kcPath)
 	if err != nil {
 		return res, err
 	}
-	defer stop(mgr)
+	defer func() { stop(mgr) }()
+	defer onInterrupt(func() { stop(mgr) })()
+
+	// P1 times a running manager, not its start: one warm-up run first,
+	// whose child proves the caches synced and the engines are watched.
+	warm := testutil.MakeRun("warmup", "warmup").Auto().Obj()
+	warm.UID = ""
+	if err := c.Create(ctx, warm); err != nil {
+		return res, err
+	}
+	if err := waitFor(5*time.Minute, func() (bool, error) {
+		time.Sleep(100 * time.Millisecond)
+		r := &infrav1.TerraformRun{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(warm), r); err != nil || r.Status.Run == nil {
+			return false, client.IgnoreNotFound(err)
+		}
+		return true, nil
+	}); err != nil {
+		return res, fmt.Errorf("manager warm-up: %w", err)
+	}
+	writesBefore := settled(auditLog, countWrites)
+	readsBefore, _ := countReads(auditLog, "opr8r-manager")
+	_, auditSkip := auditSummary(auditLog, 1<<62)
 
 	logf("P1 (N=%d)", n)
-	// P1: N TerraformRuns at once; time until N children exist.
+	// P1: N TerraformRuns at once; time until N children exist, counted
+	// with light lists (see countChildren).
+	children, err := countChildren(ctx, bcfg, scheme, "runs", n)
+	if err != nil {
+		return res, err
+	}
+	if dir := os.Getenv("BENCH_APISERVER_PROFILE"); dir != "" {
+		go profileAPIServer(ctx, bcfg, filepath.Join(dir, fmt.Sprintf("apiserver-p1-%d.pb.gz", n)))
+	}
+	cpu0 = usage(mgr.Process.Pid)
 	start = time.Now()
 	if err := parallel(n, func(i int) error {
 		run := testutil.MakeRun(fmt.Sprintf("r%05d", i), "runs").Auto().Obj()
@@ -206,19 +335,35 @@ func benchOne(n int) (result, error) {
 	}); err != nil {
 		return res, err
 	}
-	if err := waitFor(10*time.Minute, func() (bool, error) {
-		l := &wfv1.WorkflowList{}
-		if err := c.List(ctx, l, client.InNamespace("runs")); err != nil {
-			return false, err
+	res.P1RunsCreated = time.Since(start)
+	select {
+	case err := <-children:
+		if err != nil {
+			return res, fmt.Errorf("P1: %w", err)
 		}
-		return len(l.Items) >= n, nil
-	}); err != nil {
-		return res, fmt.Errorf("P1: %w", err)
+	case <-time.After(10 * time.Minute):
+		return res, fmt.Errorf("P1: timed out after 10m")
 	}
 	res.P1Manager = time.Since(start)
-	time.Sleep(3 * time.Second)
-	writes, _ := countWrites(auditLog, "opr8r-manager")
-	res.WritesPerRun = float64(writes) / float64(n)
+	res.P1CPU = sub(usage(mgr.Process.Pid), cpu0)
+	writes := settled(auditLog, countWrites)
+	res.WritesPerRun = float64(writes-writesBefore) / float64(n)
+	reads, _ := countReads(auditLog, "opr8r-manager")
+	res.ReadsPerRun = float64(reads-readsBefore) / float64(n)
+	if os.Getenv("BENCH_AUDIT_SUMMARY") == "1" {
+		sum, _ := auditSummary(auditLog, auditSkip)
+		keys := make([]string, 0, len(sum))
+		for k := range sum {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			logf("P1 audit: %s %d", k, sum[k])
+		}
+	}
+	if os.Getenv("BENCH_P1_ONLY") == "1" {
+		return res, nil
+	}
 
 	logf("P2 (N=%d)", n)
 	// P2: patch a child's status (the plan step finished); time until the
@@ -227,7 +372,7 @@ func benchOne(n int) (result, error) {
 	if events > 1000 {
 		events = 1000
 	}
-	statusBefore, _ := countStatusWrites(auditLog, "opr8r-manager")
+	statusBefore := settled(auditLog, countStatusWrites)
 	for i := 0; i < events; i++ {
 		name := fmt.Sprintf("r%05d", i)
 		run := &infrav1.TerraformRun{}
@@ -263,8 +408,7 @@ func benchOne(n int) (result, error) {
 		}
 		res.P2 = append(res.P2, time.Since(t0))
 	}
-	time.Sleep(2 * time.Second)
-	statusAfter, _ := countStatusWrites(auditLog, "opr8r-manager")
+	statusAfter := settled(auditLog, countStatusWrites)
 	res.P3StatusWritesPerChange = float64(statusAfter-statusBefore) / float64(events)
 
 	logf("P3 (N=%d)", n)
@@ -274,6 +418,7 @@ func benchOne(n int) (result, error) {
 		return res, err
 	}
 	if err := waitFor(10*time.Minute, func() (bool, error) {
+		time.Sleep(500 * time.Millisecond) // full lists of N runs are heavy
 		l := &infrav1.TerraformRunList{}
 		if err := c.List(ctx, l, client.InNamespace("runs")); err != nil {
 			return false, err
@@ -291,13 +436,13 @@ func benchOne(n int) (result, error) {
 	time.Sleep(2 * time.Second)
 	stop(mgr)
 	time.Sleep(2 * time.Second)
-	before, _ := countWrites(auditLog, "opr8r-manager")
-	mgr, err = startManager(kcPath)
+	before := settled(auditLog, countWrites)
+	mgr, pprofAddr, err = startManager(kcPath)
 	if err != nil {
 		return res, err
 	}
 	time.Sleep(time.Duration(10+n/250) * time.Second)
-	after, _ := countWrites(auditLog, "opr8r-manager")
+	after := settled(auditLog, countWrites)
 	res.P3ResyncWrites = after - before
 
 	logf("P4 (N=%d)", n)
@@ -319,7 +464,180 @@ func benchOne(n int) (result, error) {
 	}
 	time.Sleep(10 * time.Second)
 	res.P4RSSForeign = rss(mgr.Process.Pid)
+	res.P4PeakRSS = procStatus(mgr.Process.Pid, "VmHWM:")
+	res.P4RSSAnon, res.P4RSSFile = procStatus(mgr.Process.Pid, "RssAnon:"), procStatus(mgr.Process.Pid, "RssFile:")
+	if dir := os.Getenv("BENCH_HEAP_PROFILE"); dir != "" && pprofAddr != "" {
+		if err := saveHeapProfile(pprofAddr, filepath.Join(dir, fmt.Sprintf("heap-%d.pb.gz", n))); err != nil {
+			return res, err
+		}
+	}
+	// Last, as the forced GC would lower the RSS figures above.
+	if pprofAddr == "" {
+		return res, nil // a manager without --pprof-bind-address
+	}
+	if res.P4LiveHeap, err = liveHeap(pprofAddr); err != nil {
+		return res, fmt.Errorf("P4 live heap: %w", err)
+	}
+
+	// Variants: the same resync under other Go runtime settings, e.g.
+	// BENCH_P4_ENVS="GOGC=50;GOMEMLIMIT=110MiB".
+	for _, v := range strings.Split(os.Getenv("BENCH_P4_ENVS"), ";") {
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		stop(mgr)
+		if mgr, pprofAddr, err = startManager(kcPath, strings.Fields(v)...); err != nil {
+			return res, err
+		}
+		time.Sleep(time.Duration(20+n/250) * time.Second)
+		p := p4Variant{Env: v, RSS: rss(mgr.Process.Pid), Peak: procStatus(mgr.Process.Pid, "VmHWM:"),
+			Anon: procStatus(mgr.Process.Pid, "RssAnon:"), File: procStatus(mgr.Process.Pid, "RssFile:")}
+		if pprofAddr != "" {
+			if p.LiveHeap, err = liveHeap(pprofAddr); err != nil {
+				return res, err
+			}
+		}
+		res.P4Variants = append(res.P4Variants, p)
+	}
 	return res, nil
+}
+
+// p4Variant is P4 (no foreign objects) under other runtime settings.
+type p4Variant struct {
+	Env                             string
+	RSS, Peak, Anon, File, LiveHeap int64
+}
+
+// countChildren reports on the returned channel once n Workflows exist in
+// ns. It polls metadata-only lists served from the API server's watch
+// cache (resourceVersion "0") every 250ms: full lists of N Workflows, read
+// from etcd, would load the API server the manager is being timed on.
+func countChildren(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, ns string, n int) (<-chan error, error) {
+	mc, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- waitFor(10*time.Minute, func() (bool, error) {
+			l := &metav1.PartialObjectMetadataList{}
+			l.SetGroupVersionKind(wfv1.SchemeGroupVersion.WithKind("WorkflowList"))
+			if err := mc.List(ctx, l, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
+				return false, err
+			}
+			if len(l.Items) >= n {
+				return true, nil
+			}
+			time.Sleep(250 * time.Millisecond)
+			return false, nil
+		})
+	}()
+	return done, nil
+}
+
+// floor times a bare client making, for each of n runs, the writes a
+// finalizer-first controller cannot avoid, with the run's creation that
+// the manager's P1 also includes: create the run, patch the finalizer,
+// create the child and its one input ConfigMap, patch the status. Its
+// objects are removed before the manager starts.
+func floor(ctx context.Context, c client.Client, n int) (time.Duration, [3]float64, error) {
+	const ns = "floor"
+	children := make([]string, n)
+	cpu0 := usage(0)
+	start := time.Now()
+	if err := parallel(n, func(i int) error {
+		run := testutil.MakeRun(fmt.Sprintf("f%05d", i), ns).Auto().Obj()
+		run.UID = ""
+		if err := c.Create(ctx, run); err != nil {
+			return err
+		}
+		patch := client.MergeFrom(run.DeepCopy())
+		run.Finalizers = append(run.Finalizers, infrav1.Finalizer)
+		if err := c.Patch(ctx, run, patch); err != nil {
+			return err
+		}
+		eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
+		hash := pipeline.SpecHash(eff)
+		name := pipeline.ChildName(run.Name, infrav1.RunApply, hash, 1)
+		children[i] = name
+		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: name, SpecHash: hash, Config: testutil.Config})
+		if err != nil {
+			return err
+		}
+		if err := c.Create(ctx, obj); err != nil {
+			return err
+		}
+		cms, err := pipeline.InputObjects(eff, name)
+		if err != nil {
+			return err
+		}
+		for _, cm := range cms {
+			cm.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(obj, wfv1.SchemeGroupVersion.WithKind("Workflow"))}
+			if err := c.Create(ctx, cm); err != nil {
+				return err
+			}
+		}
+		base := run.DeepCopy()
+		now := metav1.Now()
+		run.Status.Run = &infrav1.RunStatus{ID: name, Type: infrav1.RunApply, Engine: infrav1.EngineArgo, SpecHash: hash, Attempt: 1,
+			Child: infrav1.ChildReference{APIVersion: wfv1.SchemeGroupVersion.String(), Kind: "Workflow", Name: name}, Phase: infrav1.RunPending, StartedAt: &now}
+		for _, t := range []string{infrav1.PlannedCondition, infrav1.ReconcilingCondition, infrav1.ReadyCondition} {
+			apimeta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionUnknown, Reason: infrav1.ReasonProgressing, Message: "run " + name + ": pending"})
+		}
+		run.Status.Phase = string(infrav1.RunPending)
+		return c.Status().Patch(ctx, run, client.MergeFrom(base))
+	}); err != nil {
+		return 0, [3]float64{}, err
+	}
+	took, cpu := time.Since(start), sub(usage(0), cpu0)
+	// Removed one by one: a deletecollection of thousands of Workflows
+	// outlasts the API server's request timeout.
+	if err := parallel(n, func(i int) error {
+		run := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%05d", i), Namespace: ns}}
+		if err := c.Delete(ctx, &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: children[i], Namespace: ns}}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err := c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pipeline.InputsConfigMapName(children[i]), Namespace: ns}}); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if err := c.Patch(ctx, run, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))); client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		return client.IgnoreNotFound(c.Delete(ctx, run))
+	}); err != nil {
+		return 0, [3]float64{}, err
+	}
+	return took, cpu, nil
+}
+
+// liveHeap forces a GC in the manager and reads its heap in use
+// (runtime.MemStats.HeapAlloc) from its pprof endpoint.
+func liveHeap(addr string) (int64, error) {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1&debug=1")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "# HeapAlloc = "); ok {
+			return strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+		}
+	}
+	return 0, fmt.Errorf("no HeapAlloc in the heap profile")
+}
+
+// freeAddr returns a free local TCP address.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
 }
 
 // finish completes a run's Workflow as Argo would (no changes, outputs none).
@@ -335,6 +653,9 @@ func finish(ctx context.Context, c client.Client, name string) error {
 			return err
 		}
 		now := metav1.Now()
+		if wf.Status.Nodes == nil { // P2 touches at most 1000 runs
+			wf.Status.Nodes = wfv1.Nodes{}
+		}
 		set := func(step string, typ wfv1.NodeType, phase wfv1.NodePhase, out *wfv1.Outputs) {
 			wf.Status.Nodes.Set(wfName+"-"+step, wfv1.NodeStatus{ID: wfName + "-" + step, Name: wfName + "." + step, DisplayName: step, TemplateName: step, Type: typ, Phase: phase, StartedAt: now, FinishedAt: now, Outputs: out})
 		}
@@ -388,13 +709,26 @@ func waitFor(limit time.Duration, cond func() (bool, error)) error {
 	return fmt.Errorf("timed out after %s", limit)
 }
 
-func startManager(kubeconfig string) (*exec.Cmd, error) {
+func startManager(kubeconfig string, env ...string) (*exec.Cmd, string, error) {
 	bin := filepath.Join(envtestutil.RepoRoot(), "bin", "bench-manager")
-	cmd := exec.Command(bin, "--engines=argo,tekton", "--metrics-bind-address=0", "--health-probe-bind-address=0",
-		fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst), "--zap-log-level=error")
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+	if b := os.Getenv("BENCH_MANAGER_BIN"); b != "" {
+		bin = b // e.g. an older build, for before-and-after figures
+	}
+	args := []string{"--engines=argo,tekton", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+		fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst), "--zap-log-level=error"}
+	pprofAddr := ""
+	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "pprof-bind-address") {
+		var err error
+		if pprofAddr, err = freeAddr(); err != nil {
+			return nil, "", err
+		}
+		args = append(args, "--pprof-bind-address="+pprofAddr)
+	}
+	args = append(args, strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS"))...)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), env...)
 	cmd.Stderr = os.Stderr
-	return cmd, cmd.Start()
+	return cmd, pprofAddr, cmd.Start()
 }
 
 func stop(cmd *exec.Cmd) {
@@ -405,8 +739,111 @@ func stop(cmd *exec.Cmd) {
 	_, _ = cmd.Process.Wait()
 }
 
+// controlPlane returns the pids of this process's kube-apiserver and etcd.
+func controlPlane() []int {
+	var api, etcd int
+	dirs, _ := os.ReadDir("/proc")
+	for _, d := range dirs {
+		pid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := statFields(string(b))
+		if len(f) < 2 || f[1] != strconv.Itoa(os.Getpid()) {
+			continue
+		}
+		switch f[0] {
+		case "kube-apiserver":
+			api = pid
+		case "etcd":
+			etcd = pid
+		}
+	}
+	return []int{api, etcd}
+}
+
+// statFields returns comm, ppid, ... utime (index 11), stime (12) of a
+// /proc/<pid>/stat line.
+func statFields(stat string) []string {
+	open, end := strings.IndexByte(stat, '('), strings.LastIndexByte(stat, ')')
+	if open < 0 || end < open {
+		return nil
+	}
+	rest := strings.Fields(stat[end+1:]) // state, ppid, ...
+	if len(rest) < 13 {
+		return nil
+	}
+	return append([]string{stat[open+1 : end]}, rest[1:]...)
+}
+
+// cpuSeconds returns the user+system CPU seconds of each pid (0: none).
+func cpuSeconds(pids ...int) [3]float64 {
+	var out [3]float64
+	for i, pid := range pids {
+		if pid == 0 || i >= len(out) {
+			continue
+		}
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		f := statFields(string(b))
+		if len(f) < 13 {
+			continue
+		}
+		u, _ := strconv.ParseFloat(f[11], 64)
+		st, _ := strconv.ParseFloat(f[12], 64)
+		out[i] = (u + st) / 100 // USER_HZ
+	}
+	return out
+}
+
+// usage returns the CPU seconds of the manager (pid mgr, 0: none),
+// kube-apiserver and etcd.
+func usage(mgr int) [3]float64 { return cpuSeconds(append([]int{mgr}, controlPlane()...)...) }
+
+func sub(a, b [3]float64) [3]float64 { return [3]float64{a[0] - b[0], a[1] - b[1], a[2] - b[2]} }
+
+func fmtCPU(c [3]float64) string { return fmt.Sprintf("%.1f/%.1f/%.1f", c[0], c[1], c[2]) }
+
+// profileAPIServer saves a 10s CPU profile of kube-apiserver to path.
+func profileAPIServer(ctx context.Context, cfg *rest.Config, path string) {
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		logf("profile: %v", err)
+		return
+	}
+	b, err := cs.CoreV1().RESTClient().Get().AbsPath("/debug/pprof/profile").Param("seconds", "10").DoRaw(ctx)
+	if err != nil {
+		logf("profile: %v", err)
+		return
+	}
+	_ = os.WriteFile(path, b, 0o644)
+}
+
+// saveHeapProfile writes the manager's heap profile (after a GC) to path.
+func saveHeapProfile(addr, path string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, b, 0o644)
+}
+
 // rss is a process's resident set size in bytes.
-func rss(pid int) int64 {
+func rss(pid int) int64 { return procStatus(pid, "VmRSS:") }
+
+// procStatus reads a size in kB from /proc/<pid>/status, in bytes.
+func procStatus(pid int, field string) int64 {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return 0
@@ -414,7 +851,7 @@ func rss(pid int) int64 {
 	defer f.Close()
 	s := bufio.NewScanner(f)
 	for s.Scan() {
-		if strings.HasPrefix(s.Text(), "VmRSS:") {
+		if strings.HasPrefix(s.Text(), field) {
 			kb, _ := strconv.ParseInt(strings.Fields(s.Text())[1], 10, 64)
 			return kb << 10
 		}
@@ -453,8 +890,62 @@ func readAudit(path, user string, keep func(auditEvent) bool) (int, error) {
 	return n, s.Err()
 }
 
+// settled returns the manager's count once the audit log has caught up:
+// two reads 2s apart agree (under load the batched audit writer lags by
+// seconds), or after a minute.
+func settled(path string, count func(path, user string) (int, error)) int {
+	prev := -1
+	for i := 0; i < 30; i++ {
+		n, _ := count(path, "opr8r-manager")
+		if n == prev {
+			return n
+		}
+		prev = n
+		time.Sleep(2 * time.Second)
+	}
+	return prev
+}
+
+func isWrite(verb string) bool {
+	switch verb {
+	case "create", "update", "patch", "delete", "deletecollection":
+		return true
+	}
+	return false
+}
+
 func countWrites(path, user string) (int, error) {
-	return readAudit(path, user, func(auditEvent) bool { return true })
+	return readAudit(path, user, func(e auditEvent) bool { return isWrite(e.Verb) })
+}
+
+func countReads(path, user string) (int, error) {
+	return readAudit(path, user, func(e auditEvent) bool { return !isWrite(e.Verb) })
+}
+
+// auditSummary counts requests by user, verb and resource, skipping the
+// first skip events (ResponseComplete only).
+func auditSummary(path string, skip int) (map[string]int, int) {
+	out := map[string]int{}
+	f, err := os.Open(path)
+	if err != nil {
+		return out, skip
+	}
+	defer f.Close()
+	s := bufio.NewScanner(f)
+	s.Buffer(make([]byte, 1<<20), 1<<24)
+	i := 0
+	for s.Scan() {
+		var e auditEvent
+		if json.Unmarshal(s.Bytes(), &e) != nil || e.Stage != "ResponseComplete" {
+			continue
+		}
+		i++
+		if i <= skip {
+			continue
+		}
+		out[fmt.Sprintf("%s %s %s/%s", e.User.Username, e.Verb, e.ObjectRef.Resource, e.ObjectRef.Subresource)]++
+	}
+	return out, i
 }
 
 func countStatusWrites(path, user string) (int, error) {
