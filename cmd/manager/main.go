@@ -33,7 +33,7 @@ func main() {
 		metricsAddr, probeAddr, pprofAddr  string
 		leaderElect, installCRDs           bool
 		maxConcurrent                      int
-		qps                                float64
+		qps, memoryLimitRatio              float64
 		burst                              int
 		destroyTimeout, progressTimeout    time.Duration
 		cfg                                engine.Config
@@ -47,6 +47,7 @@ func main() {
 	flag.StringVar(&namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
 	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
+	flag.Float64Var(&memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit for Go's garbage collector, as a fraction of the container's memory limit (0 disables; an explicit GOMEMLIMIT wins).")
 	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of Go's pprof endpoints, for profiling (empty: disabled).")
 	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election (for more than one replica).")
 	flag.BoolVar(&installCRDs, "install-crds", false, "Server-side apply opr8r's CRDs at start (for development).")
@@ -60,6 +61,8 @@ func main() {
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
+	_, memMsg := manager.SetMemoryLimit("/sys/fs/cgroup", memoryLimitRatio)
+	log.Info(memMsg)
 
 	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, progressTimeout, cfg); err != nil {
 		log.Error(err, "manager failed")
