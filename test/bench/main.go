@@ -19,7 +19,9 @@
 // Run it with make bench; BENCH_SIZES sets N (default 100,1000,5000).
 // BENCH_MANAGER_FLAGS adds manager flags (e.g. --max-concurrent-reconciles=8);
 // BENCH_P1_ONLY=1 stops after P1; BENCH_MANAGER_BIN runs another manager
-// build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4.
+// build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4;
+// BENCH_APISERVER_PROFILE=dir saves 10s CPU profiles of kube-apiserver
+// (baseline, P1) and of the manager (P1).
 package main
 
 import (
@@ -47,9 +49,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -318,13 +321,20 @@ func benchOne(n int) (result, error) {
 
 	logf("P1 (N=%d)", n)
 	// P1: N TerraformRuns at once; time until N children exist, counted
-	// with light lists (see countChildren).
-	children, err := countChildren(ctx, bcfg, scheme, "runs", n)
+	// with a metadata-only watch (see countChildren).
+	children, err := countChildren(ctx, bcfg, "runs", n)
 	if err != nil {
 		return res, err
 	}
 	if dir := os.Getenv("BENCH_APISERVER_PROFILE"); dir != "" {
 		go profileAPIServer(ctx, bcfg, filepath.Join(dir, fmt.Sprintf("apiserver-p1-%d.pb.gz", n)))
+		if pprofAddr != "" {
+			go func() {
+				if err := saveProfile(pprofAddr, "profile?seconds=10", filepath.Join(dir, fmt.Sprintf("manager-p1-%d.pb.gz", n))); err != nil {
+					logf("manager profile: %v", err)
+				}
+			}()
+		}
 	}
 	cpu0 = usage(mgr.Process.Pid)
 	start = time.Now()
@@ -509,28 +519,47 @@ type p4Variant struct {
 }
 
 // countChildren reports on the returned channel once n Workflows exist in
-// ns. It polls metadata-only lists served from the API server's watch
-// cache (resourceVersion "0") every 250ms: full lists of N Workflows, read
-// from etcd, would load the API server the manager is being timed on.
-func countChildren(ctx context.Context, cfg *rest.Config, scheme *runtime.Scheme, ns string, n int) (<-chan error, error) {
-	mc, err := client.New(cfg, client.Options{Scheme: scheme})
+// ns. It counts the ADDED events of one metadata-only watch: polling lists
+// of up to N Workflows would load the API server the manager is being
+// timed on, and the baselines carry no such load.
+func countChildren(ctx context.Context, cfg *rest.Config, ns string, n int) (<-chan error, error) {
+	mc, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	res := mc.Resource(wfv1.SchemeGroupVersion.WithResource("workflows")).Namespace(ns)
+	l, err := res.List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	for _, m := range l.Items {
+		seen[m.Name] = true
+	}
+	w, err := res.Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
 	if err != nil {
 		return nil, err
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- waitFor(10*time.Minute, func() (bool, error) {
-			l := &metav1.PartialObjectMetadataList{}
-			l.SetGroupVersionKind(wfv1.SchemeGroupVersion.WithKind("WorkflowList"))
-			if err := mc.List(ctx, l, client.InNamespace(ns), &client.ListOptions{Raw: &metav1.ListOptions{ResourceVersion: "0"}}); err != nil {
-				return false, err
+		defer w.Stop()
+		for len(seen) < n {
+			ev, ok := <-w.ResultChan()
+			if !ok {
+				done <- fmt.Errorf("the watch of Workflows closed after %d of %d", len(seen), n)
+				return
 			}
-			if len(l.Items) >= n {
-				return true, nil
+			switch ev.Type {
+			case watch.Added:
+				if m, ok := ev.Object.(*metav1.PartialObjectMetadata); ok {
+					seen[m.Name] = true
+				}
+			case watch.Error:
+				done <- fmt.Errorf("watching Workflows: %v", ev.Object)
+				return
 			}
-			time.Sleep(250 * time.Millisecond)
-			return false, nil
-		})
+		}
+		done <- nil
 	}()
 	return done, nil
 }
@@ -826,8 +855,11 @@ func profileAPIServer(ctx context.Context, cfg *rest.Config, path string) {
 }
 
 // saveHeapProfile writes the manager's heap profile (after a GC) to path.
-func saveHeapProfile(addr, path string) error {
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap?gc=1")
+func saveHeapProfile(addr, path string) error { return saveProfile(addr, "heap?gc=1", path) }
+
+// saveProfile writes the manager's /debug/pprof/<what> to path.
+func saveProfile(addr, what, path string) error {
+	resp, err := http.Get("http://" + addr + "/debug/pprof/" + what)
 	if err != nil {
 		return err
 	}
