@@ -76,4 +76,14 @@ const (
 	// ComponentLabel says what an opr8r-made Secret or ConfigMap holds:
 	// inputs, raw-outputs, plan or outputs.
 	ComponentLabel = "infra.opr8r.io/component"
+	// ComponentInputs labels a child's input ConfigMap.
+	ComponentInputs = "inputs"
+	// ComponentRawOutputs labels the Secret the export step writes
+	// terraform's outputs to.
+	ComponentRawOutputs = "raw-outputs"
+	// ComponentPlan labels the Secret the plan step writes the readable
+	// plan to.
+	ComponentPlan = "plan"
+	// ComponentOutputs labels the user's outputs Secret.
+	ComponentOutputs = "outputs"
 )

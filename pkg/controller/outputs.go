@@ -133,7 +133,7 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: map[string]string{
 			infrav1.ManagedByLabel: infrav1.ManagedByValue,
 			infrav1.RunNameLabel:   run.Name,
-			infrav1.ComponentLabel: "outputs",
+			infrav1.ComponentLabel: infrav1.ComponentOutputs,
 		}},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -72,7 +73,10 @@ func Scheme() (*runtime.Scheme, error) {
 // CacheOptions restricts the manager's caches to objects opr8r made
 // (labelled managed-by=opr8r), except TerraformRuns themselves, so the
 // manager's memory does not grow with other tenants' Workflows or Secrets.
-// ConfigMaps are only ever created, never read, so they are not cached.
+// Of opr8r's Secrets only the ones the manager reads are cached: outputs
+// and raw-outputs, not the readable plans the plan step writes (up to
+// 1 MiB each, one per run). ConfigMaps are only ever created, never read,
+// so they are not cached.
 // Engine kinds get the restriction from the default selector
 // rather than a ByObject entry: a ByObject entry makes the manager resolve
 // the kind at start, which fails when the engine's CRD is not installed.
@@ -84,7 +88,7 @@ func CacheOptions(namespaces []string) cache.Options {
 		NewInformer:          newSlimInformer,
 		ByObject: map[client.Object]cache.ByObject{
 			&infrav1.TerraformRun{}: {Label: labels.Everything()},
-			&corev1.Secret{}:        {Label: ours},
+			&corev1.Secret{}:        {Label: SecretSelector()},
 		},
 	}
 	if len(namespaces) > 0 {
@@ -94,6 +98,22 @@ func CacheOptions(namespaces []string) cache.Options {
 		}
 	}
 	return o
+}
+
+// CachedSecretComponents are the kinds of opr8r Secret the manager reads.
+var CachedSecretComponents = []string{infrav1.ComponentOutputs, infrav1.ComponentRawOutputs}
+
+// SecretSelector selects the Secrets the manager caches.
+func SecretSelector() labels.Selector {
+	managed, err := labels.NewRequirement(infrav1.ManagedByLabel, selection.Equals, []string{infrav1.ManagedByValue})
+	if err != nil {
+		panic(err)
+	}
+	component, err := labels.NewRequirement(infrav1.ComponentLabel, selection.In, CachedSecretComponents)
+	if err != nil {
+		panic(err)
+	}
+	return labels.NewSelector().Add(*managed, *component)
 }
 
 // slimForCache drops what the manager never reads from cached objects, so

@@ -8,9 +8,12 @@ import (
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	toolscache "k8s.io/client-go/tools/cache"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
 
 // pagedWorkflows serves total Workflows, each with a spec and managed
@@ -107,5 +110,25 @@ func TestSlimForCacheKeepsWhatTheManagerReads(t *testing.T) {
 	}
 	if got.Labels["app.kubernetes.io/managed-by"] != "opr8r" || got.Status.Phase != wfv1.WorkflowFailed {
 		t.Fatalf("labels or phase lost: %+v", got)
+	}
+}
+
+func TestSecretSelectorCachesOnlyWhatTheManagerReads(t *testing.T) {
+	sel := SecretSelector()
+	for _, tc := range []struct {
+		labels map[string]string
+		cached bool
+	}{
+		{map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentOutputs}, true},
+		{map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentRawOutputs}, true},
+		// The readable plan: up to 1 MiB per run, never read by the manager.
+		{map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentPlan}, false},
+		{map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue}, false},
+		{map[string]string{infrav1.ComponentLabel: infrav1.ComponentOutputs}, false},
+		{nil, false},
+	} {
+		if got := sel.Matches(labels.Set(tc.labels)); got != tc.cached {
+			t.Errorf("Secret labelled %v: cached %v, want %v", tc.labels, got, tc.cached)
+		}
 	}
 }

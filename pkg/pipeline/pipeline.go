@@ -427,7 +427,7 @@ func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap,
 	labels := map[string]string{
 		infrav1.ManagedByLabel: infrav1.ManagedByValue,
 		infrav1.RunNameLabel:   run.Name,
-		infrav1.ComponentLabel: "inputs",
+		infrav1.ComponentLabel: infrav1.ComponentInputs,
 	}
 	return []*corev1.ConfigMap{{
 		ObjectMeta: metav1.ObjectMeta{Name: InputsConfigMapName(child), Namespace: run.Namespace, Labels: labels},

@@ -16,6 +16,8 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
 
 // BackendOverrideFile is the file init writes into the module to select the
@@ -141,7 +143,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 			return nil, err
 		}
 		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
-		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, "plan", data); err != nil {
+		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, infrav1.ComponentPlan, data); err != nil {
 			return nil, err
 		}
 	}
@@ -330,7 +332,7 @@ func (r *Runner) ExportOutputs(ctx context.Context, m Module, secret string) ([]
 	if r.Kube == nil {
 		return nil, errors.New("export-outputs needs the API server (--outputs-secret)")
 	}
-	if err := r.Kube.WriteSecret(ctx, secret, "raw-outputs", map[string][]byte{"outputs.json": out}); err != nil {
+	if err := r.Kube.WriteSecret(ctx, secret, infrav1.ComponentRawOutputs, map[string][]byte{"outputs.json": out}); err != nil {
 		return nil, err
 	}
 	r.logf("exported %d outputs to Secret %s: %s", len(names), secret, strings.Join(names, ", "))
