@@ -10,8 +10,9 @@
 //	   it; p50/p95/p99.
 //	P3 writes: the manager's API writes, from the API server's audit log, on
 //	   a restart (resync) of N Ready runs.
-//	P4 memory: the manager's RSS with N runs, then with 2N foreign
-//	   Workflows and PipelineRuns added; then its live heap (after a forced
+//	P4 memory: the manager's RSS with N runs, then with N readable-plan
+//	   Secrets (as the plan step writes them) and 2N foreign Workflows and
+//	   PipelineRuns added; then its live heap (after a forced
 //	   GC, from its pprof endpoint).
 //
 // The manager runs as a subprocess (bin/bench-manager) so its RSS is its
@@ -190,8 +191,8 @@ func print(r result) {
 	}
 	fmt.Printf("P2 latency over %d events: p50 %dms, p95 %dms, p99 %dms (target p99 <= 100ms)\n", len(r.P2), pct(r.P2, .5).Milliseconds(), pct(r.P2, .95).Milliseconds(), pct(r.P2, .99).Milliseconds())
 	fmt.Printf("P3 writes: %.2f status writes per observed child change; %d writes on a resync of %d Ready runs (target 0)\n", r.P3StatusWritesPerChange, r.P3ResyncWrites, r.N)
-	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 150 MiB, < 10%%)\n",
-		r.P4RSS>>20, r.N, r.P4RSSForeign>>20, 2*r.N, 100*float64(r.P4RSSForeign-r.P4RSS)/float64(r.P4RSS))
+	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d plan Secrets of 16 KiB and %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 150 MiB, < 10%%)\n",
+		r.P4RSS>>20, r.N, r.P4RSSForeign>>20, r.N, 2*r.N, 100*float64(r.P4RSSForeign-r.P4RSS)/float64(r.P4RSS))
 	fmt.Printf("P4 live heap after a forced GC: %d MiB; the restarted manager's peak RSS: %d MiB; RSS anonymous %d MiB, file-backed %d MiB\n",
 		r.P4LiveHeap>>20, r.P4PeakRSS>>20, r.P4RSSAnon>>20, r.P4RSSFile>>20)
 	for _, v := range r.P4Variants {
@@ -462,11 +463,21 @@ func benchOne(n int) (result, error) {
 	res.P3ResyncWrites = after - before
 
 	logf("P4 (N=%d)", n)
-	// P4: 2N foreign Workflows and PipelineRuns (not opr8r's).
+	// P4: N readable-plan Secrets (opr8r's, not read by the manager) and
+	// 2N foreign Workflows and PipelineRuns (not opr8r's).
 	// Both P4 figures come from the same (restarted) manager, after it has
 	// resynced every run.
 	res.P4RSS = rss(mgr.Process.Pid)
+	plan := []byte(strings.Repeat("  # terraform_data.x will be created\n  + resource \"terraform_data\" \"x\" {\n      + id = (known after apply)\n    }\n", 160)) // ~16 KiB
 	if err := parallel(n, func(i int) error {
+		// The readable plan the plan step writes for every run, labelled
+		// as the step labels it: opr8r's, but never read by the manager.
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pipeline.PlanSecretName(fmt.Sprintf("r%05d", i)), Namespace: "runs",
+			Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentPlan}},
+			Data: map[string][]byte{"plan.txt": plan}}
+		if err := c.Create(ctx, sec); err != nil {
+			return err
+		}
 		wf := &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%05d", i), Namespace: "foreign"}, Spec: wfv1.WorkflowSpec{Entrypoint: "main",
 			Templates: []wfv1.Template{{Name: "main", Container: &corev1.Container{Image: "busybox", Command: []string{"sh", "-c", strings.Repeat("echo padding; ", 40)}}}}}}
 		if err := c.Create(ctx, wf); err != nil {
