@@ -19,6 +19,8 @@
 // own; no engine controller runs, the bench writes child status itself.
 // Run it with make bench; BENCH_SIZES sets N (default 100,1000,5000).
 // BENCH_MANAGER_FLAGS adds manager flags (e.g. --max-concurrent-reconciles=8);
+// BENCH_MANAGER_ENV adds environment variables to every manager start
+// (e.g. "GOGC=100"; BENCH_P4_ENVS variants override them);
 // BENCH_P1_ONLY=1 stops after P1; BENCH_MANAGER_BIN runs another manager
 // build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4;
 // BENCH_APISERVER_PROFILE=dir saves 10s CPU profiles of kube-apiserver
@@ -88,6 +90,7 @@ type result struct {
 	P4RSS, P4RSSForeign              int64
 	P4LiveHeap, P4PeakRSS            int64
 	ManagerFlags                     string
+	ManagerEnv                       string
 	P4RSSAnon, P4RSSFile             int64
 	P4Variants                       []p4Variant
 	CreatesPerRun, WritesPerRun      float64
@@ -182,7 +185,7 @@ func pct(d []time.Duration, p float64) time.Duration {
 
 func print(r result) {
 	fmt.Printf("\n== N=%d\n", r.N)
-	fmt.Printf("manager flags: %q\n", r.ManagerFlags)
+	fmt.Printf("manager flags: %q, environment: %q\n", r.ManagerFlags, r.ManagerEnv)
 	fmt.Printf("P1 throughput: manager %.2fs, bare client %.2fs, ratio %.2f (target <= 1.25)\n", r.P1Manager.Seconds(), r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Baseline.Seconds())
 	fmt.Printf("P1 floor: a bare client making the 5 unavoidable writes per run %.2fs, ratio %.2f; manager / floor %.2f\n", r.P1Floor.Seconds(), r.P1Floor.Seconds()/r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Floor.Seconds())
 	fmt.Printf("P1 detail: the bench's %d creates took %.2fs; CPU seconds (manager, kube-apiserver, etcd): baseline %s, floor %s, manager %s\n",
@@ -299,6 +302,7 @@ func benchOne(n int) (result, error) {
 	kcPath := filepath.Join(tmp, "manager.kubeconfig")
 	_ = os.WriteFile(kcPath, kc, 0o600)
 	res.ManagerFlags = os.Getenv("BENCH_MANAGER_FLAGS")
+	res.ManagerEnv = os.Getenv("BENCH_MANAGER_ENV")
 	mgr, pprofAddr, err := startManager(kcPath)
 	if err != nil {
 		return res, err
@@ -841,7 +845,9 @@ func startManager(kubeconfig string, env ...string) (*exec.Cmd, string, error) {
 	}
 	args = append(args, strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS"))...)
 	cmd := exec.Command(bin, args...)
-	cmd.Env = append(append(os.Environ(), "KUBECONFIG="+kubeconfig), env...)
+	// Later entries win: BENCH_MANAGER_ENV over the bench's environment,
+	// a P4 variant over both.
+	cmd.Env = append(append(append(os.Environ(), "KUBECONFIG="+kubeconfig), strings.Fields(os.Getenv("BENCH_MANAGER_ENV"))...), env...)
 	cmd.Stderr = os.Stderr
 	return cmd, pprofAddr, cmd.Start()
 }
