@@ -59,6 +59,7 @@ import (
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -422,8 +423,7 @@ func benchOne(n int) (result, error) {
 			if wf.Status.Nodes == nil {
 				wf.Status.Nodes = wfv1.Nodes{}
 			}
-			wf.Status.Nodes.Set(wfName+"-1", wfv1.NodeStatus{ID: wfName + "-1", Name: wfName + ".clone", DisplayName: "clone", TemplateName: "clone", Type: wfv1.NodeTypePod, Phase: wfv1.NodeSucceeded,
-				StartedAt: metav1.Now(), FinishedAt: metav1.Now()})
+			wf.Status.Nodes.Set(wfName+"-clone", argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", "")))
 			return c.Update(ctx, wf)
 		}); err != nil {
 			return res, err
@@ -759,7 +759,11 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// finish completes a run's Workflow as Argo would (no changes, outputs none).
+// finish completes a run's Workflow as Argo 3.7 would for a run with no
+// changes and no outputs: the DAG, clone, init and plan pods, apply skipped,
+// and the exit handler. The fields are those a Workflow of the e2e cluster
+// carries (status about 5 KB of JSON), so that P4 caches what a real
+// Workflow holds.
 func finish(ctx context.Context, c client.Client, name string) error {
 	run := &infrav1.TerraformRun{}
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: name}, run); err != nil {
@@ -772,21 +776,53 @@ func finish(ctx context.Context, c client.Client, name string) error {
 			return err
 		}
 		now := metav1.Now()
-		if wf.Status.Nodes == nil { // P2 touches at most 1000 runs
-			wf.Status.Nodes = wfv1.Nodes{}
-		}
-		set := func(step string, typ wfv1.NodeType, phase wfv1.NodePhase, out *wfv1.Outputs) {
-			wf.Status.Nodes.Set(wfName+"-"+step, wfv1.NodeStatus{ID: wfName + "-" + step, Name: wfName + "." + step, DisplayName: step, TemplateName: step, Type: typ, Phase: phase, StartedAt: now, FinishedAt: now, Outputs: out})
-		}
-		set("init", wfv1.NodeTypePod, wfv1.NodeSucceeded, nil)
-		set("plan", wfv1.NodeTypePod, wfv1.NodeSucceeded, &wfv1.Outputs{Parameters: []wfv1.Parameter{
-			{Name: "has-changes", Value: wfv1.AnyStringPtr("false")}, {Name: "digest", Value: wfv1.AnyStringPtr("sha256:" + strings.Repeat("0", 64))},
-			{Name: "summary", Value: wfv1.AnyStringPtr(`{"add":0,"change":0,"destroy":0,"replace":0}`)}}})
-		set("apply", wfv1.NodeTypeSkipped, wfv1.NodeSkipped, nil)
+		wf.Status.Nodes = wfv1.Nodes{}
+		root := argoNode(wfName, "", wfv1.NodeTypeDAG, wfv1.NodeSucceeded, "clone")
+		root.ID, root.Name, root.DisplayName, root.TemplateName, root.BoundaryID = wfName, wfName, wfName, "main", ""
+		root.OutboundNodes, root.Progress, root.HostNodeName, root.Outputs, root.TaskResultSynced = []string{wfName + "-apply"}, "4/4", "", nil, nil
+		wf.Status.Nodes.Set(root.ID, root)
+		wf.Status.Nodes.Set(wfName+"-clone", argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", "")))
+		wf.Status.Nodes.Set(wfName+"-init", argoNode(wfName, "init", wfv1.NodeTypePod, wfv1.NodeSucceeded, "plan"))
+		wf.Status.Nodes.Set(wfName+"-plan", argoNode(wfName, "plan", wfv1.NodeTypePod, wfv1.NodeSucceeded, "apply",
+			argoResult("has-changes", "false"), argoResult("digest", "sha256:"+strings.Repeat("0", 64)),
+			argoResult("summary", `{"add":0,"change":0,"destroy":0,"replace":0}`)))
+		apply := argoNode(wfName, "apply", wfv1.NodeTypeSkipped, wfv1.NodeSkipped, "")
+		apply.Message, apply.HostNodeName, apply.Outputs, apply.TaskResultSynced, apply.Progress, apply.ResourcesDuration = "when 'false == true' evaluated false", "", nil, nil, "", nil
+		wf.Status.Nodes.Set(apply.ID, apply)
+		exit := argoNode(wfName, "cleanup", wfv1.NodeTypePod, wfv1.NodeSucceeded, "")
+		exit.ID, exit.Name, exit.DisplayName, exit.BoundaryID, exit.NodeFlag = wfName+"-exit", wfName+".onExit", wfName+".onExit", "", &wfv1.NodeFlag{Hooked: true}
+		wf.Status.Nodes.Set(exit.ID, exit)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = now
+		wf.Status.Progress = "5/5"
+		wf.Status.ResourcesDuration = wfv1.ResourcesDuration{corev1.ResourceCPU: 0, corev1.ResourceMemory: 32}
+		wf.Status.Conditions = wfv1.Conditions{{Type: wfv1.ConditionTypePodRunning, Status: metav1.ConditionFalse}, {Type: wfv1.ConditionTypeCompleted, Status: metav1.ConditionTrue}}
+		wf.Status.ArtifactRepositoryRef = &wfv1.ArtifactRepositoryRefStatus{Default: true, ArtifactRepository: &wfv1.ArtifactRepository{}}
+		wf.Status.ArtifactGCStatus = &wfv1.ArtGCStatus{NotSpecified: true}
 		return c.Update(ctx, wf)
 	})
+}
+
+// argoNode is a step's node in a DAG as Argo 3.7 writes it, with the fields
+// of the e2e cluster's Workflows: boundary, children, host, progress,
+// resource durations, template scope, exit code and synced task results.
+func argoNode(wfName, step string, typ wfv1.NodeType, phase wfv1.NodePhase, next string, results ...wfv1.Parameter) wfv1.NodeStatus {
+	now := metav1.Now()
+	synced := true
+	n := wfv1.NodeStatus{ID: wfName + "-" + step, Name: wfName + "." + step, DisplayName: step, TemplateName: step, TemplateScope: "local/" + wfName,
+		Type: typ, Phase: phase, BoundaryID: wfName, HostNodeName: "node-1", StartedAt: now, FinishedAt: now, Progress: "1/1",
+		ResourcesDuration: wfv1.ResourcesDuration{corev1.ResourceCPU: 0, corev1.ResourceMemory: 5}, TaskResultSynced: &synced,
+		Outputs: &wfv1.Outputs{ExitCode: ptr.To("0"), Parameters: results}}
+	if next != "" {
+		n.Children = []string{wfName + "-" + next}
+	}
+	return n
+}
+
+// argoResult is an output parameter as Argo reports it: its value and where
+// it was read from.
+func argoResult(name, value string) wfv1.Parameter {
+	return wfv1.Parameter{Name: name, Value: wfv1.AnyStringPtr(value), ValueFrom: &wfv1.ValueFrom{Default: wfv1.AnyStringPtr(""), Path: "/tmp/opr8r-results/" + name}}
 }
 
 func parallel(n int, fn func(i int) error) error {
