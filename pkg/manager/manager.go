@@ -120,7 +120,8 @@ func SecretSelector() labels.Selector {
 // its memory stays small with thousands of runs: managed fields everywhere,
 // kubectl's last-applied copy of a TerraformRun, and the specs and
 // annotations of engine objects (observation reads status and labels;
-// cancelling reads only spec.shutdown / spec.status). Writes never send a cached object whole:
+// cancelling reads only spec.shutdown / spec.status), and the parts of
+// Argo's status that observation doesn't read (slimWorkflowStatus). Writes never send a cached object whole:
 // they are patches, or status updates of small objects.
 func slimForCache(obj any) (any, error) {
 	if m, ok := obj.(metav1.Object); ok {
@@ -132,8 +133,7 @@ func slimForCache(obj any) (any, error) {
 		dropAnnotation(o, lastAppliedAnnotation)
 	case *wfv1.Workflow:
 		o.Spec = wfv1.WorkflowSpec{Shutdown: o.Spec.Shutdown}
-		o.Status.StoredTemplates = nil
-		o.Status.StoredWorkflowSpec = nil
+		o.Status = slimWorkflowStatus(o.Status)
 		o.Annotations = nil
 	case *tektonv1.PipelineRun:
 		o.Spec = tektonv1.PipelineRunSpec{Status: o.Spec.Status}
@@ -147,6 +147,44 @@ func slimForCache(obj any) (any, error) {
 		o.Annotations = nil
 	}
 	return obj, nil
+}
+
+// slimWorkflowStatus keeps what the Argo backend reads (pipelines/argo
+// observe.go and approve.go): the phase, times and message, the compressed
+// or offloaded node status as it is, and of each node its identity, type,
+// template, phase, message, times, output parameter values and whether its
+// task results are synced. Argo also writes each node's boundary, children,
+// host, progress, resource durations, inputs and exit code, and the
+// workflow's conditions, progress and artifact repository: about half a real
+// Workflow's status. Suspend nodes stay whole: approving writes the gate
+// node back (a merge patch of the node), and its outputs carry the
+// supplied-value markers Argo resumes by.
+func slimWorkflowStatus(s wfv1.WorkflowStatus) wfv1.WorkflowStatus {
+	out := wfv1.WorkflowStatus{Phase: s.Phase, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, Message: s.Message,
+		CompressedNodes: s.CompressedNodes, OffloadNodeStatusVersion: s.OffloadNodeStatusVersion}
+	if s.Nodes != nil {
+		out.Nodes = make(wfv1.Nodes, len(s.Nodes))
+	}
+	for id, n := range s.Nodes {
+		if n.Type != wfv1.NodeTypeSuspend {
+			n = slimNode(n)
+		}
+		out.Nodes[id] = n
+	}
+	return out
+}
+
+func slimNode(n wfv1.NodeStatus) wfv1.NodeStatus {
+	s := wfv1.NodeStatus{ID: n.ID, Name: n.Name, DisplayName: n.DisplayName, Type: n.Type, TemplateName: n.TemplateName,
+		Phase: n.Phase, Message: n.Message, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt, TaskResultSynced: n.TaskResultSynced}
+	if n.Outputs != nil && len(n.Outputs.Parameters) > 0 {
+		params := make([]wfv1.Parameter, len(n.Outputs.Parameters))
+		for i, p := range n.Outputs.Parameters {
+			params[i] = wfv1.Parameter{Name: p.Name, Value: p.Value}
+		}
+		s.Outputs = &wfv1.Outputs{Parameters: params}
+	}
+	return s
 }
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
