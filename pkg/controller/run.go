@@ -167,7 +167,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run, eff *infrav1
 			return ctrl.Result{}, err
 		}
 		if fresh.Status.Run != nil && fresh.Status.Run.ID == name {
-			return ctrl.Result{RequeueAfter: 200 * time.Millisecond}, nil
+			return ctrl.Result{}, errStaleCache
 		}
 		obj = cached
 	} else if err := r.Create(ctx, obj); err != nil {

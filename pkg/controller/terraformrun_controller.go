@@ -96,6 +96,12 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 
 	base := run.DeepCopy()
 	defer func() {
+		if errors.Is(retErr, errStaleCache) {
+			// A status patch from this copy would be refused (409): look
+			// again once the cache has caught up, writing nothing.
+			res, retErr = ctrl.Result{RequeueAfter: staleCacheRetry}, nil
+			return
+		}
 		res, retErr = r.reportError(run, res, retErr)
 		summarize(run)
 		if err := r.patchStatus(ctx, base, run); err != nil {
@@ -258,6 +264,14 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 // errors used to steer requeueing (Flux's internal/error, in small).
 
 // stallingError is a problem a retry can't fix; it sets Stalled.
+// errStaleCache says the cached run lags the API server: its status does
+// not yet show the child this reconcile's own earlier write recorded.
+// Reconcile then writes nothing, not even a status patch, and looks again
+// after staleCacheRetry.
+var errStaleCache = errors.New("the cached TerraformRun is older than its status on the API server")
+
+const staleCacheRetry = 200 * time.Millisecond
+
 type stallingError struct{ reason, msg string }
 
 func (e *stallingError) Error() string { return e.msg }

@@ -1027,6 +1027,9 @@ type auditEvent struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
 	} `json:"objectRef"`
+	ResponseStatus struct {
+		Code int `json:"code"`
+	} `json:"responseStatus"`
 }
 
 func readAudit(path, user string, keep func(auditEvent) bool) (int, error) {
@@ -1103,7 +1106,7 @@ func auditSummary(path string, skip int) (map[string]int, int) {
 		if i <= skip {
 			continue
 		}
-		out[fmt.Sprintf("%s %s %s/%s", e.User.Username, e.Verb, e.ObjectRef.Resource, e.ObjectRef.Subresource)]++
+		out[fmt.Sprintf("%s %s %s/%s %d", e.User.Username, e.Verb, e.ObjectRef.Resource, e.ObjectRef.Subresource, e.ResponseStatus.Code)]++
 	}
 	return out, i
 }
