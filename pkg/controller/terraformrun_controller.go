@@ -263,7 +263,6 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 
 // errors used to steer requeueing (Flux's internal/error, in small).
 
-// stallingError is a problem a retry can't fix; it sets Stalled.
 // errStaleCache says the cached run lags the API server: its status does
 // not yet show the child this reconcile's own earlier write recorded.
 // Reconcile then writes nothing, not even a status patch, and looks again
@@ -272,6 +271,7 @@ var errStaleCache = errors.New("the cached TerraformRun is older than its status
 
 const staleCacheRetry = 200 * time.Millisecond
 
+// stallingError is a problem a retry can't fix; it sets Stalled.
 type stallingError struct{ reason, msg string }
 
 func (e *stallingError) Error() string { return e.msg }

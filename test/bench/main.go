@@ -423,7 +423,7 @@ func benchOne(n int) (result, error) {
 			if wf.Status.Nodes == nil {
 				wf.Status.Nodes = wfv1.Nodes{}
 			}
-			wf.Status.Nodes.Set(wfName+"-clone", argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", "")))
+			wf.Status.Nodes.Set(wfName+"-clone", cloneNode(wfName))
 			return c.Update(ctx, wf)
 		}); err != nil {
 			return res, err
@@ -781,7 +781,7 @@ func finish(ctx context.Context, c client.Client, name string) error {
 		root.ID, root.Name, root.DisplayName, root.TemplateName, root.BoundaryID = wfName, wfName, wfName, "main", ""
 		root.OutboundNodes, root.Progress, root.HostNodeName, root.Outputs, root.TaskResultSynced = []string{wfName + "-apply"}, "4/4", "", nil, nil
 		wf.Status.Nodes.Set(root.ID, root)
-		wf.Status.Nodes.Set(wfName+"-clone", argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", "")))
+		wf.Status.Nodes.Set(wfName+"-clone", cloneNode(wfName))
 		wf.Status.Nodes.Set(wfName+"-init", argoNode(wfName, "init", wfv1.NodeTypePod, wfv1.NodeSucceeded, "plan"))
 		wf.Status.Nodes.Set(wfName+"-plan", argoNode(wfName, "plan", wfv1.NodeTypePod, wfv1.NodeSucceeded, "apply",
 			argoResult("has-changes", "false"), argoResult("digest", "sha256:"+strings.Repeat("0", 64)),
@@ -817,6 +817,12 @@ func argoNode(wfName, step string, typ wfv1.NodeType, phase wfv1.NodePhase, next
 		n.Children = []string{wfName + "-" + next}
 	}
 	return n
+}
+
+// cloneNode is the clone step's node, finished: the change P2 writes, and
+// part of every finished Workflow.
+func cloneNode(wfName string) wfv1.NodeStatus {
+	return argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", ""))
 }
 
 // argoResult is an output parameter as Argo reports it: its value and where
