@@ -8,14 +8,15 @@
 #                   published k8s.io/<x> v0.<minor>.<patch>.
 #   etcd:           Debian's etcd-server package.
 #
-# Binaries land in bin/k8s/<KUBE_VERSION>/, which is what KUBEBUILDER_ASSETS
+# Binaries land in $OPR8R_CACHE/k8s/<KUBE_VERSION>/ (default ~/.cache/opr8r), which is what KUBEBUILDER_ASSETS
 # points at. A second run is a no-op. The script prints the assets directory
 # as its last line.
 set -euo pipefail
 
 KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-ASSETS="${ROOT}/bin/k8s/${KUBE_VERSION}"
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
+ASSETS="${CACHE}/k8s/${KUBE_VERSION}"
 mkdir -p "${ASSETS}"
 
 log() { echo "envtest-assets: $*" >&2; }

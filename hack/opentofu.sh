@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds OpenTofu from the Go module proxy through a throwaway wrapper module
 # that copies the replace (and godebug) directives of OpenTofu's own go.mod.
-# The binary lands in bin/tofu/<version>/tofu; the script prints its path.
+# The binary lands in $OPR8R_CACHE/tofu/<version>/tofu (default
+# ~/.cache/opr8r, outside the clone); the script prints its path.
 set -euo pipefail
 TOFU_VERSION="${TOFU_VERSION:-1.12.6}"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-OUT="${ROOT}/bin/tofu/${TOFU_VERSION}"
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
+OUT="${CACHE}/tofu/${TOFU_VERSION}"
 if [ -x "${OUT}/tofu" ]; then echo "${OUT}/tofu"; exit 0; fi
 mkdir -p "${OUT}"
 gomod="$(go mod download -json "github.com/opentofu/opentofu@v${TOFU_VERSION}" | jq -r .GoMod)"

@@ -9,7 +9,8 @@
 # Each upstream project is built through a throwaway wrapper module that
 # requires the pinned version and copies its go.mod's replace/exclude blocks,
 # so the dependency versions are the project's own. Binaries are cached under
-# bin/e2e/<project>-<version>/; a second run is a no-op.
+# $OPR8R_CACHE/e2e/<project>-<version>/ (default ~/.cache/opr8r, outside the
+# clone, so fresh clones reuse them); a second run is a no-op.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
@@ -17,7 +18,8 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.2.0}"
 ETCD_VERSION="${ETCD_VERSION:-3.6.8}"
 ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
 TEKTON_VERSION="$(awk '$1=="github.com/tektoncd/pipeline"{print substr($2,2)}' "${ROOT}/go.mod")"
-OUT="${ROOT}/bin/e2e"
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
+OUT="${CACHE}/e2e"
 
 log() { echo "e2e-build: $*" >&2; }
 
@@ -39,7 +41,7 @@ wrapper() {
 }
 
 # build NAME MODULE VERSION LDFLAGS EXTRA_GOMOD PKG... : builds PKGs into
-# bin/e2e/NAME-VERSION unless every binary is already there.
+# $OUT/NAME-VERSION unless every binary is already there.
 build() {
   local name="$1" mod="$2" ver="$3" ldflags="$4" extra="$5"; shift 5
   local dest="${OUT}/${name}-${ver}" missing=0 p

@@ -5,7 +5,8 @@
 #   a local-path volume provisioner, Argo Workflows and Tekton Pipelines from
 #   their pinned module manifests, and opr8r from this checkout (Helm chart).
 #
-#   test/e2e/cluster.sh up      bring it up (builds and images are cached in bin/e2e)
+#   test/e2e/cluster.sh up      bring it up (upstream builds are cached in $OPR8R_CACHE/e2e,
+#                               opr8r's own binaries and the images in bin/e2e)
 #   test/e2e/cluster.sh down    stop what "up" started and remove its traces
 #   test/e2e/cluster.sh status
 #
@@ -22,18 +23,19 @@ CONTAINERD_VERSION="${CONTAINERD_VERSION:-2.2.0}"
 # and a 1.36 API server then ends clients' streaming-list watches with an
 # error, so controllers (Argo's among them) see changes tens of seconds late.
 ETCD_VERSION="${ETCD_VERSION:-3.6.8}"
-EBIN="${ROOT}/bin/e2e/etcd-${ETCD_VERSION}"
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
+EBIN="${CACHE}/e2e/etcd-${ETCD_VERSION}"
 ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
 TEKTON_VERSION="$(awk '$1=="github.com/tektoncd/pipeline"{print substr($2,2)}' "${ROOT}/go.mod")"
-KBIN="${ROOT}/bin/e2e/kube-${KUBE_VERSION}"
-CBIN="${ROOT}/bin/e2e/containerd-${CONTAINERD_VERSION}"
-ABIN="${ROOT}/bin/e2e/argo-${ARGO_VERSION}"
-TBIN="${ROOT}/bin/e2e/tekton-${TEKTON_VERSION}"
-APISERVER="${ROOT}/bin/k8s/${KUBE_VERSION}/kube-apiserver"
+KBIN="${CACHE}/e2e/kube-${KUBE_VERSION}"
+CBIN="${CACHE}/e2e/containerd-${CONTAINERD_VERSION}"
+ABIN="${CACHE}/e2e/argo-${ARGO_VERSION}"
+TBIN="${CACHE}/e2e/tekton-${TEKTON_VERSION}"
+APISERVER="${CACHE}/k8s/${KUBE_VERSION}/kube-apiserver"
 IMAGES="${ROOT}/bin/e2e/images"
 KUBECTL="${KBIN}/kubectl"
-HELM="${HELM:-${ROOT}/bin/tools/helm-v3.19.0/helm}"
-KUSTOMIZE="${KUSTOMIZE:-${ROOT}/bin/tools/kustomize-v5.7.1/kustomize}"
+HELM="${HELM:-${CACHE}/tools/helm-v3.19.0/helm}"
+KUSTOMIZE="${KUSTOMIZE:-${CACHE}/tools/kustomize-v5.7.1/kustomize}"
 SOCK="${S}/containerd/containerd.sock"
 NODE="$(hostname | tr '[:upper:]' '[:lower:]')"
 E2E_IMAGE_TAG="e2e"
@@ -69,7 +71,7 @@ preflight() {
 
 # ---------------------------------------------------------------- builds
 build_all() {
-  log "building (cached in bin/): kube-apiserver, node binaries, containerd, Argo, Tekton, opr8r"
+  log "building (cached in ${CACHE}): kube-apiserver, node binaries, containerd, Argo, Tekton, opr8r"
   make -C "${ROOT}" --no-print-directory envtest-assets tools >&2
   bash "${ROOT}/test/e2e/build.sh" all
   mkdir -p "${ROOT}/bin/e2e/opr8r"

@@ -10,7 +10,12 @@ S="${E2E_STATE:-/var/lib/opr8r-e2e}"
 KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
 EXAMPLE="${DEV_EXAMPLE:-${ROOT}/examples/inline.yaml}"
 export KUBECONFIG="${S}/admin.kubeconfig"
-K="${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl"
+# One e2e cluster per machine: a second `make e2e` or `make dev` (another
+# clone or worktree) waits here until the first has finished.
+exec 9>"${E2E_LOCK:-/var/lock/opr8r-e2e.lock}"
+if ! flock -n 9; then echo "e2e: another e2e run holds the cluster; waiting for it..." >&2; flock 9; fi
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
+K="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl"
 TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun"
 
 "${ROOT}/test/e2e/cluster.sh" up >/dev/null
@@ -48,7 +53,7 @@ cat <<MSG
 
 The cluster is still running (built from source, state in ${S}):
   export KUBECONFIG=${KUBECONFIG}
-  export PATH=${ROOT}/bin/e2e/opr8r:${ROOT}/bin/e2e/kube-${KUBE_VERSION}:\$PATH
+  export PATH=${ROOT}/bin/e2e/opr8r:${CACHE}/e2e/kube-${KUBE_VERSION}:\$PATH
   kubectl get terraformruns -A; kubectl get ${engine_kind,,}s -n ${ns}
   kubectl tfrun list -A        # approve, reject, rerun, logs --step plan, outputs
   make e2e-down                # stop it and remove every trace

@@ -7,11 +7,16 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 S="${E2E_STATE:-/var/lib/opr8r-e2e}"
 KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
 ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
+CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
 t0=$(date +%s)
+# One e2e cluster per machine: a second `make e2e` or `make dev` (another
+# clone or worktree) waits here until the first has finished.
+exec 9>"${E2E_LOCK:-/var/lock/opr8r-e2e.lock}"
+if ! flock -n 9; then echo "e2e: another e2e run holds the cluster; waiting for it..." >&2; flock 9; fi
 phase() { echo "== e2e [$(( $(date +%s) - t0 ))s] $*"; }
 
 diagnose() {
-  local k=("${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl" --kubeconfig "${S}/admin.kubeconfig")
+  local k=("${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" --kubeconfig "${S}/admin.kubeconfig")
   echo "---- diagnostics"
   "${k[@]}" get nodes,pods,pvc -A -o wide 2>&1 || true
   "${k[@]}" get terraformruns,workflows,pipelineruns,taskruns,customruns -A 2>&1 || true
@@ -41,9 +46,9 @@ phase "cluster up (test/e2e/cluster.sh up)"
 phase "cluster ready; running the e2e scenarios on Argo and Tekton"
 cd "${ROOT}"
 OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
-OPR8R_E2E_KUBECTL="${ROOT}/bin/e2e/kube-${KUBE_VERSION}/kubectl" \
+OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
 OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
-OPR8R_E2E_ARGO="${ROOT}/bin/e2e/argo-${ARGO_VERSION}/argo" \
+OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
   go test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
   | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|e2e_test.go:[0-9]+: [a-z-]+: .* after ' || true
 grep -q '^ok ' "${ROOT}/bin/e2e/last-run.log" || { tail -n 80 "${ROOT}/bin/e2e/last-run.log"; exit 1; }
