@@ -3,16 +3,20 @@
 
 SHELL := /usr/bin/env bash -o pipefail
 ROOT := $(shell pwd)
+# Built tools and binaries are cached by version outside the clone, so fresh
+# clones (CI, worktrees) reuse them: $OPR8R_CACHE, default ~/.cache/opr8r.
+CACHE ?= $(or $(OPR8R_CACHE),$(or $(XDG_CACHE_HOME),$(HOME)/.cache)/opr8r)
+export OPR8R_CACHE := $(CACHE)
 KUBE_VERSION ?= 1.36.3
 CONTROLLER_TOOLS_VERSION ?= v0.23.0
-CONTROLLER_GEN := $(ROOT)/bin/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
-ENVTEST_ASSETS := $(ROOT)/bin/k8s/$(KUBE_VERSION)
+CONTROLLER_GEN := $(CACHE)/tools/controller-gen-$(CONTROLLER_TOOLS_VERSION)/controller-gen
+ENVTEST_ASSETS := $(CACHE)/k8s/$(KUBE_VERSION)
 HELM_VERSION ?= v3.19.0
-HELM := $(ROOT)/bin/tools/helm-$(HELM_VERSION)/helm
+HELM := $(CACHE)/tools/helm-$(HELM_VERSION)/helm
 KUSTOMIZE_VERSION ?= v5.7.1
-KUSTOMIZE := $(ROOT)/bin/tools/kustomize-$(KUSTOMIZE_VERSION)/kustomize
+KUSTOMIZE := $(CACHE)/tools/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 TOFU_VERSION ?= 1.12.6
-TOFU := $(ROOT)/bin/tofu/$(TOFU_VERSION)/tofu
+TOFU := $(CACHE)/tofu/$(TOFU_VERSION)/tofu
 GO_TEST_FLAGS ?=
 
 .PHONY: all
@@ -31,8 +35,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy code.
 manifests: $(CONTROLLER_GEN) ## Generate the CRD into config/crd/bases and RBAC into config/rbac.
 	$(CONTROLLER_GEN) crd paths=./api/... output:crd:artifacts:config=config/crd/bases
 	$(CONTROLLER_GEN) rbac:roleName=opr8r-manager paths=./pkg/... output:rbac:artifacts:config=config/rbac
-	$(CONTROLLER_GEN) rbac:roleName=opr8r-argo paths=./pipelines/argo/... output:rbac:artifacts:config=config/rbac/argo
-	$(CONTROLLER_GEN) rbac:roleName=opr8r-tekton paths=./pipelines/tekton/... output:rbac:artifacts:config=config/rbac/tekton
+	hack/engine-manifests.sh $(CONTROLLER_GEN)
 	$(MAKE) helm-sync
 
 .PHONY: helm-sync
@@ -40,8 +43,6 @@ helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never e
 	mkdir -p deploy/opr8r/crds deploy/opr8r/files/rbac
 	cp config/crd/bases/*.yaml deploy/opr8r/crds/
 	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
-	cp config/rbac/argo/role.yaml deploy/opr8r/files/rbac/argo.yaml
-	cp config/rbac/tekton/role.yaml deploy/opr8r/files/rbac/tekton.yaml
 	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
 	cp config/policy/reserved-labels.yaml deploy/opr8r/templates/policy.yaml
 

@@ -1,16 +1,12 @@
 package pipelines_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
 	"testing"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	"github.com/argoproj/argo-workflows/v3/workflow/validate"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -18,7 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pipelines/pipelinestest"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -126,27 +122,18 @@ func FuzzTranslate(f *testing.F) {
 	f.Add("", uint8(0x96), "", "", "", []byte{}, uint8(0))
 	f.Fuzz(func(t *testing.T, name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) {
 		run := specFrom(name, choice, a, b, c, jsonVal, n)
-		for _, e := range pipelines.All() {
+		for _, kit := range pipelinestest.Kits() {
+			e := kit.Engine
 			eff := pipeline.Defaults(run, e.Name(), testutil.Config)
 			eff.Spec.Engine = e.Name()
 			hash := pipeline.SpecHash(eff)
 			for _, typ := range []infrav1.RunType{infrav1.RunApply, infrav1.RunDestroy} {
-				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, hash, 1), SpecHash: hash, Config: testutil.Config})
+				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
 				if err != nil {
 					t.Fatalf("%s %s: Build refused an admission-valid spec: %v\n%+v", e.Name(), typ, err, run.Spec)
 				}
-				switch o := obj.(type) {
-				case *wfv1.Workflow:
-					if err := validate.ValidateWorkflow(nil, nil, o, nil, validate.ValidateOpts{}); err != nil {
-						t.Fatalf("Argo rejects the Workflow: %v\n%+v", err, run.Spec)
-					}
-				case *tektonv1.PipelineRun:
-					o.SetDefaults(context.Background())
-					if err := o.Validate(context.Background()); err != nil {
-						t.Fatalf("Tekton rejects the PipelineRun: %v\n%+v", err, run.Spec)
-					}
-				default:
-					t.Fatalf("unexpected child type %T", obj)
+				if err := kit.Validate(obj); err != nil {
+					t.Fatalf("%s %s: the engine's validation rejects the child: %v\n%+v", e.Name(), typ, err, run.Spec)
 				}
 				checkInputs(t, engine.Request{Run: eff, Type: typ, Name: obj.GetName(), SpecHash: hash, Config: testutil.Config})
 			}

@@ -68,6 +68,11 @@ const (
 	RunTypeLabel = "infra.opr8r.io/run-type"
 	// SpecHashLabel on an engine object is the spec hash it was built for.
 	SpecHashLabel = "infra.opr8r.io/spec-hash"
+	// StepLabel on a step's pod (or its task) names the pipeline step.
+	StepLabel = "infra.opr8r.io/step"
+	// RunNumberLabel on an engine object is its run's number (see
+	// status.run.number).
+	RunNumberLabel = "infra.opr8r.io/run-number"
 	// ManagedByLabel marks every object opr8r creates; the manager's caches
 	// of engine objects, Secrets and ConfigMaps select on it.
 	ManagedByLabel = "app.kubernetes.io/managed-by"

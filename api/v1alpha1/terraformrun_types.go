@@ -8,7 +8,7 @@ import (
 )
 
 // EngineName names a workflow engine that runs the pipeline of a TerraformRun.
-// +kubebuilder:validation:Enum=argo;tekton
+// +kubebuilder:validation:Enum=argo;tekton;job
 type EngineName string
 
 const (
@@ -16,6 +16,9 @@ const (
 	EngineArgo EngineName = "argo"
 	// EngineTekton runs the pipeline as a Tekton PipelineRun.
 	EngineTekton EngineName = "tekton"
+	// EngineJob runs the pipeline as plain Kubernetes Jobs, one per step
+	// group, driven by opr8r itself: no workflow engine is needed.
+	EngineJob EngineName = "job"
 )
 
 // ApprovalMode says who lets a plan with changes be applied.
@@ -52,7 +55,7 @@ type BackendType string
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.approval) || !has(self.approval.approvedPlan) || !has(self.approval.rejectedPlan) || self.approval.approvedPlan != self.approval.rejectedPlan",message="spec.approval.approvedPlan and spec.approval.rejectedPlan name the same plan; set only one"
 type TerraformRunSpec struct {
-	// Engine is the workflow engine that runs the pipeline: argo or tekton.
+	// Engine is the workflow engine that runs the pipeline: argo, tekton or job.
 	// When empty, the manager's --default-engine is used.
 	// +optional
 	Engine EngineName `json:"engine,omitempty"`
@@ -462,11 +465,15 @@ type WorkspaceVolume struct {
 	StorageClassName *string `json:"storageClassName,omitempty"`
 }
 
-// HistorySpec configures how long finished pipelines are kept.
+// HistorySpec configures how long finished pipelines and their records are
+// kept. A run's result is always recorded in status.history before its
+// pipeline object can be deleted, on every engine.
 type HistorySpec struct {
-	// TTLAfterFinished deletes a finished pipeline object after this long.
-	// Its results are copied to status first. Unset keeps it until it is
-	// pruned by keepFinished.
+	// TTLAfterFinished deletes a finished pipeline object (and the plan and
+	// raw-outputs Secrets it owns) this long after it finished. opr8r deletes
+	// it itself, on every engine, and only once the run's result is recorded
+	// in status.history; 0s deletes it as soon as that is done. Unset keeps
+	// it until it is pruned by keepFinished.
 	// +kubebuilder:validation:Type=string
 	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('0s')",message="spec.history.ttlAfterFinished must not be negative"
 	// +optional
@@ -478,6 +485,13 @@ type HistorySpec struct {
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	KeepFinished *int32 `json:"keepFinished,omitempty"`
+
+	// KeepRecords is how many runs status.history records, newest first.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	KeepRecords *int32 `json:"keepRecords,omitempty"`
 }
 
 // RunType is what a pipeline does.
@@ -488,6 +502,22 @@ const (
 	RunApply RunType = "apply"
 	// RunDestroy plans a destroy and applies it; it runs on deletion.
 	RunDestroy RunType = "destroy"
+)
+
+// RunTrigger says why a run started.
+type RunTrigger string
+
+const (
+	// TriggerCreated is the first run of a new TerraformRun.
+	TriggerCreated RunTrigger = "Created"
+	// TriggerSpecChange is a run for a changed spec.
+	TriggerSpecChange RunTrigger = "SpecChange"
+	// TriggerRerunRequest is a run asked for with the
+	// infra.opr8r.io/run-requested-at annotation (kubectl tfrun rerun); for
+	// a failed destroy it is the retry.
+	TriggerRerunRequest RunTrigger = "RerunRequest"
+	// TriggerDeletion is the destroy run of a TerraformRun being deleted.
+	TriggerDeletion RunTrigger = "Deletion"
 )
 
 // StepPhase is the phase of one pipeline step.
@@ -559,9 +589,21 @@ type RunStatus struct {
 	Type RunType `json:"type"`
 	// Engine is the engine that runs it.
 	Engine EngineName `json:"engine"`
+	// Number is the run's number: 1 for the first run of this TerraformRun,
+	// then one more for each run. A number, and so a child name, is never
+	// used twice.
+	// +optional
+	Number int64 `json:"number,omitempty"`
+	// Trigger says why the run started.
+	// +optional
+	Trigger RunTrigger `json:"trigger,omitempty"`
+	// TriggerDetail adds to the trigger: the rerun request's value, or the
+	// spec hashes of a spec change.
+	// +optional
+	TriggerDetail string `json:"triggerDetail,omitempty"`
 	// SpecHash is the hash of the spec the run was started for.
 	SpecHash string `json:"specHash"`
-	// Attempt counts runs started for the same spec hash, from 1.
+	// Attempt counts consecutive runs started for the same spec hash, from 1.
 	Attempt int32 `json:"attempt"`
 	// Child is the engine object.
 	Child ChildReference `json:"child"`
@@ -638,6 +680,47 @@ type ApprovalStatus struct {
 	Reason string `json:"reason,omitempty"`
 }
 
+// RunRecord is one finished run in status.history.
+type RunRecord struct {
+	// ID is the run's id, the name its engine object had.
+	ID string `json:"id"`
+	// Number is the run's number (see status.run.number).
+	Number int64 `json:"number"`
+	// Type is apply or destroy.
+	Type RunType `json:"type"`
+	// Engine ran it.
+	Engine EngineName `json:"engine"`
+	// Trigger says why it started.
+	// +optional
+	Trigger RunTrigger `json:"trigger,omitempty"`
+	// TriggerDetail adds to the trigger, for example the rerun request's
+	// value.
+	// +optional
+	TriggerDetail string `json:"triggerDetail,omitempty"`
+	// SpecHash is the hash of the spec it ran.
+	SpecHash string `json:"specHash"`
+	// Revision is the source revision it ran (the git commit).
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Plan is its plan, when it got that far.
+	// +optional
+	Plan *PlanStatus `json:"plan,omitempty"`
+	// Approval is the decision about its plan: how, by whom, when.
+	// +optional
+	Approval *ApprovalStatus `json:"approval,omitempty"`
+	// Result is Succeeded, Failed or Rejected.
+	Result RunPhase `json:"result"`
+	// StartedAt is when it started.
+	// +optional
+	StartedAt *metav1.Time `json:"startedAt,omitempty"`
+	// FinishedAt is when it finished.
+	// +optional
+	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
+	// Message is its final message; on failure terraform's error text.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
 // TerraformRunStatus is the observed state of a TerraformRun.
 type TerraformRunStatus struct {
 	// Conditions are Ready, Reconciling and Stalled (kstatus), plus Planned,
@@ -660,9 +743,28 @@ type TerraformRunStatus struct {
 	// +optional
 	LastHandledRunRequest string `json:"lastHandledRunRequest,omitempty"`
 
+	// LastRunNumber is the number of the latest run started; the next run
+	// gets a higher one.
+	// +optional
+	LastRunNumber int64 `json:"lastRunNumber,omitempty"`
+
+	// ResourcesMayExist is true once an apply step of this TerraformRun may
+	// have run (or a run ended unobserved): the state may then hold
+	// resources, and deletion runs a destroy.
+	// +optional
+	ResourcesMayExist bool `json:"resourcesMayExist,omitempty"`
+
 	// Run is the latest (or active) pipeline run.
 	// +optional
 	Run *RunStatus `json:"run,omitempty"`
+
+	// History records the latest finished runs, newest first
+	// (spec.history.keepRecords, default 10). A run is recorded before its
+	// pipeline object can be pruned or deleted.
+	// +kubebuilder:validation:MaxItems=100
+	// +listType=atomic
+	// +optional
+	History []RunRecord `json:"history,omitempty"`
 
 	// Plan is the latest plan.
 	// +optional

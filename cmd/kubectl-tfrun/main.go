@@ -5,7 +5,8 @@ package main
 import (
 	"os"
 
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/plugin"
 )
 
-func main() { os.Exit(plugin.Main()) }
+func main() { os.Exit(plugin.Main(pipelines.All())) }

@@ -22,6 +22,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/config/crd"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
@@ -38,7 +39,7 @@ func main() {
 		destroyTimeout, progressTimeout    time.Duration
 		cfg                                engine.Config
 	)
-	flag.StringVar(&engines, "engines", "argo,tekton", "Comma-separated engines to enable (argo, tekton). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
+	flag.StringVar(&engines, "engines", strings.Join(engineNames(pipelines.All()), ","), "Comma-separated engines to enable ("+strings.Join(engineNames(pipelines.All()), ", ")+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
 	flag.StringVar(&defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty.")
 	flag.StringVar(&cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
 	flag.StringVar(&cfg.StepImage, "step-image", manager.DefaultStepImage, "Image that holds the opr8r-step binary.")
@@ -76,7 +77,15 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 		return fmt.Errorf("no kubeconfig: %w", err)
 	}
 	restCfg.QPS, restCfg.Burst = float32(qps), burst
-	scheme, err := manager.Scheme()
+	var names []infrav1.EngineName
+	for _, n := range strings.Split(engines, ",") {
+		names = append(names, infrav1.EngineName(strings.TrimSpace(n)))
+	}
+	enabled, err := manager.SelectEngines(pipelines.All(), names)
+	if err != nil {
+		return err
+	}
+	scheme, err := manager.Scheme(enabled)
 	if err != nil {
 		return err
 	}
@@ -91,7 +100,7 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  manager.CacheOptions(nsList),
+		Cache:                  manager.CacheOptions(nsList, enabled),
 		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
 		HealthProbeBindAddress: probeAddr,
 		PprofBindAddress:       pprofAddr,
@@ -101,13 +110,9 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 	if err != nil {
 		return err
 	}
-	var names []infrav1.EngineName
-	for _, n := range strings.Split(engines, ",") {
-		names = append(names, infrav1.EngineName(strings.TrimSpace(n)))
-	}
 	controller.RegisterMetrics()
 	if _, err := manager.Setup(mgr, manager.Options{
-		Engines: names, DefaultEngine: infrav1.EngineName(defaultEngine), Engine: cfg,
+		Engines: enabled, DefaultEngine: infrav1.EngineName(defaultEngine), Engine: cfg,
 		MaxConcurrentReconciles: maxConcurrent, DestroyTimeout: destroyTimeout, ProgressTimeout: progressTimeout,
 	}); err != nil {
 		return err
@@ -146,4 +151,12 @@ func applyCRDs(restCfg *rest.Config) error {
 		obj.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
 		return c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("opr8r"), client.ForceOwnership)
 	})
+}
+
+func engineNames(es []engine.Engine) []string {
+	out := make([]string, len(es))
+	for i, e := range es {
+		out[i] = string(e.Name())
+	}
+	return out
 }

@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -61,16 +62,17 @@ func run(example string, once bool) error {
 		return err
 	}
 
-	scheme, err := manager.Scheme()
+	engines := pipelines.All()
+	scheme, err := manager.Scheme(engines)
 	if err != nil {
 		return err
 	}
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: manager.CacheOptions(nil), Metrics: metricsserver.Options{BindAddress: "0"}})
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{Scheme: scheme, Cache: manager.CacheOptions(nil, engines), Metrics: metricsserver.Options{BindAddress: "0"}})
 	if err != nil {
 		return err
 	}
 	if _, err := manager.Setup(mgr, manager.Options{
-		Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
+		Engines: engines, DefaultEngine: infrav1.EngineArgo,
 		Engine: engine.Config{StepImage: "ghcr.io/opr8r/opr8r:latest", TerraformImage: "docker.io/hashicorp/terraform:1.11", RunnerServiceAccount: "opr8r-runner"},
 	}); err != nil {
 		return err

@@ -51,7 +51,7 @@ func run(args []string, out io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
-	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir}
+	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile}
 	fail := func(err error) int {
 		msg := r.Redact(err.Error())
 		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+msg)
@@ -65,6 +65,9 @@ func run(args []string, out io.Writer) int {
 	}
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
 	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes")
+	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
+		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
+	}
 	if needsKube {
 		k, err := step.NewKube(o.kubeconfig, o.namespace, step.OwnerRef(o.ownerAPI, o.ownerKind, o.ownerName, o.ownerUID))
 		if err != nil {
@@ -89,7 +92,7 @@ func run(args []string, out io.Writer) int {
 		_, err = r.Plan(ctx, mod, plan)
 	case "apply":
 		err = r.Apply(ctx, mod, o.planFile, o.approved)
-	case "o.destroy":
+	case "destroy":
 		err = r.Destroy(ctx, mod, plan)
 	case "export-outputs":
 		_, err = r.ExportOutputs(ctx, mod, o.outputsSecret)
@@ -163,7 +166,8 @@ type options struct {
 	moduleDir, workspace, backend, backendNS, backendSuffix string
 	backendConfig, planFile, varsFile, planSecret, approved string
 	outputsSecret, ownerName, ownerUID, ownerKind, ownerAPI string
-	resultsDir, kubeconfig, namespace, terraformBin         string
+	resultsDir, resultsFile, kubeconfig                     string
+	namespace, terraformBin                                 string
 	termLog, holderPrefix                                   string
 	destroy                                                 bool
 	envFiles, varsDirs                                      multi
@@ -193,10 +197,11 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.outputsSecret, "outputs-secret", "", "export-outputs: Secret for terraform's outputs")
 	fs.StringVar(&o.ownerName, "owner-name", "", "the child that owns written Secrets")
 	fs.StringVar(&o.ownerUID, "owner-uid", "", "the child's uid")
-	fs.StringVar(&o.ownerKind, "owner-kind", "Workflow", "the child's kind")
-	fs.StringVar(&o.ownerAPI, "owner-api-version", "argoproj.io/v1alpha1", "the child's apiVersion")
+	fs.StringVar(&o.ownerKind, "owner-kind", "", "the child's kind, for example Workflow")
+	fs.StringVar(&o.ownerAPI, "owner-api-version", "", "the child's apiVersion, for example argoproj.io/v1alpha1")
 	fs.StringVar(&o.holderPrefix, "lock-holder-prefix", "", "cleanup: release only locks held from hosts with this prefix (the child's pods); defaults to --owner-name")
-	fs.StringVar(&o.resultsDir, "results-dir", "", "directory for small results")
+	fs.StringVar(&o.resultsDir, "results-dir", "", "directory for small results, one file each")
+	fs.StringVar(&o.resultsFile, "results-file", "", "file for small results, as one JSON object (instead of --results-dir)")
 	fs.StringVar(&o.kubeconfig, "kubeconfig", "", "kubeconfig (default: in-cluster)")
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of written Secrets (default: the pod's)")
 	fs.StringVar(&o.terraformBin, "terraform", "", "terraform or tofu binary (default: found on PATH)")

@@ -107,3 +107,76 @@ func TestPluginCacheDirIsCreated(t *testing.T) {
 		t.Fatalf("terraform warned about the plugin cache:\n%s", out.String())
 	}
 }
+
+// TestDestroySubcommandDestroys runs `opr8r-step destroy` for real: apply a
+// module with a local backend, then destroy it; the state holds nothing
+// after. (The subcommand was matched as "o.destroy" and could never run.)
+func TestDestroySubcommandDestroys(t *testing.T) {
+	dir := t.TempDir()
+	rc := filepath.Join(dir, "terraformrc")
+	mustWrite(t, rc, "")
+	t.Setenv("TF_CLI_CONFIG_FILE", rc)
+	mod := filepath.Join(dir, "src")
+	if err := os.MkdirAll(mod, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(mod, "main.tf"), `resource "terraform_data" "x" { input = "v" }`+"\n")
+	state := filepath.Join(dir, "state.tfstate")
+	mustWrite(t, filepath.Join(dir, "backend.hcl"), `path = "`+state+`"`+"\n")
+	var out bytes.Buffer
+	common := []string{"--module-dir=" + mod, "--backend=local", "--backend-config-file=" + filepath.Join(dir, "backend.hcl"), "--termination-log=" + filepath.Join(dir, "tl")}
+	plan := filepath.Join(dir, "p")
+	results := filepath.Join(dir, "results")
+	for _, args := range [][]string{
+		append([]string{"init"}, common...),
+		append([]string{"plan", "--plan-file=" + plan, "--results-dir=" + results}, common...),
+	} {
+		if code := run(args, &out); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", args[0], code, out.String())
+		}
+	}
+	digest, err := os.ReadFile(filepath.Join(results, "digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := run(append([]string{"apply", "--plan-file=" + plan, "--approved-digest=" + string(digest)}, common...), &out); code != 0 {
+		t.Fatalf("apply exited %d:\n%s", code, out.String())
+	}
+	if b, _ := os.ReadFile(state); !strings.Contains(string(b), "terraform_data") {
+		t.Fatalf("apply left no resource in the state:\n%s", b)
+	}
+	out.Reset()
+	if code := run(append([]string{"destroy", "--plan-file=" + plan}, common...), &out); code != 0 {
+		t.Fatalf("destroy exited %d:\n%s", code, out.String())
+	}
+	if !strings.Contains(out.String(), "Resources: 0 added, 0 changed, 1 destroyed.") {
+		t.Fatalf("destroy output:\n%s", out.String())
+	}
+	if b, _ := os.ReadFile(state); strings.Contains(string(b), `"type": "terraform_data"`) {
+		t.Fatalf("the state still holds the resource:\n%s", b)
+	}
+}
+
+// TestResultsFileHoldsEveryResult: --results-file (a Job's termination log)
+// gets the step's results as one JSON object.
+func TestResultsFileHoldsEveryResult(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "source")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(src, "main.tf"), "output \"x\" { value = 1 }\n")
+	tl := filepath.Join(dir, "termination-log")
+	mustWrite(t, tl, "") // the kubelet's empty file
+	var out bytes.Buffer
+	if code := run([]string{"clone", "--source=dir", "--from=" + src, "--dest=" + filepath.Join(dir, "src"), "--results-file=" + tl, "--termination-log=" + tl}, &out); code != 0 {
+		t.Fatalf("clone exited %d:\n%s", code, out.String())
+	}
+	b, err := os.ReadFile(tl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != `{"commit":""}` {
+		t.Fatalf("results file = %q, want the commit result as JSON", b)
+	}
+}

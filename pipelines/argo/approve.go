@@ -33,7 +33,7 @@ func (Engine) Approve(ctx context.Context, c client.Client, obj client.Object, d
 			return err
 		}
 		n.Phase = wfv1.NodeSucceeded
-		n.Message = "Resumed by: " + actor(d)
+		n.Message = "Resumed by: " + d.Actor()
 		return nil
 	})
 }
@@ -47,16 +47,9 @@ func (Engine) Reject(ctx context.Context, c client.Client, obj client.Object, d 
 			return err
 		}
 		n.Phase = wfv1.NodeFailed
-		n.Message = fmt.Sprintf("Rejected: %s. Resumed by: %s", d.Reason, actor(d))
+		n.Message = fmt.Sprintf("Rejected: %s. Resumed by: %s", d.Reason, d.Actor())
 		return nil
 	})
-}
-
-func actor(d engine.Decision) string {
-	if d.By == "" {
-		return ActorName
-	}
-	return ActorName + " (" + d.By + ")"
 }
 
 func decideGate(ctx context.Context, c client.Client, obj client.Object, decide func(*wfv1.NodeStatus) error) error {
@@ -107,7 +100,7 @@ func decideGate(ctx context.Context, c client.Client, obj client.Object, decide 
 	patch, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{
 			"resourceVersion": orig.ResourceVersion,
-			"labels":          map[string]string{actorLabel: ActorName, actionLabel: "Resume"},
+			"labels":          map[string]string{actorLabel: engine.ActorName, actionLabel: "Resume"},
 		},
 		"status": status,
 	})

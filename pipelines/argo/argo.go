@@ -15,7 +15,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -38,8 +37,9 @@ const (
 	actorLabel  = "workflows.argoproj.io/actor"
 	actionLabel = "workflows.argoproj.io/action"
 
-	// ActorName is the actor opr8r records when it resumes a gate itself.
-	ActorName = "opr8r"
+	// resultsDir is where steps write their results, which Argo reads as
+	// output parameters (valueFrom.path).
+	resultsDir = pipeline.TmpDir + "/opr8r-results"
 )
 
 // +kubebuilder:rbac:groups=argoproj.io,resources=workflows,verbs=get;list;watch;create;update;patch;delete
@@ -112,9 +112,6 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			// delete it as soon as the Workflow completes, whatever the result.
 			VolumeClaimGC: &wfv1.VolumeClaimGC{Strategy: wfv1.VolumeClaimGCOnCompletion},
 		},
-	}
-	if p.TTLAfterFinished != nil {
-		wf.Spec.TTLStrategy = &wfv1.TTLStrategy{SecondsAfterCompletion: ptr.To(int32(p.TTLAfterFinished.Seconds()))}
 	}
 	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p))
 	for _, s := range p.Steps {
@@ -208,7 +205,7 @@ func gateTemplate() wfv1.Template {
 var replacer = strings.NewReplacer(
 	pipeline.PhOwnerUID, "{{workflow.uid}}",
 	pipeline.PhOwnerName, "{{workflow.name}}",
-	pipeline.PhResultsDir, pipeline.ResultsDirArgo,
+	pipeline.PhResults, "--results-dir="+resultsDir,
 	pipeline.PhApprovedDigest, "{{inputs.parameters."+paramApprovedDigest+"}}",
 	pipeline.PhOwnerKind, workflowKind,
 	pipeline.PhOwnerAPI, wfv1.SchemeGroupVersion.String(),
@@ -217,42 +214,17 @@ var replacer = strings.NewReplacer(
 )
 
 func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {
-	mounts := []corev1.VolumeMount{
-		{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir},
-		{Name: pipeline.TmpVolume, MountPath: pipeline.TmpDir},
-	}
-	volumes := []corev1.Volume{{Name: pipeline.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}}}
 	t := wfv1.Template{
 		Name:     s.Name,
-		Metadata: wfv1.Metadata{Labels: map[string]string{"infra.opr8r.io/step": s.Name}},
+		Metadata: wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: s.Name}},
+		Volumes:  pipeline.ScratchVolumes(),
 	}
 	if s.NeedsStepBinary {
-		binMount := corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir}
-		mounts = append(mounts, corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir, ReadOnly: true})
-		volumes = append(volumes, corev1.Volume{Name: pipeline.StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}})
-		t.InitContainers = []wfv1.UserContainer{{Container: corev1.Container{
-			Name:            "install-opr8r-step",
-			Image:           stepImage,
-			ImagePullPolicy: p.ImagePullPolicy,
-			Command:         []string{pipeline.ImageStepBinary},
-			Args:            []string{"install", "--dest=" + pipeline.StepBinDir},
-			VolumeMounts:    []corev1.VolumeMount{binMount},
-			SecurityContext: s.SecurityContext,
-			Resources:       s.Resources,
-		}}}
+		t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}
 	}
-	t.Volumes = volumes
-	t.Container = &corev1.Container{
-		Name:            "main",
-		Image:           s.Image,
-		ImagePullPolicy: p.ImagePullPolicy,
-		Command:         s.Command,
-		Args:            pipeline.Replace(s.Args, replacer),
-		Env:             s.Env,
-		VolumeMounts:    append(mounts, s.VolumeMounts...),
-		Resources:       s.Resources,
-		SecurityContext: s.SecurityContext,
-	}
+	c := s.Container("main", p, replacer)
+	c.VolumeMounts = append([]corev1.VolumeMount{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}}, c.VolumeMounts...)
+	t.Container = &c
 	if s.Name == pipeline.StepApply {
 		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
 	}
@@ -261,7 +233,7 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 			Name: r,
 			// The default keeps a failed step's own message: without it Argo
 			// would report the missing result file instead.
-			ValueFrom: &wfv1.ValueFrom{Path: pipeline.ResultsDirArgo + "/" + r, Default: wfv1.AnyStringPtr("")},
+			ValueFrom: &wfv1.ValueFrom{Path: resultsDir + "/" + r, Default: wfv1.AnyStringPtr("")},
 		})
 	}
 	return t

@@ -1,18 +1,17 @@
 package argo
 
 import (
-	"encoding/json"
 	"fmt"
 	"strings"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/packer"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // stepOrder is the order steps are reported in.
@@ -74,13 +73,6 @@ func stepPhase(p wfv1.NodePhase) infrav1.StepPhase {
 	}
 }
 
-func timePtr(t metav1.Time) *metav1.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
 func outputParam(n wfv1.NodeStatus, name string) string {
 	if n.Outputs == nil {
 		return ""
@@ -109,8 +101,8 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 		return engine.Progress{}, err
 	}
 	pr := engine.Progress{
-		StartedAt:  timePtr(wf.Status.StartedAt),
-		FinishedAt: timePtr(wf.Status.FinishedAt),
+		StartedAt:  engine.TimeOrNil(wf.Status.StartedAt),
+		FinishedAt: engine.TimeOrNil(wf.Status.FinishedAt),
 		Message:    wf.Status.Message,
 	}
 	var failedMsg string
@@ -122,8 +114,8 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 		st := infrav1.StepStatus{
 			Name:       name,
 			Phase:      stepPhase(n.Phase),
-			StartedAt:  timePtr(n.StartedAt),
-			FinishedAt: timePtr(n.FinishedAt),
+			StartedAt:  engine.TimeOrNil(n.StartedAt),
+			FinishedAt: engine.TimeOrNil(n.FinishedAt),
 			Message:    n.Message,
 		}
 		pr.Steps = append(pr.Steps, st)
@@ -178,32 +170,14 @@ func runPhase(p wfv1.WorkflowPhase, g engine.GateState) (infrav1.RunPhase, bool)
 	}
 }
 
-// planSummary is the plan step's summary result.
-type planSummary struct {
-	Add     int32 `json:"add"`
-	Change  int32 `json:"change"`
-	Destroy int32 `json:"destroy"`
-	Replace int32 `json:"replace"`
-}
-
 func planResult(n wfv1.NodeStatus) (*engine.PlanResult, error) {
-	var s planSummary
-	if raw := outputParam(n, pipeline.ResultSummary); raw != "" {
-		if err := json.Unmarshal([]byte(raw), &s); err != nil {
-			return nil, fmt.Errorf("plan step's summary result is not valid JSON: %w", err)
-		}
-	}
-	return &engine.PlanResult{
-		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
-		HasChanges: outputParam(n, pipeline.ResultHasChanges) == "true",
-		Digest:     outputParam(n, pipeline.ResultDigest),
-	}, nil
+	return results.ParsePlan(func(name string) string { return outputParam(n, name) })
 }
 
 // gate reads the approval gate. A suspend node that Succeeded with the
 // decision "reject" (the Argo UI's dropdown) is a rejection too.
 func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
-	g := engine.Gate{Since: timePtr(n.StartedAt), DecidedAt: timePtr(n.FinishedAt), Message: n.Message}
+	g := engine.Gate{Since: engine.TimeOrNil(n.StartedAt), DecidedAt: engine.TimeOrNil(n.FinishedAt), Message: n.Message}
 	switch n.Phase {
 	case wfv1.NodeRunning, wfv1.NodePending:
 		g.State = engine.GatePending

@@ -137,13 +137,6 @@ func pendingGate(ctx context.Context, c client.Client, pr client.Object) (*tekto
 	return nil, engine.ErrGateNotPending
 }
 
-func by(d engine.Decision) string {
-	if d.By == "" {
-		return "opr8r"
-	}
-	return "opr8r (" + d.By + ")"
-}
-
 // Approve implements engine.Approver: the gate succeeds with the approved
 // digest as a result, which the apply task's digest check receives.
 func (Engine) Approve(ctx context.Context, c client.Client, child client.Object, d engine.Decision) error {
@@ -158,7 +151,7 @@ func (Engine) Approve(ctx context.Context, c client.Client, child client.Object,
 		{Name: resultDecision, Value: "approve"},
 		{Name: resultApprovedDigest, Value: d.Digest},
 	}
-	cr.Status.MarkCustomRunSucceeded(ReasonApproved, "plan %s approved by %s", d.Digest, by(d))
+	cr.Status.MarkCustomRunSucceeded(ReasonApproved, "plan %s approved by %s", d.Digest, d.Actor())
 	return c.Status().Update(ctx, cr)
 }
 
@@ -170,7 +163,7 @@ func (Engine) Reject(ctx context.Context, c client.Client, child client.Object, 
 		return err
 	}
 	cr.Status.Results = []tektonv1beta1.CustomRunResult{{Name: resultDecision, Value: "reject"}}
-	cr.Status.MarkCustomRunFailed(ReasonRejected, "Rejected: %s. Decided by %s", d.Reason, by(d))
+	cr.Status.MarkCustomRunFailed(ReasonRejected, "Rejected: %s. Decided by %s", d.Reason, d.Actor())
 	return c.Status().Update(ctx, cr)
 }
 

@@ -2,7 +2,6 @@ package tekton
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 
@@ -16,6 +15,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Labels Tekton puts on the TaskRuns and CustomRuns of a PipelineRun.
@@ -87,7 +87,7 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		for _, name := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
 			addStep(stepStatus(tr, name, name))
 		}
-		res := results(tr)
+		res := taskResults(tr)
 		if succeeded(tr.Status.GetCondition(apis.ConditionSucceeded)) {
 			out.Commit = res[pipeline.ResultCommit]
 			plan, err := planResult(res)
@@ -151,7 +151,7 @@ func runPhase(c *apis.Condition, g engine.GateState) (infrav1.RunPhase, bool) {
 	}
 }
 
-func results(tr *tektonv1.TaskRun) map[string]string {
+func taskResults(tr *tektonv1.TaskRun) map[string]string {
 	out := map[string]string{}
 	for _, r := range tr.Status.Results {
 		out[r.Name] = r.Value.StringVal
@@ -169,20 +169,20 @@ func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus 
 		}
 		switch {
 		case s.Terminated != nil:
-			st.StartedAt = timePtr(s.Terminated.StartedAt)
-			st.FinishedAt = timePtr(s.Terminated.FinishedAt)
+			st.StartedAt = engine.TimeOrNil(s.Terminated.StartedAt)
+			st.FinishedAt = engine.TimeOrNil(s.Terminated.FinishedAt)
 			if s.Terminated.ExitCode == 0 {
 				st.Phase = infrav1.StepSucceeded
 			} else {
 				st.Phase = infrav1.StepFailed
 				st.Message = fmt.Sprintf("%s (exit code %d)", s.Terminated.Reason, s.Terminated.ExitCode)
-				if msg := results(tr)[pipeline.ResultError]; msg != "" {
+				if msg := taskResults(tr)[pipeline.ResultError]; msg != "" {
 					st.Message = msg
 				}
 			}
 		case s.Running != nil:
 			st.Phase = infrav1.StepRunning
-			st.StartedAt = timePtr(s.Running.StartedAt)
+			st.StartedAt = engine.TimeOrNil(s.Running.StartedAt)
 		}
 		return st
 	}
@@ -201,32 +201,8 @@ func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus 
 	return st
 }
 
-func timePtr(t metav1.Time) *metav1.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return &t
-}
-
-type planSummary struct {
-	Add     int32 `json:"add"`
-	Change  int32 `json:"change"`
-	Destroy int32 `json:"destroy"`
-	Replace int32 `json:"replace"`
-}
-
 func planResult(res map[string]string) (*engine.PlanResult, error) {
-	var s planSummary
-	if raw := res[pipeline.ResultSummary]; raw != "" {
-		if err := json.Unmarshal([]byte(raw), &s); err != nil {
-			return nil, fmt.Errorf("plan task's summary result is not valid JSON: %w", err)
-		}
-	}
-	return &engine.PlanResult{
-		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
-		HasChanges: strings.TrimSpace(res[pipeline.ResultHasChanges]) == "true",
-		Digest:     strings.TrimSpace(res[pipeline.ResultDigest]),
-	}, nil
+	return results.ParsePlan(func(name string) string { return res[name] })
 }
 
 func gateState(cr *tektonv1beta1.CustomRun) engine.Gate {

@@ -46,8 +46,6 @@ const (
 	// Results of the approval custom task.
 	resultDecision       = "decision"
 	resultApprovedDigest = "approved-digest"
-
-	installStep = "install-opr8r-step"
 )
 
 // ApprovalAPIVersion is the apiVersion of opr8r's approval custom task.
@@ -91,7 +89,7 @@ var replacer = strings.NewReplacer(
 	pipeline.PhOwnerName, "$(context.pipelineRun.name)",
 	pipeline.PhOwnerKind, "PipelineRun",
 	pipeline.PhOwnerAPI, tektonv1.SchemeGroupVersion.String(),
-	pipeline.PhResultsDir, ResultsDir,
+	pipeline.PhResults, "--results-dir="+ResultsDir,
 	pipeline.PhErrorFile, ResultsDir+"/"+pipeline.ResultError,
 	pipeline.PhApprovedDigest, "$(params."+resultApprovedDigest+")",
 )
@@ -210,10 +208,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
 	ts := tektonv1.TaskSpec{
 		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}},
-		Volumes: append([]corev1.Volume{
-			{Name: pipeline.TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-			{Name: pipeline.StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		}, usedVolumes(p, steps)...),
+		Volumes:    append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
 	}
 	for _, r := range append(results, pipeline.ResultError) {
 		ts.Results = append(ts.Results, tektonv1.TaskResult{Name: r, Type: tektonv1.ResultsTypeString})
@@ -223,53 +218,21 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 		needsBin = needsBin || s.NeedsStepBinary
 	}
 	if needsBin {
-		ts.Steps = append(ts.Steps, tektonv1.Step{
-			Name:             installStep,
-			Image:            stepImage,
-			ImagePullPolicy:  p.ImagePullPolicy,
-			Command:          []string{pipeline.ImageStepBinary},
-			Args:             []string{"install", "--dest=" + pipeline.StepBinDir},
-			VolumeMounts:     []corev1.VolumeMount{{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir}},
-			SecurityContext:  pipeline.ContainerSecurityContext(),
-			ComputeResources: steps[0].Resources,
-		})
+		ts.Steps = append(ts.Steps, step(pipeline.InstallStepContainer(p, stepImage, steps[0].Resources)))
 	}
 	for _, s := range steps {
-		mounts := []corev1.VolumeMount{{Name: pipeline.TmpVolume, MountPath: pipeline.TmpDir}}
-		if s.NeedsStepBinary {
-			mounts = append(mounts, corev1.VolumeMount{Name: pipeline.StepBinVolume, MountPath: pipeline.StepBinDir, ReadOnly: true})
-		}
-		ts.Steps = append(ts.Steps, tektonv1.Step{
-			Name:             s.Name,
-			Image:            s.Image,
-			ImagePullPolicy:  p.ImagePullPolicy,
-			Command:          s.Command,
-			Args:             pipeline.Replace(s.Args, replacer),
-			Env:              s.Env,
-			VolumeMounts:     append(mounts, s.VolumeMounts...),
-			ComputeResources: s.Resources,
-			SecurityContext:  s.SecurityContext,
-		})
+		ts.Steps = append(ts.Steps, step(s.Container(s.Name, p, replacer)))
 	}
 	return &tektonv1.EmbeddedTask{
-		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{"infra.opr8r.io/step": steps[len(steps)-1].Name}},
+		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{infrav1.StepLabel: steps[len(steps)-1].Name}},
 		TaskSpec: ts,
 	}
 }
 
-// usedVolumes returns the pipeline volumes the steps mount.
-func usedVolumes(p *pipeline.Pipeline, steps []pipeline.Step) []corev1.Volume {
-	used := map[string]bool{}
-	for _, s := range steps {
-		for _, m := range s.VolumeMounts {
-			used[m.Name] = true
-		}
+// step is a container as a Tekton step.
+func step(c corev1.Container) tektonv1.Step {
+	return tektonv1.Step{
+		Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy, Command: c.Command, Args: c.Args,
+		Env: c.Env, VolumeMounts: c.VolumeMounts, ComputeResources: c.Resources, SecurityContext: c.SecurityContext,
 	}
-	var out []corev1.Volume
-	for _, v := range p.Volumes {
-		if used[v.Name] {
-			out = append(out, v)
-		}
-	}
-	return out
 }

@@ -24,7 +24,7 @@ func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *tekton
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineTekton, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, hash, 1), SpecHash: hash, Config: testutil.Config})
+	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}

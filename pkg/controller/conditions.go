@@ -1,8 +1,6 @@
 package controller
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -35,13 +33,18 @@ func (r *TerraformRunReconciler) transition(run *infrav1.TerraformRun, t string,
 		return
 	}
 	typ := corev1.EventTypeNormal
-	if reason == infrav1.ReasonRunFailed || reason == infrav1.ReasonRejected || reason == infrav1.ReasonApprovalTimeout ||
-		reason == infrav1.ReasonStaleApproval || reason == infrav1.ReasonChildDeleted || reason == infrav1.ReasonDestroyFailed ||
-		reason == infrav1.ReasonDestroyTimeout || reason == infrav1.ReasonEngineUnavailable || reason == infrav1.ReasonOutputsFailed ||
-		reason == infrav1.ReasonNoProgress {
+	if warningReasons[reason] {
 		typ = corev1.EventTypeWarning
 	}
 	r.event(run, typ, reason, t, msg)
+}
+
+// warningReasons are the condition reasons whose Events are Warnings.
+var warningReasons = map[string]bool{
+	infrav1.ReasonRunFailed: true, infrav1.ReasonRejected: true, infrav1.ReasonApprovalTimeout: true,
+	infrav1.ReasonStaleApproval: true, infrav1.ReasonChildDeleted: true, infrav1.ReasonDestroyFailed: true,
+	infrav1.ReasonDestroyTimeout: true, infrav1.ReasonEngineUnavailable: true, infrav1.ReasonOutputsFailed: true,
+	infrav1.ReasonNoProgress: true, infrav1.ReasonInvalidSpec: true,
 }
 
 func (r *TerraformRunReconciler) event(run *infrav1.TerraformRun, typ, reason, action, msg string) {
@@ -99,10 +102,6 @@ func summarize(run *infrav1.TerraformRun) {
 
 func statusEqual(a, b infrav1.TerraformRunStatus) bool {
 	return apiequality.Semantic.DeepEqual(a, b)
-}
-
-func planSummary(add, change, destroy int32) string {
-	return fmt.Sprintf("+%d ~%d -%d", add, change, destroy)
 }
 
 func truncate(s string, n int) string {

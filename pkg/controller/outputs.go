@@ -11,6 +11,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
@@ -101,16 +102,16 @@ func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *i
 	key := types.NamespacedName{Namespace: run.Namespace, Name: pipeline.RawOutputsSecretName(child)}
 	if err := r.Get(ctx, key, raw); err != nil {
 		if !apierrors.IsNotFound(err) {
-			return fmt.Errorf("reading outputs of run %s: %w", child, err)
+			return generic("ReadOutputs", err, "reading outputs of run %s", child)
 		}
 		if err := r.APIReader.Get(ctx, key, raw); err != nil {
-			return fmt.Errorf("reading outputs of run %s: %w", child, err)
+			return generic("ReadOutputs", err, "reading outputs of run %s", child)
 		}
 	}
 	data, err := SelectOutputs(eff.Spec.Outputs, raw.Data[RawOutputsKey])
 	if err != nil {
 		r.transition(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonOutputsFailed, err.Error())
-		return &stallingError{reason: infrav1.ReasonOutputsFailed, msg: err.Error()}
+		return &StallingError{Reason: infrav1.ReasonOutputsFailed, Err: err}
 	}
 	name := pipeline.OutputsSecretName(eff)
 	if err := r.writeOutputsSecret(ctx, run, name, data); err != nil {
@@ -159,12 +160,17 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 	if err != nil {
 		return err
 	}
-	if !metav1.IsControlledBy(got, run) {
-		return &stallingError{reason: infrav1.ReasonOutputsFailed,
-			msg: fmt.Sprintf("Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)}
+	earlier := earlierIncarnation(got, run)
+	if !metav1.IsControlledBy(got, run) && !earlier {
+		return stalling(infrav1.ReasonOutputsFailed, "Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)
 	}
-	if apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
+	if !earlier && apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
 		return nil
+	}
+	if earlier {
+		// A TerraformRun of this name was deleted and created again before
+		// the garbage collector removed its outputs: they are this one's now.
+		got.OwnerReferences = want.OwnerReferences
 	}
 	got.Data = want.Data
 	for k, v := range want.Labels {
@@ -174,14 +180,28 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		got.Labels[k] = v
 	}
 	if err := r.Update(ctx, got); err != nil {
-		return fmt.Errorf("updating Secret %s: %w", name, err)
+		return generic("WriteOutputs", err, "updating Secret %s", name)
 	}
 	r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(data), name))
 	return nil
 }
 
-// restoreOutputs rewrites the outputs Secret of the latest successful run if
-// a person edited or deleted it, as long as that run's raw outputs still exist.
+// reconcileOutputs rewrites the outputs Secret of the latest successful run
+// if a person edited or deleted it, as long as that run's raw outputs still
+// exist. Sets Ready False (OutputsFailed) when the outputs can't be written.
+func (r *TerraformRunReconciler) reconcileOutputs(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	cur := run.Status.Run
+	if st.active || st.finished || cur == nil || cur.Type != infrav1.RunApply || cur.Phase != infrav1.RunSucceeded {
+		return ctrl.Result{}, nil
+	}
+	if _, _, want := r.wantRun(run, st); want {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, r.restoreOutputs(ctx, run, st.eff)
+}
+
+// restoreOutputs rewrites the outputs Secret from the latest run's raw
+// outputs, when they still exist.
 func (r *TerraformRunReconciler) restoreOutputs(ctx context.Context, run, eff *infrav1.TerraformRun) error {
 	if run.Status.OutputsSecretName == "" {
 		return nil
@@ -192,7 +212,7 @@ func (r *TerraformRunReconciler) restoreOutputs(ctx context.Context, run, eff *i
 		return nil
 	}
 	if err != nil {
-		return err
+		return generic("ReadOutputs", err, "reading raw outputs of run %s", run.Status.Run.ID)
 	}
 	return r.projectOutputs(ctx, run, eff, run.Status.Run.ID)
 }
@@ -204,4 +224,13 @@ func labelsContain(have, want map[string]string) bool {
 		}
 	}
 	return true
+}
+
+// earlierIncarnation says whether obj is controlled by a TerraformRun of the
+// same name as run that no longer exists (another uid): opr8r's own object
+// from before the TerraformRun was deleted and created again.
+func earlierIncarnation(obj metav1.Object, run *infrav1.TerraformRun) bool {
+	c := metav1.GetControllerOf(obj)
+	return c != nil && c.Kind == "TerraformRun" && c.Name == run.Name && c.UID != run.UID &&
+		obj.GetLabels()[infrav1.ManagedByLabel] == infrav1.ManagedByValue
 }

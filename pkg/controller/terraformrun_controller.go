@@ -1,18 +1,20 @@
-// Package controller holds the TerraformRun reconciler: one thin loop that
-// hashes the spec, starts at most one engine child at a time, projects the
-// child's progress into status, decides approvals, writes outputs and runs a
-// destroy pipeline on deletion. It never imports an engine package; engines
-// are reached through pkg/engine.
+// Package controller holds the TerraformRun reconciler: one thin loop of
+// small sub-reconcilers that follow the active run's engine child, decide
+// its approval gate, record its result, start the next run and prune old
+// children; and a destroy flow on deletion. It never imports an engine
+// package; engines are reached through pkg/engine.
+//
+// Status is written in one place: Reconcile's deferred patchStatus, once per
+// pass, when it changed.
 package controller
 
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -24,8 +26,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 	"sigs.k8s.io/controller-runtime/pkg/source"
-
-	corev1 "k8s.io/api/core/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -41,10 +41,9 @@ import (
 
 // Defaults for timings the manager may override by flag.
 const (
-	DefaultDestroyTimeout     = 30 * time.Minute
-	DefaultProgressTimeout    = time.Hour
-	DefaultEngineRetryPeriod  = 15 * time.Second
-	skipDestroyAnnotationTrue = "true"
+	DefaultDestroyTimeout    = 30 * time.Minute
+	DefaultProgressTimeout   = time.Hour
+	DefaultEngineRetryPeriod = 15 * time.Second
 )
 
 // TerraformRunReconciler reconciles TerraformRun objects.
@@ -79,26 +78,49 @@ func (r *TerraformRunReconciler) now() time.Time {
 	return time.Now()
 }
 
-// Reconcile gets the run, handles deletion, the finalizer and suspend, then
-// the run's pipeline, and writes status once at the end if it changed.
+// subReconciler is one step of a reconcile pass. It reads and changes the
+// run's status (written once, at the end of the pass) and the pass state.
+// A non-nil error stops the pass; the shortest requeue of those that ran wins.
+type subReconciler func(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error)
+
+// applyFlow is the pass of a TerraformRun that is not being deleted.
+func (r *TerraformRunReconciler) applyFlow() []subReconciler {
+	return []subReconciler{
+		r.reconcileActive,
+		r.reconcileDrive,
+		r.reconcileSupersede,
+		r.reconcileApproval,
+		r.reconcileProgress,
+		r.reconcileOutputs,
+		r.reconcileStart,
+		r.reconcileChildren,
+	}
+}
+
+// deleteFlow is the pass of a TerraformRun being deleted.
+func (r *TerraformRunReconciler) deleteFlow() []subReconciler {
+	return []subReconciler{
+		r.reconcileRelease,
+		r.reconcileActive,
+		r.reconcileDrive,
+		r.reconcileDelete,
+	}
+}
+
+// Reconcile gets the run, adds the finalizer, runs the pass's
+// sub-reconcilers and writes status once at the end if it changed.
 func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	run := &infrav1.TerraformRun{}
 	if err := r.Get(ctx, req.NamespacedName, run); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	if run.DeletionTimestamp.IsZero() && !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) {
-		patch := client.MergeFrom(run.DeepCopy())
-		controllerutil.AddFinalizer(run, infrav1.Finalizer)
-		if err := r.Patch(ctx, run, patch); err != nil {
-			return ctrl.Result{}, fmt.Errorf("adding finalizer: %w", err)
-		}
+	if err := r.ensureFinalizer(ctx, run); err != nil {
+		return ctrl.Result{}, err
 	}
-
 	base := run.DeepCopy()
+	st := r.newPassState(run)
 	defer func() {
 		if errors.Is(retErr, errStaleCache) {
-			// A status patch from this copy would be refused (409): look
-			// again once the cache has caught up, writing nothing.
 			res, retErr = ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 			return
 		}
@@ -108,17 +130,50 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()
-
-	eff := pipeline.Defaults(run, r.DefaultEngine, r.Config)
+	flow := r.applyFlow()
 	if !run.DeletionTimestamp.IsZero() {
-		return r.reconcileDelete(ctx, run, eff)
+		flow = r.deleteFlow()
 	}
-	return r.reconcileRun(ctx, run, eff)
+	return runFlow(ctx, run, st, flow)
 }
 
-// patchStatus writes the status subresource when it changed, guarded by the
-// resourceVersion the reconcile started from, so a stale cache never
-// overwrites newer status.
+// runFlow runs sub-reconcilers in order until one fails or asks to stop the
+// pass; it keeps the shortest requeue.
+func runFlow(ctx context.Context, run *infrav1.TerraformRun, st *passState, flow []subReconciler) (ctrl.Result, error) {
+	var res ctrl.Result
+	for _, sub := range flow {
+		r, err := sub(ctx, run, st)
+		res = lowestRequeue(res, r)
+		if err != nil || st.stop {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+// lowestRequeue keeps the earlier of two requeues; a zero RequeueAfter
+// means none.
+func lowestRequeue(a, b ctrl.Result) ctrl.Result {
+	if b.RequeueAfter > 0 && (a.RequeueAfter == 0 || b.RequeueAfter < a.RequeueAfter) {
+		a.RequeueAfter = b.RequeueAfter
+	}
+	return a
+}
+
+// ensureFinalizer adds the finalizer that guards the destroy pipeline to a
+// run that is not being deleted and lacks it.
+func (r *TerraformRunReconciler) ensureFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
+	if !run.DeletionTimestamp.IsZero() || controllerutil.ContainsFinalizer(run, infrav1.Finalizer) {
+		return nil
+	}
+	patch := client.MergeFrom(run.DeepCopy())
+	controllerutil.AddFinalizer(run, infrav1.Finalizer)
+	return generic("AddFinalizer", r.Patch(ctx, run, patch), "adding finalizer")
+}
+
+// patchStatus is the one place status is written: a merge patch of what
+// changed, guarded by the resourceVersion the pass started from, so a stale
+// cache never overwrites newer status.
 func (r *TerraformRunReconciler) patchStatus(ctx context.Context, base, run *infrav1.TerraformRun) error {
 	if statusEqual(base.Status, run.Status) {
 		return nil
@@ -127,121 +182,41 @@ func (r *TerraformRunReconciler) patchStatus(ctx context.Context, base, run *inf
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
-	if err != nil {
-		return fmt.Errorf("patching status: %w", err)
-	}
-	return nil
+	return generic("PatchStatus", err, "patching status")
 }
 
-// engineFor returns the engine of a run, or a stalling error that says why
-// it can't be used. EngineUnavailable is retried, since a CRD installed later
-// makes the engine available.
+// reportError turns stalling and waiting errors into the Stalled condition:
+// stalling errors are not retried, waiting errors are retried after their
+// delay. Other errors are returned for controller-runtime's backoff.
+func (r *TerraformRunReconciler) reportError(run *infrav1.TerraformRun, res ctrl.Result, err error) (ctrl.Result, error) {
+	var s *StallingError
+	var w *WaitingError
+	switch {
+	case errors.As(err, &s):
+		r.setStalled(run, s.Reason, s.Error())
+		return ctrl.Result{}, nil
+	case errors.As(err, &w):
+		r.setStalled(run, w.Reason, w.Error())
+		return ctrl.Result{RequeueAfter: w.RequeueAfter}, nil
+	}
+	return res, err
+}
+
+// engineFor returns an engine, or an error that says why it can't be used.
+// EngineUnavailable is a waiting error: a CRD installed later makes the
+// engine available.
 func (r *TerraformRunReconciler) engineFor(name infrav1.EngineName) (engine.Engine, error) {
 	e, ok := r.Engines.Get(name)
 	if !ok {
-		return nil, &stallingError{reason: infrav1.ReasonEngineUnavailable,
-			msg: fmt.Sprintf("engine %q is not enabled in this manager (enabled: %v); set spec.engine or start the manager with --engines", name, r.Engines.Names())}
+		return nil, stalling(infrav1.ReasonEngineUnavailable,
+			"engine %q is not enabled in this manager (enabled: %v); set spec.engine or start the manager with --engines", name, r.Engines.Names())
 	}
 	if !r.Available.IsAvailable(name) {
 		gvk := e.ChildGVK()
-		return nil, &waitingError{reason: infrav1.ReasonEngineUnavailable, after: DefaultEngineRetryPeriod,
-			msg: fmt.Sprintf("engine %q is unavailable: the %s CRD (%s) is not installed in the cluster; install the engine and the run will continue", name, gvk.Kind, gvk.GroupVersion())}
+		return nil, waiting(infrav1.ReasonEngineUnavailable, DefaultEngineRetryPeriod,
+			"engine %q is unavailable: the %s CRD (%s) is not installed in the cluster; install the engine and the run will continue", name, gvk.Kind, gvk.GroupVersion())
 	}
 	return e, nil
-}
-
-// reconcileDelete runs the destroy pipeline and then removes the finalizer.
-// Retain, the skip-destroy annotation and runs that never applied anything
-// remove it at once. Sets Stalled when the destroy fails, times out or its
-// engine is unavailable, with the escape hatch in the message.
-func (r *TerraformRunReconciler) reconcileDelete(ctx context.Context, run, eff *infrav1.TerraformRun) (ctrl.Result, error) {
-	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) {
-		return ctrl.Result{}, nil
-	}
-	log := ctrl.LoggerFrom(ctx)
-	cur := run.Status.Run
-	skip := run.Annotations[infrav1.SkipDestroyAnnotation] == skipDestroyAnnotationTrue
-	if skip || eff.Spec.DeletionPolicy == infrav1.DeletionRetain || !mayHaveResources(run) {
-		if cur != nil && !isTerminal(cur.Phase) {
-			if err := r.cancelChild(ctx, run, cur, "the TerraformRun is being deleted"); err != nil {
-				log.Info("could not stop the active run before removing the finalizer", "child", cur.ID, "error", err.Error())
-			}
-		}
-		log.Info("removing finalizer without destroy", "policy", eff.Spec.DeletionPolicy, "skipDestroy", skip)
-		return ctrl.Result{}, r.removeFinalizer(ctx, run)
-	}
-	escape := fmt.Sprintf("to delete without destroying, run: kubectl annotate tfrun %s %s=true", run.Name, infrav1.SkipDestroyAnnotation)
-
-	// Let an active apply run finish (or stop it) before destroying.
-	if cur != nil && cur.Type == infrav1.RunApply && !isTerminal(cur.Phase) {
-		done, err := r.stopActive(ctx, run, cur)
-		if err != nil || !done {
-			setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "waiting for the active run "+cur.ID+" to stop before destroying")
-			return ctrl.Result{RequeueAfter: 5 * time.Second}, err
-		}
-	}
-
-	engName := eff.Spec.Engine
-	e, err := r.engineFor(engName)
-	if err != nil {
-		return ctrl.Result{}, withMessageSuffix(err, "; "+escape)
-	}
-	hash := pipeline.SpecHash(eff)
-	if cur == nil || cur.Type != infrav1.RunDestroy {
-		return r.startRun(ctx, run, eff, e, infrav1.RunDestroy, hash, 1)
-	}
-	child, pr, err := r.observeChild(ctx, run, e, cur)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	if child == nil {
-		// The destroy child was deleted by hand: start it again.
-		return r.startRun(ctx, run, eff, e, infrav1.RunDestroy, hash, cur.Attempt+1)
-	}
-	if pr.Finished && !isTerminal(cur.Phase) {
-		cur.Phase, cur.FinishedAt = pr.Phase, pr.FinishedAt
-		runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
-	}
-	switch cur.Phase {
-	case infrav1.RunSucceeded:
-		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
-		return ctrl.Result{}, r.removeFinalizer(ctx, run)
-	case infrav1.RunFailed, infrav1.RunRejected:
-		return ctrl.Result{}, &stallingError{reason: infrav1.ReasonDestroyFailed,
-			msg: fmt.Sprintf("destroy run %s failed: %s; fix the cause and set annotation %s to retry, or %s", cur.ID, pr.Message, infrav1.RunRequestAnnotation, escape)}
-	}
-	started := cur.StartedAt
-	timeout := r.DestroyTimeout
-	if timeout == 0 {
-		timeout = DefaultDestroyTimeout
-	}
-	if started != nil && r.now().Sub(started.Time) > timeout {
-		return ctrl.Result{}, &stallingError{reason: infrav1.ReasonDestroyTimeout,
-			msg: fmt.Sprintf("destroy run %s has run for more than %s; check its steps, or %s", cur.ID, timeout, escape)}
-	}
-	setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "destroy run "+cur.ID+" is running")
-	if started != nil {
-		return ctrl.Result{RequeueAfter: timeout - r.now().Sub(started.Time)}, nil
-	}
-	return ctrl.Result{}, nil
-}
-
-// mayHaveResources says whether any apply may have changed infrastructure.
-func mayHaveResources(run *infrav1.TerraformRun) bool {
-	if run.Status.LastAppliedHash != "" {
-		return true
-	}
-	c := apimeta.FindStatusCondition(run.Status.Conditions, infrav1.AppliedCondition)
-	return c != nil && (c.Reason == infrav1.ReasonApplied || c.Reason == infrav1.ReasonProgressing || c.Reason == infrav1.ReasonRunFailed)
-}
-
-func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
-	patch := client.MergeFrom(run.DeepCopy())
-	controllerutil.RemoveFinalizer(run, infrav1.Finalizer)
-	if err := r.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("removing finalizer: %w", err)
-	}
-	return nil
 }
 
 // SetupWithManager registers the controller. Engine children are watched
@@ -261,54 +236,34 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 		Build(r)
 }
 
-// errors used to steer requeueing (Flux's internal/error, in small).
-
-// errStaleCache says the cached run lags the API server: its status does
-// not yet show the child this reconcile's own earlier write recorded.
-// Reconcile then writes nothing, not even a status patch, and looks again
-// after staleCacheRetry.
-var errStaleCache = errors.New("the cached TerraformRun is older than its status on the API server")
-
-const staleCacheRetry = 200 * time.Millisecond
-
-// stallingError is a problem a retry can't fix; it sets Stalled.
-type stallingError struct{ reason, msg string }
-
-func (e *stallingError) Error() string { return e.msg }
-
-// waitingError is a problem that may go away; it sets Stalled and requeues.
-type waitingError struct {
-	reason, msg string
-	after       time.Duration
+// passState is what one reconcile pass learns as it goes.
+type passState struct {
+	// eff is the run with every default applied.
+	eff *infrav1.TerraformRun
+	// hash is the hash of what the current spec runs.
+	hash string
+	// active is true while the current run (status.run) has not finished.
+	active bool
+	// engine, child and progress are the active run's, once observed.
+	engine   engine.Engine
+	child    client.Object
+	progress engine.Progress
+	// finished is true when the run finished in this pass; childGone when
+	// it did because its child was deleted.
+	finished, childGone bool
+	// persisted is the status as stored when the pass began: what a
+	// deletion may rely on having been recorded.
+	persisted infrav1.TerraformRunStatus
+	// stop ends the pass after the current sub-reconciler.
+	stop bool
 }
 
-func (e *waitingError) Error() string { return e.msg }
-
-// reportError turns stalling and waiting errors into the Stalled condition:
-// stalling errors are not retried, waiting errors are retried after their
-// delay. Other errors are returned for controller-runtime's backoff.
-func (r *TerraformRunReconciler) reportError(run *infrav1.TerraformRun, res ctrl.Result, err error) (ctrl.Result, error) {
-	var s *stallingError
-	var w *waitingError
-	switch {
-	case errors.As(err, &s):
-		r.setStalled(run, s.reason, s.msg)
-		return ctrl.Result{}, nil
-	case errors.As(err, &w):
-		r.setStalled(run, w.reason, w.msg)
-		return ctrl.Result{RequeueAfter: w.after}, nil
-	}
-	return res, err
+func (r *TerraformRunReconciler) newPassState(run *infrav1.TerraformRun) *passState {
+	eff := pipeline.Defaults(run, r.DefaultEngine, r.Config)
+	cur := run.Status.Run
+	return &passState{eff: eff, hash: pipeline.SpecHash(eff), active: cur != nil && !isTerminal(cur.Phase), persisted: *run.Status.DeepCopy()}
 }
 
-func withMessageSuffix(err error, suffix string) error {
-	var w *waitingError
-	if errors.As(err, &w) {
-		return &waitingError{reason: w.reason, msg: w.msg + suffix, after: w.after}
-	}
-	var s *stallingError
-	if errors.As(err, &s) {
-		return &stallingError{reason: s.reason, msg: s.msg + suffix}
-	}
-	return err
+func isTerminal(p infrav1.RunPhase) bool {
+	return p == infrav1.RunSucceeded || p == infrav1.RunFailed || p == infrav1.RunRejected
 }

@@ -12,11 +12,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Engine translates a TerraformRun into an engine object (the child) and reads
@@ -77,6 +80,61 @@ type Canceller interface {
 	Cancel(ctx context.Context, c client.Client, child client.Object, reason string) error
 }
 
+// Driver is an optional interface that engines implement when no engine
+// controller moves a child from step to step, so the reconciler does it
+// (the Job engine). Drive is called on every pass that observes an active
+// child, with what Observe made of it, and once more when it has finished.
+type Driver interface {
+	// Drive creates what the child's next step needs (the next Job, the
+	// workspace volume) or removes what it no longer needs. It must be
+	// idempotent: it may run again before its writes reach the cache. api
+	// reads past the cache, for objects the cache keeps only in part.
+	Drive(ctx context.Context, c client.Client, api client.Reader, child client.Object, pr Progress) error
+}
+
+// SchemeAdder is an optional interface that engines implement when their
+// objects are not in client-go's scheme (Argo's and Tekton's types).
+type SchemeAdder interface {
+	// AddToScheme registers the engine's types.
+	AddToScheme(s *runtime.Scheme) error
+}
+
+// CacheSlimmer is an optional interface that engines implement to keep the
+// manager's memory small: it drops from a cached object of one of the
+// engine's kinds what Observe, Approve, Cancel and Drive never read.
+type CacheSlimmer interface {
+	// SlimForCache slims obj in place and reports whether obj is one of the
+	// engine's kinds.
+	SlimForCache(obj any) bool
+}
+
+// CacheConfigurer is an optional interface that engines implement when the
+// manager must cache objects of a kind that exists in every cluster (the
+// Job engine's pods), restricted to the engine's own.
+type CacheConfigurer interface {
+	// CacheByObject returns the cache settings of those kinds.
+	CacheByObject() map[client.Object]cache.ByObject
+}
+
+// LogLocator is an optional interface that engines implement so that
+// `kubectl tfrun logs` finds a step's log in the engine's pods.
+type LogLocator interface {
+	// StepLogs returns the label selector of the pods that ran one step of a
+	// child and the container that holds the step's log.
+	StepLogs(child, step string) (selector, container string)
+	// LogsHint is the engine's own command that prints a child's logs.
+	LogsHint(namespace, child string) string
+}
+
+// ApprovalHinter is an optional interface that engines implement when a
+// plan can also be approved with the engine's own tools; the hint is added
+// to the message of a run that waits for approval.
+type ApprovalHinter interface {
+	// ApprovalHint says how to approve the child's gate in the engine, for
+	// example "argo resume NAME".
+	ApprovalHint(namespace, child string) string
+}
+
 // ErrGateNotPending says that a child has no approval gate waiting.
 var ErrGateNotPending = errors.New("no approval gate is waiting")
 
@@ -88,6 +146,18 @@ type Decision struct {
 	By string
 	// Reason says why, for rejections.
 	Reason string
+}
+
+// ActorName is who engines record as deciding when opr8r decides a gate.
+const ActorName = "opr8r"
+
+// Actor names the decider as engines record it: "opr8r", or "opr8r (who)"
+// when the decision names who made it.
+func (d Decision) Actor() string {
+	if d.By == "" {
+		return ActorName
+	}
+	return ActorName + " (" + d.By + ")"
 }
 
 // Config carries the manager-wide settings engines need to build children.
@@ -109,8 +179,10 @@ type Request struct {
 	Run *infrav1.TerraformRun
 	// Type is apply or destroy.
 	Type infrav1.RunType
-	// Name is the child's name (see ChildName).
+	// Name is the child's name (see pipeline.ChildName).
 	Name string
+	// Number is the run's number.
+	Number int64
 	// SpecHash is the hash of the spec the run is for.
 	SpecHash string
 	// Config is the manager-wide configuration.
@@ -142,12 +214,8 @@ type Progress struct {
 	OutputsExported bool
 }
 
-// PlanResult is the plan step's small result.
-type PlanResult struct {
-	Add, Change, Destroy, Replace int32
-	HasChanges                    bool
-	Digest                        string
-}
+// PlanResult is the plan step's small result (see pkg/results).
+type PlanResult = results.Plan
 
 // GateState is the state of an approval gate.
 type GateState string
@@ -223,6 +291,15 @@ func (r *Registry) All() []Engine {
 		out = append(out, r.engines[n])
 	}
 	return out
+}
+
+// TimeOrNil returns a pointer to t, or nil for the zero time: engines' zero
+// timestamps mean "not yet".
+func TimeOrNil(t metav1.Time) *metav1.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // Elapsed returns how long ago t was, or 0 for nil.

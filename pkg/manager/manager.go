@@ -6,12 +6,10 @@ package manager
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strings"
 	"time"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
-	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -27,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 )
@@ -43,8 +40,8 @@ const (
 
 // Options configures the controller.
 type Options struct {
-	// Engines lists the enabled engines by name.
-	Engines []infrav1.EngineName
+	// Engines are the enabled engines (see SelectEngines).
+	Engines []engine.Engine
 	// DefaultEngine is used when spec.engine is empty.
 	DefaultEngine infrav1.EngineName
 	// Engine is the configuration passed to engines.
@@ -59,10 +56,17 @@ type Options struct {
 	EnginePollPeriod time.Duration
 }
 
-// Scheme returns a scheme with every type the manager reads or writes.
-func Scheme() (*runtime.Scheme, error) {
+// Scheme returns a scheme with every type the manager reads or writes: the
+// Kubernetes and opr8r types, and each engine's own.
+func Scheme(engines []engine.Engine) (*runtime.Scheme, error) {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme, wfv1.AddToScheme, tektonv1.AddToScheme, tektonv1beta1.AddToScheme} {
+	adds := []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme}
+	for _, e := range engines {
+		if a, ok := e.(engine.SchemeAdder); ok {
+			adds = append(adds, a.AddToScheme)
+		}
+	}
+	for _, add := range adds {
 		if err := add(s); err != nil {
 			return nil, err
 		}
@@ -80,16 +84,24 @@ func Scheme() (*runtime.Scheme, error) {
 // Engine kinds get the restriction from the default selector
 // rather than a ByObject entry: a ByObject entry makes the manager resolve
 // the kind at start, which fails when the engine's CRD is not installed.
-func CacheOptions(namespaces []string) cache.Options {
+// Engines that need a kind every cluster has (the Job engine's pods) add
+// their own entries, restricted to their objects (engine.CacheConfigurer).
+func CacheOptions(namespaces []string, engines []engine.Engine) cache.Options {
 	ours := labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue})
+	slim := slimmer(engines)
 	o := cache.Options{
-		DefaultTransform:     slimForCache,
+		DefaultTransform:     slim,
 		DefaultLabelSelector: ours,
-		NewInformer:          newSlimInformer,
+		NewInformer:          newSlimInformer(slim),
 		ByObject: map[client.Object]cache.ByObject{
 			&infrav1.TerraformRun{}: {Label: labels.Everything()},
 			&corev1.Secret{}:        {Label: SecretSelector()},
 		},
+	}
+	for _, e := range engines {
+		if cc, ok := e.(engine.CacheConfigurer); ok {
+			maps.Copy(o.ByObject, cc.CacheByObject())
+		}
 	}
 	if len(namespaces) > 0 {
 		o.DefaultNamespaces = map[string]cache.Config{}
@@ -116,75 +128,35 @@ func SecretSelector() labels.Selector {
 	return labels.NewSelector().Add(*managed, *component)
 }
 
-// slimForCache drops what the manager never reads from cached objects, so
-// its memory stays small with thousands of runs: managed fields everywhere,
-// kubectl's last-applied copy of a TerraformRun, and the specs and
-// annotations of engine objects (observation reads status and labels;
-// cancelling reads only spec.shutdown / spec.status), and the parts of
-// Argo's status that observation doesn't read (slimWorkflowStatus). Writes never send a cached object whole:
-// they are patches, or status updates of small objects.
-func slimForCache(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	switch o := obj.(type) {
-	case *infrav1.TerraformRun:
-		// kubectl apply's copy of the whole spec (inline modules included).
-		dropAnnotation(o, lastAppliedAnnotation)
-	case *wfv1.Workflow:
-		o.Spec = wfv1.WorkflowSpec{Shutdown: o.Spec.Shutdown}
-		o.Status = slimWorkflowStatus(o.Status)
-		o.Annotations = nil
-	case *tektonv1.PipelineRun:
-		o.Spec = tektonv1.PipelineRunSpec{Status: o.Spec.Status}
-		o.Status.PipelineSpec = nil
-		o.Status.Provenance = nil
-		o.Annotations = nil
-	case *tektonv1.TaskRun:
-		o.Spec = tektonv1.TaskRunSpec{Status: o.Spec.Status}
-		o.Status.TaskSpec = nil
-		o.Status.Provenance = nil
-		o.Annotations = nil
-	}
-	return obj, nil
-}
-
-// slimWorkflowStatus keeps what the Argo backend reads (pipelines/argo
-// observe.go and approve.go): the phase, times and message, the compressed
-// or offloaded node status as it is, and of each node its identity, type,
-// template, phase, message, times, output parameter values and whether its
-// task results are synced. Argo also writes each node's boundary, children,
-// host, progress, resource durations, inputs and exit code, and the
-// workflow's conditions, progress and artifact repository: about half a real
-// Workflow's status. Suspend nodes stay whole: approving writes the gate
-// node back (a merge patch of the node), and its outputs carry the
-// supplied-value markers Argo resumes by.
-func slimWorkflowStatus(s wfv1.WorkflowStatus) wfv1.WorkflowStatus {
-	out := wfv1.WorkflowStatus{Phase: s.Phase, StartedAt: s.StartedAt, FinishedAt: s.FinishedAt, Message: s.Message,
-		CompressedNodes: s.CompressedNodes, OffloadNodeStatusVersion: s.OffloadNodeStatusVersion}
-	if s.Nodes != nil {
-		out.Nodes = make(wfv1.Nodes, len(s.Nodes))
-	}
-	for id, n := range s.Nodes {
-		if n.Type != wfv1.NodeTypeSuspend {
-			n = slimNode(n)
+// slimmer returns the cache transform: it drops what the manager never
+// reads from cached objects, so its memory stays small with thousands of
+// runs: managed fields everywhere, kubectl's last-applied copy of a
+// TerraformRun (inline modules included), and of engine objects whatever
+// the engine says it does not read (engine.CacheSlimmer). Writes never send
+// a cached object whole: they are patches, or status updates of small
+// objects.
+func slimmer(engines []engine.Engine) toolscache.TransformFunc {
+	var slimmers []engine.CacheSlimmer
+	for _, e := range engines {
+		if s, ok := e.(engine.CacheSlimmer); ok {
+			slimmers = append(slimmers, s)
 		}
-		out.Nodes[id] = n
 	}
-	return out
-}
-
-func slimNode(n wfv1.NodeStatus) wfv1.NodeStatus {
-	s := wfv1.NodeStatus{ID: n.ID, Name: n.Name, DisplayName: n.DisplayName, Type: n.Type, TemplateName: n.TemplateName,
-		Phase: n.Phase, Message: n.Message, StartedAt: n.StartedAt, FinishedAt: n.FinishedAt, TaskResultSynced: n.TaskResultSynced}
-	if n.Outputs != nil && len(n.Outputs.Parameters) > 0 {
-		params := make([]wfv1.Parameter, len(n.Outputs.Parameters))
-		for i, p := range n.Outputs.Parameters {
-			params[i] = wfv1.Parameter{Name: p.Name, Value: p.Value}
+	return func(obj any) (any, error) {
+		if m, ok := obj.(metav1.Object); ok {
+			m.SetManagedFields(nil)
 		}
-		s.Outputs = &wfv1.Outputs{Parameters: params}
+		if run, ok := obj.(*infrav1.TerraformRun); ok {
+			dropAnnotation(run, lastAppliedAnnotation)
+			return obj, nil
+		}
+		for _, s := range slimmers {
+			if s.SlimForCache(obj) {
+				break
+			}
+		}
+		return obj, nil
 	}
-	return s
 }
 
 const lastAppliedAnnotation = "kubectl.kubernetes.io/last-applied-configuration"
@@ -204,19 +176,22 @@ func dropAnnotation(o metav1.Object, key string) {
 // listPageSize is how many objects an informer's list reads at a time.
 const listPageSize = 100
 
-// newSlimInformer is client-go's informer with a list that reads pages of
-// listPageSize objects and slims each page (slimForCache) before reading
-// the next. The reflector's own list gathers every object whole before the
+// newSlimInformer returns client-go's informer with a list that reads
+// pages of listPageSize objects and slims each page before reading the
+// next. The reflector's own list gathers every object whole before the
 // transform runs: with thousands of children that is one large Workflow
 // list, specs and all, held at once at every start (about 1 GiB of RSS at
 // 5000 runs, which the Go runtime then keeps).
-func newSlimInformer(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
-	return toolscache.NewSharedIndexInformer(&slimListWatch{inner: toolscache.ToListerWatcherWithContext(lw), raw: lw}, obj, resync, indexers)
+func newSlimInformer(slim toolscache.TransformFunc) func(toolscache.ListerWatcher, runtime.Object, time.Duration, toolscache.Indexers) toolscache.SharedIndexInformer {
+	return func(lw toolscache.ListerWatcher, obj runtime.Object, resync time.Duration, indexers toolscache.Indexers) toolscache.SharedIndexInformer {
+		return toolscache.NewSharedIndexInformer(&slimListWatch{inner: toolscache.ToListerWatcherWithContext(lw), raw: lw, slim: slim}, obj, resync, indexers)
+	}
 }
 
 type slimListWatch struct {
 	inner toolscache.ListerWatcherWithContext
 	raw   toolscache.ListerWatcher
+	slim  toolscache.TransformFunc
 }
 
 var _ toolscache.ListerWatcherWithContext = &slimListWatch{}
@@ -241,7 +216,7 @@ func (l *slimListWatch) ListWithContext(ctx context.Context, opts metav1.ListOpt
 			return nil, err
 		}
 		for _, o := range objs {
-			slim, err := slimForCache(o)
+			slim, err := l.slim(o)
 			if err != nil {
 				return nil, err
 			}
@@ -294,19 +269,7 @@ func (l *slimListWatch) IsWatchListSemanticsUnSupported() bool {
 
 // Setup adds the TerraformRun controller and the engine watcher to mgr.
 func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, error) {
-	var enabled []engine.Engine
-	known := map[infrav1.EngineName]engine.Engine{}
-	for _, e := range pipelines.All() {
-		known[e.Name()] = e
-	}
-	for _, n := range o.Engines {
-		e, ok := known[n]
-		if !ok {
-			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, knownNames(known))
-		}
-		enabled = append(enabled, e)
-	}
-	reg, err := engine.NewRegistry(enabled...)
+	reg, err := engine.NewRegistry(o.Engines...)
 	if err != nil {
 		return nil, err
 	}
@@ -344,10 +307,22 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	return r, nil
 }
 
-func knownNames(m map[infrav1.EngineName]engine.Engine) string {
-	var out []string
-	for n := range m {
-		out = append(out, string(n))
+// SelectEngines returns the engines of known (the engines this build has,
+// pipelines.All from cmd/) whose names are listed, in the order listed.
+func SelectEngines(known []engine.Engine, names []infrav1.EngineName) ([]engine.Engine, error) {
+	byName := map[infrav1.EngineName]engine.Engine{}
+	var all []string
+	for _, e := range known {
+		byName[e.Name()] = e
+		all = append(all, string(e.Name()))
 	}
-	return strings.Join(out, ", ")
+	var out []engine.Engine
+	for _, n := range names {
+		e, ok := byName[n]
+		if !ok {
+			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, strings.Join(all, ", "))
+		}
+		out = append(out, e)
+	}
+	return out, nil
 }

@@ -15,6 +15,7 @@ import (
 	"path"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,6 +25,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Step names, shared by every engine and shown in status.
@@ -37,12 +39,12 @@ const (
 	StepCleanup = "cleanup"
 )
 
-// Result names written by steps into their results directory.
+// Result names written by steps (the wire format is pkg/results).
 const (
-	ResultCommit     = "commit"
-	ResultHasChanges = "has-changes"
-	ResultDigest     = "digest"
-	ResultSummary    = "summary"
+	ResultCommit     = results.Commit
+	ResultHasChanges = results.HasChanges
+	ResultDigest     = results.Digest
+	ResultSummary    = results.Summary
 )
 
 // Paths inside step containers.
@@ -52,7 +54,6 @@ const (
 	PluginCacheDir  = WorkspaceDir + "/.plugin-cache"
 	PlanFile        = WorkspaceDir + "/tfplan"
 	TmpDir          = "/tmp"
-	ResultsDirArgo  = TmpDir + "/opr8r-results"
 	StepBinDir      = "/opr8r/bin"
 	StepBinary      = StepBinDir + "/opr8r-step"
 	ImageStepBinary = "/opr8r-step"
@@ -75,9 +76,11 @@ const (
 // Placeholders in step arguments that each engine replaces with its own
 // expression (for example {{workflow.uid}} in Argo).
 const (
-	PhOwnerUID       = "{opr8r:owner-uid}"
-	PhOwnerName      = "{opr8r:owner-name}"
-	PhResultsDir     = "{opr8r:results-dir}"
+	PhOwnerUID  = "{opr8r:owner-uid}"
+	PhOwnerName = "{opr8r:owner-name}"
+	// PhResults is a whole argument: the step runner's flag that says where
+	// its small results go (--results-dir=DIR or --results-file=FILE).
+	PhResults        = "{opr8r:results}"
 	PhApprovedDigest = "{opr8r:approved-digest}"
 	PhOwnerKind      = "{opr8r:owner-kind}"
 	PhOwnerAPI       = "{opr8r:owner-api-version}"
@@ -114,8 +117,6 @@ type Pipeline struct {
 	PodSecurityContext *corev1.PodSecurityContext
 	// Labels go on the child and every pod.
 	Labels map[string]string
-	// TTLAfterFinished deletes the finished child after this long.
-	TTLAfterFinished *metav1.Duration
 	// ImagePullPolicy of every container.
 	ImagePullPolicy corev1.PullPolicy
 }
@@ -175,13 +176,15 @@ func OutputsSecretName(run *infrav1.TerraformRun) string {
 	return run.Name + "-outputs"
 }
 
-// ChildName is the deterministic name of a run's child: racing reconciles
-// compute the same name and adopt instead of duplicating.
-func ChildName(runName string, t infrav1.RunType, specHash string, attempt int32) string {
-	if t == infrav1.RunDestroy {
-		return fmt.Sprintf("%s-destroy-%s-%d", runName, specHash[:8], attempt)
+// ChildName is the name of a run's child: the run's type and number. A
+// TerraformRun never gives two runs the same number, so a new run never
+// meets an old run's child, while a racing or restarted reconcile computes
+// the same name and adopts the child it created.
+func ChildName(runName string, t infrav1.RunType, number int64) string {
+	if t == infrav1.RunApply {
+		return fmt.Sprintf("%s-%d", runName, number)
 	}
-	return fmt.Sprintf("%s-%s-%d", runName, specHash[:8], attempt)
+	return fmt.Sprintf("%s-%s-%d", runName, t, number)
 }
 
 // Defaults returns a copy of run with every default filled in: the manager's
@@ -217,6 +220,9 @@ func Defaults(run *infrav1.TerraformRun, defaultEngine infrav1.EngineName, cfg e
 	}
 	if s.History.KeepFinished == nil {
 		s.History.KeepFinished = ptr.To[int32](3)
+	}
+	if s.History.KeepRecords == nil {
+		s.History.KeepRecords = ptr.To[int32](10)
 	}
 	if s.Outputs.SecretName == "" {
 		s.Outputs.SecretName = r.Name + "-outputs"
@@ -317,8 +323,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 		NodeSelector:       run.Spec.Runner.NodeSelector,
 		Tolerations:        run.Spec.Runner.Tolerations,
 		PodSecurityContext: podSecurityContext(run.Spec.Runner.SecurityContext),
-		Labels:             ChildLabels(run, req.Type, req.SpecHash),
-		TTLAfterFinished:   run.Spec.History.TTLAfterFinished,
+		Labels:             ChildLabels(run, req.Type, req.SpecHash, req.Number),
 		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
 	}
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
@@ -335,15 +340,16 @@ func Build(req engine.Request) (*Pipeline, error) {
 
 // ResultError is the result a failing step's summary is written to where
 // the engine has no termination message of its own (Tekton).
-const ResultError = "error"
+const ResultError = results.Error
 
 // ChildLabels are the labels of a child and its pods.
-func ChildLabels(run *infrav1.TerraformRun, t infrav1.RunType, specHash string) map[string]string {
+func ChildLabels(run *infrav1.TerraformRun, t infrav1.RunType, specHash string, number int64) map[string]string {
 	return map[string]string{
 		infrav1.ManagedByLabel: infrav1.ManagedByValue,
 		infrav1.RunNameLabel:   run.Name,
 		infrav1.RunTypeLabel:   string(t),
 		infrav1.SpecHashLabel:  specHash,
+		infrav1.RunNumberLabel: strconv.FormatInt(number, 10),
 	}
 }
 
@@ -581,7 +587,7 @@ func (b *builder) clone() Step {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
 		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
 	}
-	s.Args = append(s.Args, "--dest="+CheckoutDir, "--results-dir="+PhResultsDir, "--termination-log="+PhErrorFile)
+	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults, "--termination-log="+PhErrorFile)
 	return s
 }
 
@@ -625,7 +631,7 @@ func (b *builder) plan() Step {
 	}
 	args = append(args, "--plan-secret="+PlanSecretName(b.req.Name))
 	args = append(args, b.ownerArgs()...)
-	args = append(args, "--results-dir="+PhResultsDir)
+	args = append(args, PhResults)
 	s := b.terraformStep(StepPlan, args...)
 	s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
@@ -717,4 +723,82 @@ func SortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// InstallStepContainer copies opr8r-step from the step image into the
+// StepBinVolume, for steps that run in a stock Terraform or OpenTofu image
+// (which has only sh). Every engine runs it before such steps.
+func InstallStepContainer(p *Pipeline, stepImage string, res corev1.ResourceRequirements) corev1.Container {
+	return corev1.Container{
+		Name:            "install-opr8r-step",
+		Image:           stepImage,
+		ImagePullPolicy: p.ImagePullPolicy,
+		Command:         []string{ImageStepBinary},
+		Args:            []string{"install", "--dest=" + StepBinDir},
+		VolumeMounts:    []corev1.VolumeMount{{Name: StepBinVolume, MountPath: StepBinDir}},
+		SecurityContext: ContainerSecurityContext(),
+		Resources:       res,
+	}
+}
+
+// Container is a step's container: its placeholders replaced by the
+// engine's expressions, the tmp volume and (when it needs it) the installed
+// step binary mounted, then the step's own mounts. Engines add the
+// workspace their own way.
+func (s Step) Container(name string, p *Pipeline, r *strings.Replacer) corev1.Container {
+	mounts := []corev1.VolumeMount{{Name: TmpVolume, MountPath: TmpDir}}
+	if s.NeedsStepBinary {
+		mounts = append(mounts, corev1.VolumeMount{Name: StepBinVolume, MountPath: StepBinDir, ReadOnly: true})
+	}
+	return corev1.Container{
+		Name:            name,
+		Image:           s.Image,
+		ImagePullPolicy: p.ImagePullPolicy,
+		Command:         s.Command,
+		Args:            Replace(s.Args, r),
+		Env:             s.Env,
+		VolumeMounts:    append(mounts, s.VolumeMounts...),
+		Resources:       s.Resources,
+		SecurityContext: s.SecurityContext,
+	}
+}
+
+// ScratchVolumes are the per-pod volumes every step mounts: /tmp, and the
+// directory the step binary is installed into.
+func ScratchVolumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+}
+
+// UsedVolumes returns the pipeline's Secret and ConfigMap volumes that the
+// given steps mount, so a pod holds no credential it does not use.
+func (p *Pipeline) UsedVolumes(steps ...Step) []corev1.Volume {
+	used := map[string]bool{}
+	for _, s := range steps {
+		for _, m := range s.VolumeMounts {
+			used[m.Name] = true
+		}
+	}
+	var out []corev1.Volume
+	for _, v := range p.Volumes {
+		if used[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// StepNamed returns the pipeline's step (or cleanup) with that name.
+func (p *Pipeline) StepNamed(name string) (Step, bool) {
+	if name == p.Cleanup.Name {
+		return p.Cleanup, true
+	}
+	for _, s := range p.Steps {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Step{}, false
 }

@@ -29,6 +29,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 )
@@ -41,6 +42,9 @@ type Options struct {
 	genericiooptions.IOStreams
 	Flags  *genericclioptions.ConfigFlags
 	Output string
+
+	// Engines are the engines the manager has (pipelines.All, from cmd/).
+	Engines []engine.Engine
 
 	// Client and Clientset are set in tests; otherwise built from Flags.
 	Client    client.Client
@@ -67,7 +71,7 @@ func (o *Options) clients() (client.Client, kubernetes.Interface, string, error)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("no cluster: %w", err)
 	}
-	scheme, err := manager.Scheme()
+	scheme, err := manager.Scheme(o.Engines)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -140,7 +144,7 @@ func NewCommand(o *Options) *cobra.Command {
 		approve, reject,
 		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
-		outputs, newRenderCommand(o), logs)
+		outputs, newRenderCommand(o), logs, newHistoryCommand(o))
 	return root
 }
 
@@ -448,23 +452,26 @@ func (o *Options) logs(ctx context.Context, name, step string) error {
 		return fmt.Errorf("TerraformRun %s has no run yet", name)
 	}
 	r := run.Status.Run
-	pods, err := cs.CoreV1().Pods(run.Namespace).List(ctx, metav1.ListOptions{LabelSelector: podSelector(r, step)})
+	reg, err := engine.NewRegistry(o.Engines...)
 	if err != nil {
 		return err
 	}
-	hint := fmt.Sprintf("argo logs %s -n %s", r.ID, run.Namespace)
-	if r.Engine == infrav1.EngineTekton {
-		hint = fmt.Sprintf("tkn pipelinerun logs %s -n %s", r.ID, run.Namespace)
+	e, ok := reg.Get(r.Engine)
+	loc, located := e.(engine.LogLocator)
+	if !ok || !located {
+		return fmt.Errorf("this kubectl-tfrun cannot find the logs of engine %q runs", r.Engine)
+	}
+	selector, container := loc.StepLogs(r.ID, step)
+	hint := loc.LogsHint(run.Namespace, r.ID)
+	pods, err := cs.CoreV1().Pods(run.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if err != nil {
+		return err
 	}
 	if len(pods.Items) == 0 {
 		return fmt.Errorf("no pod of step %s of run %s (%s %s) exists: it has not started, or its pod was garbage-collected; the engine may still have the logs: %s", step, r.ID, r.Child.Kind, r.ID, hint)
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp) })
 	pod := pods.Items[0]
-	container := "main"
-	if r.Engine == infrav1.EngineTekton {
-		container = "step-" + step
-	}
 	stream, err := cs.CoreV1().Pods(run.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
 	if err != nil {
 		return fmt.Errorf("reading logs of pod %s container %s: %w (or try: %s)", pod.Name, container, err, hint)
@@ -474,24 +481,10 @@ func (o *Options) logs(ctx context.Context, name, step string) error {
 	return err
 }
 
-// podSelector selects the pods of one step: Argo pods carry the template's
-// infra.opr8r.io/step label and the workflow's name; Tekton pods carry the
-// pipelineRun and pipelineTask labels (clone, init and plan share the plan
-// task's pod).
-func podSelector(r *infrav1.RunStatus, step string) string {
-	if r.Engine == infrav1.EngineTekton {
-		task := step
-		if step == pipeline.StepClone || step == pipeline.StepInit {
-			task = pipeline.StepPlan
-		}
-		return "tekton.dev/pipelineRun=" + r.ID + ",tekton.dev/pipelineTask=" + task
-	}
-	return "workflows.argoproj.io/workflow=" + r.ID + ",infra.opr8r.io/step=" + step
-}
-
-// Main runs the plugin; it is cmd/kubectl-tfrun's main.
-func Main() int {
-	o := &Options{IOStreams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}}
+// Main runs the plugin with the given engines; it is cmd/kubectl-tfrun's
+// main.
+func Main(engines []engine.Engine) int {
+	o := &Options{IOStreams: genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr}, Engines: engines}
 	cmd := NewCommand(o)
 	if err := cmd.ExecuteContext(context.Background()); err != nil {
 		fmt.Fprintln(os.Stderr, "error:", err)

@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -38,7 +39,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	scheme, _ := manager.Scheme()
+	scheme, _ := manager.Scheme(pipelines.All())
 	k8s, _ = client.New(cfg, client.Options{Scheme: scheme})
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	code := m.Run()
@@ -53,7 +54,7 @@ func tfrun(ns string, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.Namespace = &ns
-	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs,
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: pipelines.All(),
 		Now: func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }}
 	cmd := plugin.NewCommand(o)
 	cmd.SetArgs(args)
@@ -88,7 +89,17 @@ func seed(t *testing.T) string {
 		Run: &infrav1.RunStatus{ID: "waiting-abc-1", Type: "apply", Engine: "argo", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunAwaitingApproval,
 			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "waiting-abc-1"},
 			Steps: []infrav1.StepStatus{{Name: "plan", Phase: "Succeeded"}, {Name: "approve", Phase: "Running"}}}})
-	mk("done", infrav1.TerraformRunStatus{Phase: "Succeeded", OutputsSecretName: "done-outputs", Outputs: []string{"ID", "password"},
+	started, finished := metav1.NewTime(time.Date(2026, 11, 23, 11, 0, 0, 0, time.UTC)), metav1.NewTime(time.Date(2026, 11, 23, 11, 2, 30, 0, time.UTC))
+	history := []infrav1.RunRecord{
+		{ID: "done-2", Number: 2, Type: "apply", Engine: "tekton", Trigger: infrav1.TriggerRerunRequest, SpecHash: "abc",
+			Revision: "0123456789abcdef0123456789abcdef01234567", Result: infrav1.RunRejected, StartedAt: &started, FinishedAt: &finished,
+			Plan:     &infrav1.PlanStatus{Add: 2, Destroy: 1, HasChanges: true, Summary: "+2 ~0 -1", Digest: digest, RunID: "done-2"},
+			Approval: &infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovedBySpec, By: "alice", Reason: "too big", At: finished},
+			Message:  "plan rejected: too big"},
+		{ID: "done-1", Number: 1, Type: "apply", Engine: "tekton", Trigger: infrav1.TriggerCreated, SpecHash: "abc", Result: infrav1.RunSucceeded,
+			StartedAt: &started, FinishedAt: &finished, Plan: &infrav1.PlanStatus{Summary: "+0 ~0 -0", RunID: "done-1"}},
+	}
+	mk("done", infrav1.TerraformRunStatus{Phase: "Succeeded", OutputsSecretName: "done-outputs", Outputs: []string{"ID", "password"}, History: history,
 		Conditions: []metav1.Condition{{Type: "Ready", Status: "True", Reason: "Succeeded", LastTransitionTime: metav1.Now()}},
 		Run: &infrav1.RunStatus{ID: "done-abc-1", Type: "apply", Engine: "tekton", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunSucceeded,
 			Child: infrav1.ChildReference{APIVersion: "tekton.dev/v1", Kind: "PipelineRun", Name: "done-abc-1"}}})
@@ -134,6 +145,36 @@ func TestPluginCommands(t *testing.T) {
 		var rows []plugin.RunRow
 		if err := json.Unmarshal([]byte(js), &rows); err != nil || len(rows) != 1 || rows[0].Step != "approve" {
 			t.Errorf("-o json = %s (%v)", js, err)
+		}
+	})
+
+	t.Run("history", func(t *testing.T) {
+		out, _, err := tfrun(ns, "history", "done")
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines := strings.Split(strings.TrimSpace(out), "\n")
+		if len(lines) != 3 {
+			t.Fatalf("history: want a header and two runs, newest first:\n%s", out)
+		}
+		for i, want := range [][]string{
+			{"RUN", "ID", "TYPE", "TRIGGER", "REVISION", "PLAN", "APPROVAL", "RESULT", "STARTED", "DURATION", "MESSAGE"},
+			{"2", "done-2", "apply", "RerunRequest", "0123456789ab", "+2 ~0 -1", "rejected (TerraformRun by alice)", "Rejected", "60m ago", "2m30s", "plan rejected: too big"},
+			{"1", "done-1", "Created", "no changes", "Succeeded"},
+		} {
+			for _, w := range want {
+				if !strings.Contains(lines[i], w) {
+					t.Errorf("history line %d lacks %q:\n%s", i, w, out)
+				}
+			}
+		}
+		js, _, err := tfrun(ns, "history", "done", "-o", "json")
+		var recs []infrav1.RunRecord
+		if err != nil || json.Unmarshal([]byte(js), &recs) != nil || len(recs) != 2 || recs[0].Approval.By != "alice" {
+			t.Errorf("history -o json: %v\n%s", err, js)
+		}
+		if _, errOut, err := tfrun(ns, "history", "waiting"); err != nil || !strings.Contains(errOut, "no finished run yet") {
+			t.Errorf("history of a run without one: %v %q", err, errOut)
 		}
 	})
 

@@ -9,7 +9,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
@@ -23,10 +22,12 @@ type RenderOptions struct {
 	DefaultEngine string
 	Config        engine.Config
 	All           bool
+	// Engines are the engines the manager has (pipelines.All, from cmd/).
+	Engines []engine.Engine
 }
 
 func newRenderCommand(o *Options) *cobra.Command {
-	ro := &RenderOptions{}
+	ro := &RenderOptions{Engines: o.Engines}
 	cmd := &cobra.Command{
 		Use:   "render -f run.yaml",
 		Short: "Print the Workflow or PipelineRun the operator would create, offline",
@@ -74,22 +75,21 @@ func Render(out io.Writer, ro RenderOptions) error {
 		run.Spec.Engine = infrav1.EngineName(ro.Engine)
 	}
 	eff := pipeline.Defaults(run, infrav1.EngineName(ro.DefaultEngine), ro.Config)
-	var e engine.Engine
-	for _, cand := range pipelines.All() {
-		if cand.Name() == eff.Spec.Engine {
-			e = cand
-		}
-	}
-	if e == nil {
-		return fmt.Errorf("unknown engine %q (known: argo, tekton)", eff.Spec.Engine)
-	}
 	typ := infrav1.RunType(ro.Type)
 	if typ != infrav1.RunApply && typ != infrav1.RunDestroy {
 		return fmt.Errorf("--type must be apply or destroy, not %q", ro.Type)
 	}
+	reg, err := engine.NewRegistry(ro.Engines...)
+	if err != nil {
+		return err
+	}
+	e, ok := reg.Get(eff.Spec.Engine)
+	if !ok {
+		return fmt.Errorf("unknown engine %q (known: %v)", eff.Spec.Engine, reg.Names())
+	}
 	hash := pipeline.SpecHash(eff)
-	name := pipeline.ChildName(run.Name, typ, hash, 1)
-	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, SpecHash: hash, Config: ro.Config})
+	name := pipeline.ChildName(run.Name, typ, 1)
+	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: hash, Config: ro.Config})
 	if err != nil {
 		return err
 	}

@@ -2,21 +2,19 @@ package plugin_test
 
 import (
 	"bytes"
-	"context"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	"github.com/argoproj/argo-workflows/v3/workflow/validate"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pipelines/pipelinestest"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 )
 
-// TestRenderEveryExample renders each example for both engines with the
+// TestRenderEveryExample renders each example for every engine with the
 // manager's translators and checks the result with the engine's validator.
 func TestRenderEveryExample(t *testing.T) {
 	examples, err := filepath.Glob("../../examples/*.yaml")
@@ -24,11 +22,12 @@ func TestRenderEveryExample(t *testing.T) {
 		t.Fatalf("want at least 7 examples, found %d (%v)", len(examples), err)
 	}
 	for _, ex := range examples {
-		for _, eng := range []string{"argo", "tekton"} {
+		for _, kit := range pipelinestest.Kits() {
+			eng := string(kit.Engine.Name())
 			for _, typ := range []string{"apply", "destroy"} {
 				t.Run(filepath.Base(ex)+"/"+eng+"/"+typ, func(t *testing.T) {
 					var out bytes.Buffer
-					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true}
+					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true, Engines: pipelines.All()}
 					ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
 					if err := plugin.Render(&out, ro); err != nil {
 						t.Fatalf("render: %v", err)
@@ -37,24 +36,12 @@ func TestRenderEveryExample(t *testing.T) {
 					if len(docs) < 2 {
 						t.Fatalf("want the child and its ConfigMaps, got %d documents", len(docs))
 					}
-					switch eng {
-					case "argo":
-						wf := &wfv1.Workflow{}
-						if err := yaml.UnmarshalStrict([]byte(docs[0]), wf); err != nil {
-							t.Fatal(err)
-						}
-						if err := validate.ValidateWorkflow(nil, nil, wf, nil, validate.ValidateOpts{}); err != nil {
-							t.Fatalf("Argo rejects the rendered Workflow: %v", err)
-						}
-					case "tekton":
-						pr := &tektonv1.PipelineRun{}
-						if err := yaml.UnmarshalStrict([]byte(docs[0]), pr); err != nil {
-							t.Fatal(err)
-						}
-						pr.SetDefaults(context.Background())
-						if err := pr.Validate(context.Background()); err != nil {
-							t.Fatalf("Tekton rejects the rendered PipelineRun: %v", err)
-						}
+					child := kit.Engine.NewChild()
+					if err := yaml.UnmarshalStrict([]byte(docs[0]), child); err != nil {
+						t.Fatal(err)
+					}
+					if err := kit.Validate(child); err != nil {
+						t.Fatalf("%s rejects the rendered child: %v", eng, err)
 					}
 				})
 			}
@@ -74,6 +61,7 @@ func TestRenderErrors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tc.ro.Config.StepImage, tc.ro.Config.TerraformImage = "s", "t"
+			tc.ro.Engines = pipelines.All()
 			err := plugin.Render(&bytes.Buffer{}, tc.ro)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)

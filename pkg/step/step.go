@@ -11,6 +11,7 @@ package step
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -32,6 +33,9 @@ type Runner struct {
 	Out io.Writer
 	// ResultsDir receives small results, one file per result.
 	ResultsDir string
+	// ResultsFile, when set instead, receives all small results as one JSON
+	// object (the termination log of a plain Job's container).
+	ResultsFile string
 	// Env is extra environment for terraform (from --env-file).
 	Env map[string]string
 	// Kube writes Secrets and reads Leases; nil when no step needs it.
@@ -88,6 +92,9 @@ func (r *Runner) LoadEnvFiles(pairs []string) error {
 
 // WriteResult writes one small result.
 func (r *Runner) WriteResult(name, value string) error {
+	if r.ResultsFile != "" {
+		return r.writeResultJSON(name, value)
+	}
 	if r.ResultsDir == "" {
 		return nil
 	}
@@ -95,6 +102,24 @@ func (r *Runner) WriteResult(name, value string) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(r.ResultsDir, name), []byte(value), 0o644)
+}
+
+// writeResultJSON adds one result to the JSON object in ResultsFile.
+func (r *Runner) writeResultJSON(name, value string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	vals := map[string]string{}
+	if b, err := os.ReadFile(r.ResultsFile); err == nil && len(bytes.TrimSpace(b)) > 0 {
+		// A file that is not a results object (a fresh termination log) is
+		// started over.
+		_ = json.Unmarshal(b, &vals)
+	}
+	vals[name] = value
+	b, err := json.Marshal(vals)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(r.ResultsFile, b, 0o644)
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -158,16 +183,21 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
 	var stdout, stderr bytes.Buffer
-	if quiet {
-		cmd.Stdout = &stdout
-	} else {
-		cmd.Stdout = io.MultiWriter(&stdout, &redactingWriter{r: r, w: r.Out})
-	}
-	cmd.Stderr = io.MultiWriter(&stderr, &redactingWriter{r: r, w: r.Out})
+	cmd.Stdout = &stdout
+	errLog := &redactingWriter{r: r, w: r.Out}
+	cmd.Stderr = io.MultiWriter(&stderr, errLog)
+	var outLog *redactingWriter
 	if !quiet {
+		outLog = &redactingWriter{r: r, w: r.Out}
+		cmd.Stdout = io.MultiWriter(&stdout, outLog)
 		r.logf("%s %s", filepath.Base(bin), strings.Join(args, " "))
 	}
 	err = cmd.Run()
+	// A last line without a newline is still logged (redacted).
+	errLog.Flush()
+	if outLog != nil {
+		outLog.Flush()
+	}
 	code := 0
 	var exitErr *exec.ExitError
 	if errors.As(err, &exitErr) {

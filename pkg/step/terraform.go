@@ -11,13 +11,13 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // BackendOverrideFile is the file init writes into the module to select the
@@ -147,9 +147,9 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 			return nil, err
 		}
 	}
-	small, _ := json.Marshal(map[string]int{"add": sum.Add, "change": sum.Change, "destroy": sum.Destroy, "replace": sum.Replace})
-	for name, v := range map[string]string{"has-changes": strconv.FormatBool(sum.HasChanges), "digest": sum.Digest, "summary": string(small)} {
-		if err := r.WriteResult(name, v); err != nil {
+	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest}
+	for _, name := range []string{results.HasChanges, results.Digest, results.Summary} {
+		if err := r.WriteResult(name, res.Values()[name]); err != nil {
 			return nil, err
 		}
 	}

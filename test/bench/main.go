@@ -65,6 +65,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pipelines/argo"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
@@ -252,7 +253,7 @@ func benchOne(n int) (result, error) {
 	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
 		return res, err
 	}
-	scheme, _ := manager.Scheme()
+	scheme, _ := manager.Scheme(pipelines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})
@@ -276,7 +277,7 @@ func benchOne(n int) (result, error) {
 		run := testutil.MakeRun(fmt.Sprintf("b%05d", i), "baseline").Auto().Obj()
 		eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
 		hash := pipeline.SpecHash(eff)
-		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: pipeline.ChildName(run.Name, infrav1.RunApply, hash, 1), SpecHash: hash, Config: testutil.Config})
+		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: pipeline.ChildName(run.Name, infrav1.RunApply, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
 		if err != nil {
 			return err
 		}
@@ -677,9 +678,9 @@ func floor(ctx context.Context, c client.Client, n int) (time.Duration, [3]float
 		}
 		eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
 		hash := pipeline.SpecHash(eff)
-		name := pipeline.ChildName(run.Name, infrav1.RunApply, hash, 1)
+		name := pipeline.ChildName(run.Name, infrav1.RunApply, 1)
 		children[i] = name
-		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: name, SpecHash: hash, Config: testutil.Config})
+		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: name, Number: 1, SpecHash: hash, Config: testutil.Config})
 		if err != nil {
 			return err
 		}

@@ -149,7 +149,8 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 func TestKustomizeDefault(t *testing.T) {
 	k := tool(t, "OPR8R_KUSTOMIZE")
 	objs := objects(t, run(t, k, "build", "config/default"))
-	checkCommon(t, objs, 3)
+	checkCommon(t, objs, 4) // the manager's and each of the three engines'
+
 	for _, dir := range []string{"config/rbac/runner", "config/samples", "config/crd"} {
 		if len(objects(t, run(t, k, "build", dir))) == 0 {
 			t.Errorf("kustomize build %s rendered nothing", dir)
@@ -162,15 +163,15 @@ func TestHelmChart(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	t.Run("defaults", func(t *testing.T) {
 		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds"))
-		checkCommon(t, objs, 3)
+		checkCommon(t, objs, 4)
 		dryRun(t, objs)
 	})
 	t.Run("one engine: rights and flags for that engine only", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "engines.tekton.enabled=false", "--include-crds"))
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false", "--include-crds"))
 		checkCommon(t, objs, 2)
 		for _, r := range byKind(objs, "ClusterRole") {
-			if strings.HasSuffix(r.GetName(), "tekton") {
-				t.Errorf("Tekton rights rendered with Tekton disabled: %s", r.GetName())
+			if strings.HasSuffix(r.GetName(), "tekton") || strings.HasSuffix(r.GetName(), "job") {
+				t.Errorf("rights of a disabled engine rendered: %s", r.GetName())
 			}
 		}
 		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
@@ -199,7 +200,7 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("invalid values fail clearly", func(t *testing.T) {
-		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false")
+		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false")
 		cmd.Dir = envtestutil.RepoRoot()
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "enable at least one engine") {

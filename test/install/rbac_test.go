@@ -73,6 +73,11 @@ func TestRBACAllowList(t *testing.T) {
 			"tekton.dev/pipelineruns:patch", "tekton.dev/pipelineruns:update", "tekton.dev/pipelineruns:watch",
 			"tekton.dev/taskruns:get", "tekton.dev/taskruns:list", "tekton.dev/taskruns:watch",
 		},
+		"config/rbac/job/role.yaml": {
+			"/persistentvolumeclaims:create", "/persistentvolumeclaims:delete", "/persistentvolumeclaims:get",
+			"/pods:get", "/pods:list", "/pods:watch",
+			"batch/jobs:create", "batch/jobs:delete", "batch/jobs:get", "batch/jobs:list", "batch/jobs:patch", "batch/jobs:update", "batch/jobs:watch",
+		},
 		"config/rbac/runner/role.yaml": {
 			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update",
 			"argoproj.io/workflowtaskresults:create", "argoproj.io/workflowtaskresults:patch",

@@ -23,6 +23,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
@@ -120,10 +121,10 @@ func (c *chaos) funcs() interceptor.Funcs {
 // startInterceptedManager starts the production setup with a client whose
 // calls pass through funcs (fault injection, write counting).
 func startInterceptedManager(funcs interceptor.Funcs) (context.CancelFunc, chan struct{}) {
-	scheme, err := manager.Scheme()
+	scheme, err := manager.Scheme(pipelines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: manager.CacheOptions(nil),
+		Scheme: scheme, Cache: manager.CacheOptions(nil, pipelines.All()),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
@@ -136,7 +137,7 @@ func startInterceptedManager(funcs interceptor.Funcs) (context.CancelFunc, chan 
 	})
 	Expect(err).NotTo(HaveOccurred())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines: []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton}, DefaultEngine: infrav1.EngineArgo,
+		Engines: pipelines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -195,16 +196,16 @@ var _ = Describe("chaos", Serial, func() {
 			}
 			Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
 			s := g.active(ns, name)
-			s.start()
+			s.Start()
 			digest := digestOf(name)
-			s.plan(1, 0, 0, digest)
+			s.Plan(1, 0, 0, digest)
 			if manual {
-				s.suspend(digest)
+				s.Suspend(digest)
 				Eventually(phase(ns, name), long, interval).Should(Equal(infrav1.RunAwaitingApproval))
 				patchRun(ns, name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
 				Eventually(gateState(s), long, interval).Should(Equal("Approved"))
 			}
-			s.finishApply(`{"a":{"sensitive":false,"value":"1"},"b":{"sensitive":true,"value":"2"}}`)
+			s.FinishApply(`{"a":{"sensitive":false,"value":"1"},"b":{"sensitive":true,"value":"2"}}`)
 			Eventually(condReason(ns, name, infrav1.ReadyCondition), long, interval).Should(Equal("True/Succeeded"))
 			if remove {
 				Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
@@ -215,7 +216,7 @@ var _ = Describe("chaos", Serial, func() {
 					}
 					return r.Status.Run.Type
 				}, long, interval).Should(Equal(infrav1.RunDestroy))
-				g.active(ns, name).succeedDestroy()
+				g.active(ns, name).SucceedDestroy()
 				Eventually(gone(ns, name), long, interval).Should(BeTrue())
 			}
 		}

@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"strings"
@@ -28,11 +26,6 @@ const (
 	timeout  = 20 * time.Second
 	interval = 100 * time.Millisecond
 )
-
-func digestOf(s string) string {
-	sum := sha256.Sum256([]byte(s))
-	return "sha256:" + hex.EncodeToString(sum[:])
-}
 
 var nsCounter int
 
@@ -81,7 +74,7 @@ func phase(ns, name string) func() infrav1.RunPhase {
 }
 
 func gateState(s engineSim) func() string {
-	return func() string { st, _, _ := s.gate(); return st }
+	return func() string { st, _, _ := s.Gate(); return st }
 }
 
 const sensitiveMarker = "S3NSITIVE-0UTPUT-MARKER-7f3a"
@@ -143,9 +136,9 @@ func (g given) active(ns, name string) engineSim {
 func (g given) planned(ns string, run *infrav1.TerraformRun, digest string) engineSim {
 	Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
 	s := g.active(ns, run.Name)
-	s.start()
-	s.plan(1, 0, 0, digest)
-	s.suspend(digest)
+	s.Start()
+	s.Plan(1, 0, 0, digest)
+	s.Suspend(digest)
 	Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
 	return s
 }
@@ -158,9 +151,9 @@ func (g given) applied(ns, name string, retain bool) {
 	}
 	Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
 	s := g.active(ns, name)
-	s.start()
-	s.plan(1, 0, 0, digestOf(name))
-	s.finishApply(`{}`)
+	s.Start()
+	s.Plan(1, 0, 0, digestOf(name))
+	s.FinishApply(`{}`)
 	Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 }
 
@@ -173,7 +166,10 @@ func gone(ns, name string) func() bool {
 // The conformance suite: every scenario runs for every engine in engines.
 var _ = Describe("engine conformance", func() {
 	for _, e := range engines {
-		Describe(string(e.name), func() { conformance(given{e}) })
+		Describe(string(e.name), func() {
+			conformance(given{e})
+			runIdentity(given{e})
+		})
 	}
 })
 
@@ -187,13 +183,13 @@ func conformance(g given) {
 		s := g.planned(ns, run, digest)
 
 		By("the child is ours and valid for the engine")
-		Expect(metav1.IsControlledBy(s.object(), getRun(ns, run.Name))).To(BeTrue())
-		Expect(s.validate()).To(Succeed())
+		Expect(metav1.IsControlledBy(s.Object(), getRun(ns, run.Name))).To(BeTrue())
+		Expect(s.Validate()).To(Succeed())
 		cm := &corev1.ConfigMap{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.key().Name + "-inputs"}, cm)).To(Succeed())
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Key().Name + "-inputs"}, cm)).To(Succeed())
 		Expect(cm.Data[pipeline.VarsKey]).To(MatchJSON(`{"name":"demo"}`))
 		Expect(cm.Data).To(HaveKey("main.tf"), "the inline source shares the inputs ConfigMap")
-		Expect(metav1.IsControlledBy(cm, s.object())).To(BeTrue())
+		Expect(metav1.IsControlledBy(cm, s.Object())).To(BeTrue())
 
 		By("status shows the plan and waits for approval")
 		got := getRun(ns, run.Name)
@@ -207,14 +203,14 @@ func conformance(g given) {
 		By("approving the current digest passes the gate with that digest")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
 		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
-		_, msg, approved := s.gate()
+		_, msg, approved := s.Gate()
 		Expect(msg).To(ContainSubstring("opr8r"))
 		Expect(approved).To(Equal(digest))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedBySpec))
 
 		By("apply and export finish; the outputs Secret gets the values, status only names")
-		s.finishApply(outputsJSON())
+		s.FinishApply(outputsJSON())
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		got = getRun(ns, run.Name)
 		Expect(got.Status.Outputs).To(Equal([]string{"password", "resource_id"}))
@@ -265,10 +261,10 @@ func conformance(g given) {
 		run := g.run("nochange", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		s := g.active(ns, run.Name)
-		s.start()
-		s.plan(0, 0, 0, digestOf("nochange"))
-		s.skipGate()
-		s.finishApply(`{"id":{"sensitive":false,"type":"string","value":"x"}}`)
+		s.Start()
+		s.Plan(0, 0, 0, digestOf("nochange"))
+		s.SkipGate()
+		s.FinishApply(`{"id":{"sensitive":false,"type":"string","value":"x"}}`)
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Plan.HasChanges).To(BeFalse())
@@ -302,9 +298,9 @@ func conformance(g given) {
 			r.Spec.Approval.RejectReason = "deletes the prod database"
 		})
 		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
-		_, msg, _ := s.gate()
+		_, msg, _ := s.Gate()
 		Expect(msg).To(ContainSubstring("deletes the prod database"))
-		s.completeAfterGate()
+		s.CompleteAfterGate()
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
 		Expect(condReason(ns, run.Name, infrav1.StalledCondition)()).To(Equal("True/Rejected"))
 		Expect(condReason(ns, run.Name, infrav1.ReadyCondition)()).To(Equal("False/Rejected"))
@@ -317,10 +313,10 @@ func conformance(g given) {
 		run.Spec.Approval.Timeout = &metav1.Duration{Duration: 2 * time.Second}
 		s := g.planned(ns, run, digestOf("timeout"))
 		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
-		_, msg, _ := s.gate()
+		_, msg, _ := s.Gate()
 		Expect(msg).To(ContainSubstring("approval timed out after 2s"))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/ApprovalTimeout"))
-		s.completeAfterGate()
+		s.CompleteAfterGate()
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/ApprovalTimeout"))
 	})
 
@@ -329,12 +325,12 @@ func conformance(g given) {
 		run := g.run("rerun", ns).Auto().Var("n", "1").Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		s := g.active(ns, run.Name)
-		s.start()
-		s.plan(1, 0, 0, digestOf("r1"))
-		s.finishApply(`{}`)
+		s.Start()
+		s.Plan(1, 0, 0, digestOf("r1"))
+		s.FinishApply(`{}`)
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedAutomatically))
-		first := s.key().Name
+		first := s.Key().Name
 
 		By("changing only the approval timeout starts nothing")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.Timeout = &metav1.Duration{Duration: time.Hour} })
@@ -346,9 +342,9 @@ func conformance(g given) {
 		second := getRun(ns, run.Name).Status.Run
 		Expect(second.Attempt).To(Equal(int32(1)))
 		s2 := g.active(ns, run.Name)
-		s2.start()
-		s2.plan(0, 1, 0, digestOf("r2"))
-		s2.finishApply(`{}`)
+		s2.Start()
+		s2.Plan(0, 1, 0, digestOf("r2"))
+		s2.FinishApply(`{}`)
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunSucceeded))
 
 		By("a rerun request starts attempt 2 of the same hash, echoed to status")
@@ -367,12 +363,12 @@ func conformance(g given) {
 		run := g.run("stuck-run", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		s := g.active(ns, run.Name)
-		s.start()
+		s.Start()
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/NoProgress"))
 		msg := cond(getRun(ns, run.Name), infrav1.StalledCondition).Message
 		Expect(msg).To(And(ContainSubstring("has made no progress for"), MatchRegexp(`\(step (plan is Running|init finished and the next has not started)\)`), ContainSubstring("opr8r keeps waiting")))
-		s.plan(1, 0, 0, digestOf("stuck-run"))
-		s.suspend(digestOf("stuck-run"))
+		s.Plan(1, 0, 0, digestOf("stuck-run"))
+		s.Suspend(digestOf("stuck-run"))
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(BeEmpty())
 		Eventually(condReason(ns, run.Name, infrav1.ReconcilingCondition), timeout, interval).Should(Equal("True/AwaitingApproval"))
 		Consistently(condReason(ns, run.Name, infrav1.StalledCondition), progressTimeout+2*time.Second, interval).Should(BeEmpty(), "waiting for approval is not a lack of progress")
@@ -383,8 +379,8 @@ func conformance(g given) {
 		run := g.run("fails", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		s := g.active(ns, run.Name)
-		s.start()
-		s.fail("plan", `Error: Invalid value for variable: name must be lowercase.`)
+		s.Start()
+		s.Fail("plan", `Error: Invalid value for variable: name must be lowercase.`)
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/RunFailed"))
 		got := getRun(ns, run.Name)
 		Expect(cond(got, infrav1.ReadyCondition).Message).To(ContainSubstring("Invalid value for variable: name must be lowercase."))
@@ -399,9 +395,9 @@ func conformance(g given) {
 			Expect(k8sClient.Delete(ctx, getRun(ns, "gone"))).To(Succeed())
 			Eventually(func() infrav1.RunType { return getRun(ns, "gone").Status.Run.Type }, timeout, interval).Should(Equal(infrav1.RunDestroy))
 			d := g.active(ns, "gone")
-			Expect(d.object().GetLabels()).To(HaveKeyWithValue(infrav1.RunTypeLabel, "destroy"))
-			Expect(d.validate()).To(Succeed())
-			d.succeedDestroy()
+			Expect(d.Object().GetLabels()).To(HaveKeyWithValue(infrav1.RunTypeLabel, "destroy"))
+			Expect(d.Validate()).To(Succeed())
+			d.SucceedDestroy()
 			Eventually(gone(ns, "gone"), timeout, interval).Should(BeTrue())
 		})
 
@@ -411,8 +407,8 @@ func conformance(g given) {
 			Expect(k8sClient.Delete(ctx, getRun(ns, "stuck"))).To(Succeed())
 			Eventually(func() infrav1.RunType { return getRun(ns, "stuck").Status.Run.Type }, timeout, interval).Should(Equal(infrav1.RunDestroy))
 			d := g.active(ns, "stuck")
-			d.start()
-			d.fail("plan", "Error: error acquiring the state lock")
+			d.Start()
+			d.Fail("plan", "Error: error acquiring the state lock")
 			Eventually(condReason(ns, "stuck", infrav1.StalledCondition), timeout, interval).Should(Equal("True/DestroyFailed"))
 			Expect(cond(getRun(ns, "stuck"), infrav1.StalledCondition).Message).To(ContainSubstring(infrav1.SkipDestroyAnnotation))
 			patchRun(ns, "stuck", func(r *infrav1.TerraformRun) {
@@ -445,11 +441,11 @@ func conformance(g given) {
 			Expect(k8sClient.Status().Update(ctx, got)).To(Succeed())
 			startManager()
 			Eventually(func() *infrav1.RunStatus { return getRun(ns, run.Name).Status.Run }, timeout, interval).ShouldNot(BeNil())
-			Expect(getRun(ns, run.Name).Status.Run.ID).To(Equal(s.key().Name))
+			Expect(getRun(ns, run.Name).Status.Run.ID).To(Equal(s.Key().Name))
 			Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(1))
-			s.start()
-			s.plan(1, 0, 0, digestOf("restart"))
-			s.suspend(digestOf("restart"))
+			s.Start()
+			s.Plan(1, 0, 0, digestOf("restart"))
+			s.Suspend(digestOf("restart"))
 			Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
 		})
 
@@ -458,8 +454,8 @@ func conformance(g given) {
 			run := g.run("handdel", ns).Obj()
 			Expect(k8sClient.Create(ctx, run)).To(Succeed())
 			s := g.active(ns, run.Name)
-			s.start()
-			Expect(k8sClient.Delete(ctx, s.object())).To(Succeed())
+			s.Start()
+			Expect(k8sClient.Delete(ctx, s.Object())).To(Succeed())
 			Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/ChildDeleted"))
 			Expect(getRun(ns, run.Name).Status.Run.Phase).To(Equal(infrav1.RunFailed))
 			Consistently(g.childCount(ns), 2*time.Second, interval).Should(Equal(0))
@@ -470,9 +466,9 @@ func conformance(g given) {
 			run := g.run("supersede", ns).Var("v", "1").Obj()
 			s := g.planned(ns, run, digestOf("s1"))
 			patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars[0].Value.Raw = []byte("2") })
-			Eventually(s.cancelRequested, timeout, interval).Should(BeTrue())
+			Eventually(s.CancelRequested, timeout, interval).Should(BeTrue())
 			Expect(g.childCount(ns)()).To(Equal(1), "no second child while the first is active")
-			s.completeAfterGate()
+			s.CompleteAfterGate()
 			Eventually(g.childCount(ns), timeout, interval).Should(Equal(2))
 		})
 	})
@@ -498,14 +494,14 @@ func conformance(g given) {
 		s := g.planned(ns, run, digest)
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
 		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
-		s.finishApply(outputsJSON())
+		s.FinishApply(outputsJSON())
 		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 
 		sec := &corev1.Secret{}
 		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "leak-outputs"}, sec)).To(Succeed())
 		Expect(string(sec.Data["password"])).To(Equal(sensitiveMarker), "the marker must reach the outputs Secret, or the scan proves nothing")
 
-		childJSON, _ := json.Marshal(s.object())
+		childJSON, _ := json.Marshal(s.Object())
 		Expect(string(childJSON)).To(ContainSubstring("AWS_SECRET_ACCESS_KEY"), "the child references the credential by name, so the scan looks where a leak would be")
 		statusJSON, _ := json.Marshal(getRun(ns, run.Name).Status)
 		events, err := clientset.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/argo/argotest"
 	"github.com/opr8r/opr8r/pipelines/tekton"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
@@ -37,18 +38,18 @@ var _ = Describe("Argo specifics", func() {
 		ns := newNamespace()
 		digest := digestOf("external")
 		run := argoEngine.run("external", ns).Obj()
-		a := argoEngine.planned(ns, run, digest).(argoController)
+		a := argoEngine.planned(ns, run, digest).(argotest.Sim)
 
 		wfc := wfclientset.NewForConfigOrDie(cfg)
 		actx := context.WithValue(ctx, auth.ClaimsKey, &authtypes.Claims{Claims: jwt.Claims{Subject: "alice"}})
-		Expect(argoutil.ResumeWorkflow(actx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.k.Name, "")).To(Succeed())
+		Expect(argoutil.ResumeWorkflow(actx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.Key().Name, "")).To(Succeed())
 
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
 		Expect(got.Status.Approval.By).To(Equal("alice"))
 		Expect(got.Status.Approval.Digest).To(Equal(digest))
-		_, _, approved := a.gate()
+		_, _, approved := a.Gate()
 		Expect(approved).To(Equal(digest), "argo resume fills the supplied output from its default: the gate's plan digest")
 	})
 
@@ -56,31 +57,31 @@ var _ = Describe("Argo specifics", func() {
 		ns := newNamespace()
 		digest := digestOf("resume-shape")
 		run := argoEngine.run("resume-shape", ns).Obj()
-		a := argoEngine.planned(ns, run, digest).(argoController)
+		a := argoEngine.planned(ns, run, digest).(argotest.Sim)
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
-		Eventually(func() wfv1.NodePhase { return a.gateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeSucceeded))
-		n := a.gateNode()
+		Eventually(func() wfv1.NodePhase { return a.GateNode().Phase }, timeout, interval).Should(Equal(wfv1.NodeSucceeded))
+		n := a.GateNode()
 		Expect(n.Message).To(HavePrefix("Resumed by: opr8r"))
 		Expect(n.FinishedAt.IsZero()).To(BeFalse())
 		Expect(n.Outputs.Parameters).To(ContainElements(
 			wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("approve")},
 			wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)},
 		))
-		Expect(a.get().Labels).To(HaveKeyWithValue("workflows.argoproj.io/action", "Resume"))
+		Expect(a.Get().Labels).To(HaveKeyWithValue("workflows.argoproj.io/action", "Resume"))
 	})
 
 	It("maps the Argo UI's \"reject\" choice (a succeeded gate, apply skipped) to a rejected run", func() {
 		ns := newNamespace()
 		digest := digestOf("ui-no")
 		run := argoEngine.run("ui-no", ns).Obj()
-		a := argoEngine.planned(ns, run, digest).(argoController)
-		a.update(func(wf *wfv1.Workflow) {
-			setNode(wf, "approve", wfv1.NodeTypeSuspend, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+		a := argoEngine.planned(ns, run, digest).(argotest.Sim)
+		a.Update(func(wf *wfv1.Workflow) {
+			argotest.SetNode(wf, "approve", wfv1.NodeTypeSuspend, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
 				n.Outputs.Parameters[0] = wfv1.Parameter{Name: "decision", Value: wfv1.AnyStringPtr("reject")}
 				n.Outputs.Parameters[1] = wfv1.Parameter{Name: "approved-digest", Value: wfv1.AnyStringPtr(digest)}
 			})
 		})
-		a.completeAfterGateWith(wfv1.WorkflowSucceeded)
+		a.CompleteAfterGateWith(wfv1.WorkflowSucceeded)
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
 		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("False/Rejected"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))

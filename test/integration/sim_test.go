@@ -1,85 +1,52 @@
 package integration
 
 import (
-	"context"
-
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	. "github.com/onsi/gomega"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/pipelinestest"
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 )
 
-// engineSim plays an engine's controller for one child, so the conformance
-// suite can drive every engine through the same scenarios. Adding an engine
-// to the suite means implementing this for it and listing it in engines.
-type engineSim interface {
-	// key is the child's key.
-	key() client.ObjectKey
-	// object returns the child as stored.
-	object() client.Object
-	// validate runs the engine's own validation on the stored child.
-	validate() error
-	// start runs clone and init to success.
-	start()
-	// plan finishes the plan step with the given result.
-	plan(add, change, destroy int, digest string)
-	// suspend reaches the approval gate for the digest.
-	suspend(digest string)
-	// skipGate records a plan without changes: gate and apply skipped.
-	skipGate()
-	// gate returns the gate's state ("Pending", "Approved", "Rejected"),
-	// its message and the approved digest it carries.
-	gate() (state, message, digest string)
-	// finishApply runs apply and export (writing the raw outputs Secret as
-	// the export step does) and completes the child successfully.
-	finishApply(outputsJSON string)
-	// fail fails a step with terraform's message and completes the child.
-	fail(step, msg string)
-	// completeAfterGate completes a child whose gate was rejected.
-	completeAfterGate()
-	// succeedDestroy runs a destroy child to success.
-	succeedDestroy()
-	// cancelRequested says whether opr8r asked the child to stop.
-	cancelRequested() bool
-}
+// engineSim plays an engine's controller for one child (enginetest.Sim),
+// so the conformance suite drives every engine through the same scenarios.
+type engineSim = enginetest.Sim
 
-// engineCase is one engine of the conformance suite.
+// engineCase is one engine of the conformance suite: its test kit.
 type engineCase struct {
 	name infrav1.EngineName
-	// sim returns the simulator for a child.
-	sim func(key client.ObjectKey) engineSim
-	// children counts the engine's children in a namespace.
-	children func(ns string) []client.Object
+	kit  enginetest.Kit
 }
 
-// engines is the conformance suite's engine list.
-var engines = []engineCase{
-	{
-		name: infrav1.EngineArgo,
-		sim:  func(k client.ObjectKey) engineSim { return argoController{k: k} },
-		children: func(ns string) []client.Object {
-			list := &wfv1.WorkflowList{}
-			Expect(k8sClient.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
-			var out []client.Object
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out
-		},
-	},
-	{
-		name: infrav1.EngineTekton,
-		sim:  func(k client.ObjectKey) engineSim { return tektonController{k: k} },
-		children: func(ns string) []client.Object {
-			list := &tektonv1.PipelineRunList{}
-			Expect(k8sClient.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
-			var out []client.Object
-			for i := range list.Items {
-				out = append(out, &list.Items[i])
-			}
-			return out
-		},
-	},
+// sim returns the simulator for a child.
+func (e engineCase) sim(key client.ObjectKey) engineSim { return e.kit.NewSim(simEnv(), key) }
+
+// children lists the engine's children (objects a TerraformRun owns) in a
+// namespace.
+func (e engineCase) children(ns string) []client.Object {
+	return enginetest.Children(simEnv(), e.kit.Engine, ns)
+}
+
+// engines is the conformance suite's engine list: every engine's kit
+// (pipelines/pipelinestest).
+var engines = func() []engineCase {
+	var out []engineCase
+	for _, k := range pipelinestest.Kits() {
+		out = append(out, engineCase{name: k.Engine.Name(), kit: k})
+	}
+	return out
+}()
+
+func simEnv() enginetest.Env {
+	return enginetest.Env{Client: k8sClient, Writes: &simWrites, Timeout: timeout, Interval: interval}
+}
+
+func digestOf(s string) string { return enginetest.Digest(s) }
+
+func ctrlConfigSkipNameValidation() config.Controller {
+	// The manager is restarted inside one process; controller names must
+	// not be checked for uniqueness across those restarts.
+	return config.Controller{SkipNameValidation: ptr.To(true)}
 }

@@ -22,6 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -71,7 +72,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtestutil.InstallArgoCRDs(context.Background(), cfg)).To(Succeed())
 	Expect(envtestutil.InstallTektonCRDs(context.Background(), cfg)).To(Succeed())
-	scheme, err := manager.Scheme()
+	scheme, err := manager.Scheme(pipelines.All())
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -88,17 +89,17 @@ var _ = AfterSuite(func() {
 
 // startManager starts the production manager setup against envtest.
 func startManager() {
-	scheme, err := manager.Scheme()
+	scheme, err := manager.Scheme(pipelines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,
-		Cache:      manager.CacheOptions(nil),
+		Cache:      manager.CacheOptions(nil, pipelines.All()),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 	})
 	Expect(err).NotTo(HaveOccurred())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines:          []infrav1.EngineName{infrav1.EngineArgo, infrav1.EngineTekton},
+		Engines:          pipelines.All(),
 		DefaultEngine:    infrav1.EngineArgo,
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,

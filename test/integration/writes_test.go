@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sort"
 	"strings"
 	"sync"
@@ -128,12 +129,14 @@ var _ = Describe("API writes", Serial, func() {
 			s := g.active(ns, name)
 			Eventually(phase(ns, name), timeout, interval).Should(Equal(infrav1.RunPending))
 			Eventually(w.snapshot, timeout, interval).Should(HaveKeyWithValue("patch/status TerraformRun", 1))
-			Consistently(w.snapshot, time.Second, interval).Should(Equal(map[string]int{
-				"patch TerraformRun": 1, // the finalizer
-				"create " + map[infrav1.EngineName]string{infrav1.EngineArgo: "Workflow", infrav1.EngineTekton: "PipelineRun"}[e.name]: 1,
-				"create ConfigMap":          1, // vars and the inline source, in one
-				"patch/status TerraformRun": 1, // the run started
-			}), "writes to start a run: %s", describeCounts(w.snapshot()))
+			want := map[string]int{
+				"patch TerraformRun":                     1, // the finalizer
+				"create " + e.kit.Engine.ChildGVK().Kind: 1,
+				"create ConfigMap":                       1, // vars and the inline source, in one
+				"patch/status TerraformRun":              1, // the run started
+			}
+			maps.Copy(want, e.kit.StartWrites)
+			Consistently(w.snapshot, time.Second, interval).Should(Equal(want), "writes to start a run: %s", describeCounts(w.snapshot()))
 			// The recorder writes Events with its own client, past the
 			// interceptor: starting an apply run emits none.
 			evs, err := clientset.CoreV1().Events(ns).List(context.Background(), metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
@@ -144,11 +147,11 @@ var _ = Describe("API writes", Serial, func() {
 
 			w.reset()
 			simWrites.Store(0)
-			s.start()
+			s.Start()
 			Eventually(func() int { return len(getRun(ns, name).Status.Run.Steps) }, timeout, interval).Should(BeNumerically(">=", 2))
-			s.plan(1, 0, 0, digestOf(name))
+			s.Plan(1, 0, 0, digestOf(name))
 			Eventually(func() *infrav1.PlanStatus { return getRun(ns, name).Status.Plan }, timeout, interval).ShouldNot(BeNil())
-			s.finishApply(`{"a":{"sensitive":false,"value":"1"}}`)
+			s.FinishApply(`{"a":{"sensitive":false,"value":"1"}}`)
 			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 			changes := int(simWrites.Load())
 			Consistently(func() int { return w.snapshot()["patch/status TerraformRun"] }, time.Second, interval).Should(BeNumerically("<=", changes),
@@ -163,14 +166,14 @@ var _ = Describe("API writes", Serial, func() {
 
 		By("a resync of Ready runs writes nothing")
 		for i := 0; i < 20; i++ {
-			e := engines[i%2]
+			e := engines[i%len(engines)]
 			g := given{e}
 			name := fmt.Sprintf("r%02d", i)
 			Expect(k8sClient.Create(context.Background(), g.run(name, ns).Auto().Obj())).To(Succeed())
 			s := g.active(ns, name)
-			s.start()
-			s.plan(1, 0, 0, digestOf(name))
-			s.finishApply(`{"a":{"sensitive":false,"value":"1"}}`)
+			s.Start()
+			s.Plan(1, 0, 0, digestOf(name))
+			s.FinishApply(`{"a":{"sensitive":false,"value":"1"}}`)
 			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		}
 		cancel()

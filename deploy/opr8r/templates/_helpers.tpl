@@ -18,11 +18,21 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}
 
-{{- define "opr8r.engines" -}}
+{{- /* Every engine the chart ships (one RBAC file each, generated) is
+enabled unless engines.<name>.enabled is false. */ -}}
+{{- define "opr8r.engineList" -}}
 {{- $e := list -}}
-{{- if .Values.engines.argo.enabled }}{{ $e = append $e "argo" }}{{ end -}}
-{{- if .Values.engines.tekton.enabled }}{{ $e = append $e "tekton" }}{{ end -}}
-{{- if not $e }}{{ fail "enable at least one engine (engines.argo.enabled or engines.tekton.enabled)" }}{{ end -}}
+{{- range $path, $_ := .Files.Glob "files/rbac/engines/*.yaml" -}}
+{{- $name := base $path | trimSuffix ".yaml" -}}
+{{- $v := index ($.Values.engines | default dict) $name | default dict -}}
+{{- if ne (toString (index $v "enabled")) "false" }}{{ $e = append $e $name }}{{ end -}}
+{{- end -}}
+{{ join "," $e }}
+{{- end -}}
+
+{{- define "opr8r.engines" -}}
+{{- $e := include "opr8r.engineList" . | splitList "," | compact -}}
+{{- if not $e }}{{ fail "enable at least one engine (every engines.<name>.enabled is false)" }}{{ end -}}
 {{- if not (has .Values.defaultEngine $e) }}{{ fail (printf "defaultEngine %q is not enabled" .Values.defaultEngine) }}{{ end -}}
 {{ join "," $e }}
 {{- end -}}

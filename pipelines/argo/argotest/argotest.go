@@ -1,0 +1,255 @@
+// Package argotest is the Argo engine's kit for the shared test suites:
+// Argo's own offline validation, and a simulator of Argo's workflow
+// controller that writes Workflow status the way Argo v3.7 does, with
+// Argo's own Go types.
+package argotest
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/argoproj/argo-workflows/v3/workflow/validate"
+	. "github.com/onsi/gomega" //nolint:revive // test support
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Kit returns the Argo engine's test kit.
+func Kit() enginetest.Kit {
+	return enginetest.Kit{
+		Engine: argo.New(),
+		Validate: func(obj client.Object) error {
+			wf, ok := obj.(*wfv1.Workflow)
+			if !ok {
+				return fmt.Errorf("argotest: expected a Workflow, got %T", obj)
+			}
+			return validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{})
+		},
+		NewSim: func(env enginetest.Env, key client.ObjectKey) enginetest.Sim { return Sim{key: key, env: env} },
+	}
+}
+
+// Sim plays the Argo workflow controller for one Workflow: it
+// writes node statuses the way Argo v3.7 does, with Argo's own Go types.
+type Sim struct {
+	key client.ObjectKey
+	env enginetest.Env
+}
+
+var _ enginetest.Sim = Sim{}
+
+func (a Sim) Key() client.ObjectKey { return a.key }
+func (a Sim) Object() client.Object { return a.Get() }
+func (a Sim) CancelRequested() bool {
+	return a.Get().Spec.Shutdown == wfv1.ShutdownStrategyStop
+}
+
+func (a Sim) Validate() error { return Kit().Validate(a.Get()) }
+
+// gate reads the suspend node; the UI's "reject" choice (a succeeded node
+// with decision reject) counts as rejected.
+func (a Sim) Gate() (string, string, string) {
+	n := a.GateNode()
+	digest := ""
+	decision := ""
+	if n.Outputs != nil {
+		for _, p := range n.Outputs.Parameters {
+			if p.Value != nil && p.Name == "approved-digest" {
+				digest = p.Value.String()
+			}
+			if p.Value != nil && p.Name == "decision" {
+				decision = p.Value.String()
+			}
+		}
+	}
+	switch {
+	case n.Phase == wfv1.NodeRunning:
+		return "Pending", n.Message, digest
+	case n.Phase == wfv1.NodeSucceeded && decision != "reject":
+		return "Approved", n.Message, digest
+	default:
+		return "Rejected", n.Message, digest
+	}
+}
+
+func NodeID(wf, name string) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(wf + "." + name))
+	return fmt.Sprintf("%s-%d", wf, h.Sum32())
+}
+
+// update applies fn to a fresh copy of the Workflow (Workflows have no
+// status subresource: Argo writes status with Update).
+func (a Sim) Update(fn func(wf *wfv1.Workflow)) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		wf := &wfv1.Workflow{}
+		if err := a.env.Client.Get(context.Background(), a.key, wf); err != nil {
+			return err
+		}
+		if wf.Status.Nodes == nil {
+			wf.Status.Nodes = wfv1.Nodes{}
+		}
+		fn(wf)
+		return a.env.Client.Update(context.Background(), wf)
+	})).To(Succeed())
+	a.env.Writes.Add(1)
+}
+
+func (a Sim) Get() *wfv1.Workflow {
+	wf := &wfv1.Workflow{}
+	Expect(a.env.Client.Get(context.Background(), a.key, wf)).To(Succeed())
+	return wf
+}
+
+func SetNode(wf *wfv1.Workflow, name string, typ wfv1.NodeType, phase wfv1.NodePhase, mutate ...func(*wfv1.NodeStatus)) {
+	id := NodeID(wf.Name, name)
+	n, ok := wf.Status.Nodes[id]
+	if !ok {
+		n = wfv1.NodeStatus{ID: id, Name: wf.Name + "." + name, DisplayName: name, TemplateName: name, Type: typ,
+			StartedAt: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
+		if name == pipeline.StepCleanup {
+			n.Name, n.DisplayName = wf.Name+".onExit", wf.Name+".onExit"
+		}
+	}
+	n.Phase = phase
+	if phase.Fulfilled(nil) {
+		n.FinishedAt = metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	}
+	for _, m := range mutate {
+		m(&n)
+	}
+	wf.Status.Nodes.Set(id, n)
+}
+
+func Params(kv ...string) *wfv1.Outputs {
+	o := &wfv1.Outputs{}
+	for i := 0; i < len(kv); i += 2 {
+		o.Parameters = append(o.Parameters, wfv1.Parameter{Name: kv[i], Value: wfv1.AnyStringPtr(kv[i+1])})
+	}
+	return o
+}
+
+// start marks the Workflow Running with clone and init done.
+func (a Sim) Start() {
+	a.Update(func(wf *wfv1.Workflow) {
+		wf.Status.Phase = wfv1.WorkflowRunning
+		wf.Status.StartedAt = metav1.Now()
+		SetNode(wf, pipeline.StepClone, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+			n.Outputs = Params(pipeline.ResultCommit, "0123456789abcdef0123456789abcdef01234567")
+		})
+		SetNode(wf, pipeline.StepInit, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+	})
+}
+
+// plan finishes the plan step with the given result.
+func (a Sim) Plan(add, change, destroy int, digest string) {
+	a.Update(func(wf *wfv1.Workflow) {
+		sum, _ := json.Marshal(map[string]int{"add": add, "change": change, "destroy": destroy, "replace": 0})
+		has := "false"
+		if add+change+destroy > 0 {
+			has = "true"
+		}
+		SetNode(wf, pipeline.StepPlan, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+			n.Outputs = Params(pipeline.ResultHasChanges, has, pipeline.ResultDigest, digest, pipeline.ResultSummary, string(sum))
+			n.TaskResultSynced = ptr.To(true)
+		})
+	})
+}
+
+// suspend reaches the approval gate as Argo does: a Running suspend node
+// whose supplied outputs carry defaults resolved from the inputs
+// (executeSuspend + addRawOutputFields).
+func (a Sim) Suspend(digest string) {
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeRunning, func(n *wfv1.NodeStatus) {
+			n.Inputs = &wfv1.Inputs{Parameters: []wfv1.Parameter{
+				{Name: "digest", Value: wfv1.AnyStringPtr(digest)},
+				{Name: "decision", Value: wfv1.AnyStringPtr("approve"), Enum: []wfv1.AnyString{"approve", "reject"}},
+			}}
+			n.Outputs = &wfv1.Outputs{Parameters: []wfv1.Parameter{
+				{Name: "decision", ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr("approve")}},
+				{Name: "approved-digest", ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(digest)}},
+			}}
+		})
+	})
+}
+
+// skipGate marks the gate Skipped and apply Omitted (a plan without changes).
+func (a Sim) SkipGate() {
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeSkipped)
+		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+	})
+}
+
+func (a Sim) GateNode() wfv1.NodeStatus {
+	wf := a.Get()
+	n, ok := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApprove)]
+	Expect(ok).To(BeTrue(), "no approve node")
+	return n
+}
+
+// finishApply runs apply and export-outputs, writing the raw outputs Secret
+// as the export step does, then completes the Workflow.
+func (a Sim) FinishApply(outputsJSON string) {
+	wf := a.Get()
+	if outputsJSON != "" {
+		enginetest.WriteRawOutputs(a.env, wf, outputsJSON)
+	}
+	a.Update(func(wf *wfv1.Workflow) {
+		if _, skipped := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApply)]; !skipped {
+			SetNode(wf, pipeline.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		}
+		SetNode(wf, pipeline.StepExport, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		wf.Status.Phase = wfv1.WorkflowSucceeded
+		wf.Status.FinishedAt = metav1.Now()
+	})
+}
+
+// fail fails a step with terraform's message and completes the Workflow.
+func (a Sim) Fail(step, msg string) {
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, step, wfv1.NodeTypePod, wfv1.NodeFailed, func(n *wfv1.NodeStatus) { n.Message = msg })
+		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		wf.Status.Phase = wfv1.WorkflowFailed
+		wf.Status.FinishedAt = metav1.Now()
+	})
+}
+
+// completeAfterGate finishes a Workflow whose gate was rejected: the failed
+// gate omits apply and export, and the Workflow fails.
+func (a Sim) CompleteAfterGate() { a.CompleteAfterGateWith(wfv1.WorkflowFailed) }
+
+// completeAfterGateWith finishes a Workflow after its gate with the phase
+// Argo gives it (Succeeded after the UI's "reject" choice).
+func (a Sim) CompleteAfterGateWith(phase wfv1.WorkflowPhase) {
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		wf.Status.Phase = phase
+		wf.Status.FinishedAt = metav1.Now()
+	})
+}
+
+// succeedDestroy runs a destroy Workflow to success.
+func (a Sim) SucceedDestroy() {
+	a.Start()
+	a.Plan(0, 0, 1, enginetest.Digest("destroy"))
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		wf.Status.Phase = wfv1.WorkflowSucceeded
+		wf.Status.FinishedAt = metav1.Now()
+	})
+}

@@ -1,0 +1,236 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Drive implements engine.Driver: it keeps the workspace volume while the
+// run lives, stops what a cancellation stops, and creates the next step's
+// Job when the previous one is done: apply once the plan is approved (or
+// at once with Auto approval), export-outputs after apply or a plan without
+// changes, cleanup last, always. Creating is idempotent: a Job that exists
+// is left as it is.
+func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, obj client.Object, pr engine.Progress) error {
+	child, ok := obj.(*batchv1.Job)
+	if !ok {
+		return fmt.Errorf("job: expected a Job, got %T", obj)
+	}
+	if pr.Finished {
+		return deleteWorkspace(ctx, c, child)
+	}
+	if err := e.ensureWorkspace(ctx, c, api, child); err != nil {
+		return err
+	}
+	related, err := e.Related(ctx, c, child)
+	if err != nil {
+		return err
+	}
+	v := newView(child, related)
+	if child.Annotations[annoCancelled] != "" {
+		if err := stopActive(ctx, c, v); err != nil {
+			return err
+		}
+	}
+	next, digest := nextStep(v, pr)
+	if next == "" {
+		return nil
+	}
+	return createStepJob(ctx, c, api, child, next, digest)
+}
+
+// nextStep is the step whose Job should exist now and does not, with the
+// plan digest apply is bound to ("" when no Job is due).
+func nextStep(v runView, pr engine.Progress) (string, string) {
+	step, digest := dueStep(v, pr)
+	if step == "" || v.jobs[step] != nil || (step == pipeline.StepCleanup && anyActive(v)) {
+		return "", ""
+	}
+	return step, digest
+}
+
+// dueStep is the step the run has reached: the plan Job first, then apply
+// once approved, export-outputs (apply runs), and cleanup after everything
+// else, or as soon as the run was stopped, rejected or failed.
+func dueStep(v runView, pr engine.Progress) (string, string) {
+	if !jobDone(v.child) {
+		return "", ""
+	}
+	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected
+	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded {
+		return pipeline.StepCleanup, ""
+	}
+	if pr.Plan.HasChanges {
+		apply := v.jobs[pipeline.StepApply]
+		switch {
+		case apply == nil && v.child.Annotations[annoApproval] != approvalManual:
+			return pipeline.StepApply, pr.Plan.Digest
+		case apply == nil && pr.Gate.State == engine.GateApproved:
+			return pipeline.StepApply, v.child.Annotations[annoDigest]
+		case apply == nil || !jobDone(apply):
+			return "", ""
+		case stepPhase(pr.Steps, pipeline.StepApply) != infrav1.StepSucceeded:
+			return pipeline.StepCleanup, ""
+		}
+	}
+	if v.child.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) && !jobDone(v.jobs[pipeline.StepExport]) {
+		return pipeline.StepExport, ""
+	}
+	return pipeline.StepCleanup, ""
+}
+
+// anyActive says whether any of the run's Jobs still runs.
+func anyActive(v runView) bool {
+	for step, j := range v.jobs {
+		if step != pipeline.StepCleanup && !jobDone(j) {
+			return true
+		}
+	}
+	return false
+}
+
+// stopActive stops a cancelled run's active Job: the plan Job is suspended
+// (its pod is stopped, the Job stays as the run's record), a later step's
+// Job is deleted.
+func stopActive(ctx context.Context, c client.Client, v runView) error {
+	for step, j := range v.jobs {
+		if step == pipeline.StepCleanup || jobDone(j) {
+			continue
+		}
+		if step == pipeline.StepPlan {
+			if j.Spec.Suspend != nil && *j.Spec.Suspend {
+				continue
+			}
+			patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"suspend":true}}`))
+			if err := c.Patch(ctx, j, patch); err != nil && !apierrors.IsNotFound(err) {
+				return err
+			}
+			continue
+		}
+		if err := c.Delete(ctx, j, client.PropagationPolicy(metav1.DeletePropagationBackground)); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureWorkspace creates the run's workspace volume claim unless it
+// exists. It reads the child past the cache, which keeps no annotations
+// the driver alone needs.
+func (Engine) ensureWorkspace(ctx context.Context, c client.Client, api client.Reader, child *batchv1.Job) error {
+	pvc := &corev1.PersistentVolumeClaim{}
+	err := api.Get(ctx, client.ObjectKey{Namespace: child.Namespace, Name: workspaceName(child.Name)}, pvc)
+	if !apierrors.IsNotFound(err) {
+		return err
+	}
+	full, err := fullChild(ctx, api, child)
+	if err != nil {
+		return err
+	}
+	claim, err := workspaceClaim(full)
+	if err != nil {
+		return err
+	}
+	if err := c.Create(ctx, claim); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating the workspace of %s: %w", child.Name, err)
+	}
+	return nil
+}
+
+func deleteWorkspace(ctx context.Context, c client.Client, child *batchv1.Job) error {
+	pvc := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Namespace: child.Namespace, Name: workspaceName(child.Name)}}
+	if err := c.Delete(ctx, pvc); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting the workspace of %s: %w", child.Name, err)
+	}
+	return nil
+}
+
+func fullChild(ctx context.Context, api client.Reader, child *batchv1.Job) (*batchv1.Job, error) {
+	full := &batchv1.Job{}
+	if err := api.Get(ctx, client.ObjectKeyFromObject(child), full); err != nil {
+		return nil, fmt.Errorf("reading job %s: %w", child.Name, err)
+	}
+	return full, nil
+}
+
+// createStepJob creates a later step's Job from the steps the child carries,
+// with the child's pod settings, owned by the child.
+func createStepJob(ctx context.Context, c client.Client, api client.Reader, child *batchv1.Job, step, digest string) error {
+	full, err := fullChild(ctx, api, child)
+	if err != nil {
+		return err
+	}
+	var later laterSteps
+	if err := json.Unmarshal([]byte(full.Annotations[annoSteps]), &later); err != nil {
+		return fmt.Errorf("job %s has no readable %s annotation: %w", child.Name, annoSteps, err)
+	}
+	var st *pipeline.Step
+	for i := range later.Steps {
+		if later.Steps[i].Name == step {
+			st = &later.Steps[i]
+		}
+	}
+	if st == nil {
+		return fmt.Errorf("job %s carries no %s step", child.Name, step)
+	}
+	p := pipelineOf(full, later.Volumes)
+	tmpl := podTemplate(p, replacer(child.Name), step, installImage(full), *st)
+	setEnv(&tmpl.Spec, corev1.EnvVar{Name: envOwnerUID, Value: string(child.UID)}, corev1.EnvVar{Name: envApprovedDigest, Value: digest})
+	j := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: stepJobName(child.Name, step), Namespace: child.Namespace, Labels: jobLabels(p, child.Name, step),
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(child, batchv1.SchemeGroupVersion.WithKind("Job"))},
+		},
+		Spec: jobSpec(tmpl),
+	}
+	if err := c.Create(ctx, j); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("creating job %s: %w", j.Name, err)
+	}
+	return nil
+}
+
+// pipelineOf rebuilds the pod-level settings of a run from its child.
+func pipelineOf(child *batchv1.Job, volumes []corev1.Volume) *pipeline.Pipeline {
+	spec := child.Spec.Template.Spec
+	labels := maps.Clone(child.Labels)
+	for _, k := range []string{ChildLabel, EngineLabel, infrav1.StepLabel} {
+		delete(labels, k)
+	}
+	p := &pipeline.Pipeline{
+		Name: child.Name, Namespace: child.Namespace, Volumes: volumes, Labels: labels,
+		ServiceAccountName: spec.ServiceAccountName, PodSecurityContext: spec.SecurityContext,
+		NodeSelector: spec.NodeSelector, Tolerations: spec.Tolerations,
+	}
+	if len(spec.Containers) > 0 {
+		p.ImagePullPolicy = spec.Containers[0].ImagePullPolicy
+	}
+	return p
+}
+
+// installImage is the step image the child installs opr8r-step from.
+func installImage(child *batchv1.Job) string {
+	for _, c := range child.Spec.Template.Spec.InitContainers {
+		if c.Name == "install-opr8r-step" {
+			return c.Image
+		}
+	}
+	return ""
+}
+
+func setEnv(spec *corev1.PodSpec, env ...corev1.EnvVar) {
+	for i := range spec.Containers {
+		spec.Containers[i].Env = append(spec.Containers[i].Env, env...)
+	}
+}

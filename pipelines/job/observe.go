@@ -1,0 +1,353 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
+)
+
+var _ engine.RelatedLister = Engine{}
+
+// RelatedTypes implements engine.RelatedLister: the child's step Jobs and
+// the pods of all its Jobs, which carry the run's labels.
+func (Engine) RelatedTypes() []client.Object { return []client.Object{&batchv1.Job{}, &corev1.Pod{}} }
+
+// Related implements engine.RelatedLister.
+func (Engine) Related(ctx context.Context, c client.Reader, child client.Object) ([]client.Object, error) {
+	sel := client.MatchingLabels{ChildLabel: child.GetName()}
+	ns := client.InNamespace(child.GetNamespace())
+	var out []client.Object
+	jobs := &batchv1.JobList{}
+	if err := c.List(ctx, jobs, ns, sel); err != nil {
+		return nil, err
+	}
+	for i := range jobs.Items {
+		if jobs.Items[i].Name != child.GetName() {
+			out = append(out, &jobs.Items[i])
+		}
+	}
+	pods := &corev1.PodList{}
+	if err := c.List(ctx, pods, ns, sel); err != nil {
+		return nil, err
+	}
+	for i := range pods.Items {
+		out = append(out, &pods.Items[i])
+	}
+	return out, nil
+}
+
+// runView is a child with its Jobs and pods, by step.
+type runView struct {
+	child *batchv1.Job
+	jobs  map[string]*batchv1.Job // by step; the plan step's is the child
+	pods  map[string]*corev1.Pod  // newest pod of each step's Job
+}
+
+func newView(child *batchv1.Job, related []client.Object) runView {
+	v := runView{child: child, jobs: map[string]*batchv1.Job{pipeline.StepPlan: child}, pods: map[string]*corev1.Pod{}}
+	for _, o := range related {
+		switch r := o.(type) {
+		case *batchv1.Job:
+			if r.Labels[ChildLabel] == child.Name {
+				v.jobs[r.Labels[infrav1.StepLabel]] = r
+			}
+		case *corev1.Pod:
+			step := r.Labels[infrav1.StepLabel]
+			if old := v.pods[step]; r.Labels[ChildLabel] == child.Name && (old == nil || old.CreationTimestamp.Before(&r.CreationTimestamp)) {
+				v.pods[step] = r
+			}
+		}
+	}
+	return v
+}
+
+// container returns the state of one container of a step's pod.
+func (v runView) container(step, name string) (corev1.ContainerStatus, bool) {
+	pod := v.pods[step]
+	if pod == nil {
+		return corev1.ContainerStatus{}, false
+	}
+	for _, cs := range append(append([]corev1.ContainerStatus{}, pod.Status.InitContainerStatuses...), pod.Status.ContainerStatuses...) {
+		if cs.Name == name {
+			return cs, true
+		}
+	}
+	return corev1.ContainerStatus{}, false
+}
+
+// Observe implements engine.Engine.
+func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progress, error) {
+	child, ok := obj.(*batchv1.Job)
+	if !ok {
+		return engine.Progress{}, fmt.Errorf("job: expected a Job, got %T", obj)
+	}
+	v := newView(child, related)
+	pr := engine.Progress{StartedAt: child.Status.StartTime}
+	var failed []string
+	add := func(st infrav1.StepStatus) {
+		pr.Steps = append(pr.Steps, st)
+		if st.Phase == infrav1.StepFailed && st.Name != pipeline.StepApprove {
+			failed = append(failed, fmt.Sprintf("step %s failed: %s", st.Name, st.Message))
+		}
+	}
+	// The plan Job's steps show once its pod exists (or the Job failed
+	// without one), as an Argo node shows once it is scheduled.
+	_, failedEarly := jobFailed(child)
+	for _, s := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
+		if v.pods[pipeline.StepPlan] == nil && !failedEarly {
+			break
+		}
+		st, res := v.step(pipeline.StepPlan, s)
+		add(st)
+		if err := v.readResults(&pr, s, st, res); err != nil {
+			return engine.Progress{}, err
+		}
+	}
+	pr.Gate = v.gate(pr.Plan)
+	if gs, ok := gateStep(pr.Gate); ok {
+		add(gs)
+	}
+	for _, s := range stepJobs {
+		if st, ok := v.laterStep(s.step, pr); ok {
+			add(st)
+		}
+	}
+	pr.Applied = stepPhase(pr.Steps, pipeline.StepApply) == infrav1.StepSucceeded
+	pr.OutputsExported = stepPhase(pr.Steps, pipeline.StepExport) == infrav1.StepSucceeded
+	v.phase(&pr, failed)
+	return pr, nil
+}
+
+// readResults reads a step's results into the progress.
+func (v runView) readResults(pr *engine.Progress, step string, st infrav1.StepStatus, res map[string]string) error {
+	if st.Phase != infrav1.StepSucceeded {
+		return nil
+	}
+	switch step {
+	case pipeline.StepClone:
+		pr.Commit = res[results.Commit]
+	case pipeline.StepPlan:
+		plan, err := results.ParsePlan(func(n string) string { return res[n] })
+		if err != nil {
+			return err
+		}
+		pr.Plan = plan
+	}
+	return nil
+}
+
+// step reads one container of a step Job's pod: its phase, times and, once
+// it has finished, its results or its failure summary.
+func (v runView) step(job, name string) (infrav1.StepStatus, map[string]string) {
+	st := infrav1.StepStatus{Name: name, Phase: infrav1.StepPending}
+	cs, ok := v.container(job, name)
+	switch {
+	case ok && cs.State.Terminated != nil:
+		t := cs.State.Terminated
+		st.StartedAt, st.FinishedAt = engine.TimeOrNil(t.StartedAt), engine.TimeOrNil(t.FinishedAt)
+		if t.ExitCode == 0 {
+			st.Phase = infrav1.StepSucceeded
+			res := map[string]string{}
+			_ = json.Unmarshal([]byte(t.Message), &res)
+			return st, res
+		}
+		st.Phase, st.Message = infrav1.StepFailed, strings.TrimSpace(t.Message)
+		if st.Message == "" {
+			st.Message = fmt.Sprintf("%s (exit code %d)", t.Reason, t.ExitCode)
+		}
+	case ok && cs.State.Running != nil:
+		st.Phase, st.StartedAt = infrav1.StepRunning, engine.TimeOrNil(cs.State.Running.StartedAt)
+	}
+	if st.Phase != infrav1.StepSucceeded && st.Phase != infrav1.StepFailed {
+		if msg, done := jobFailed(v.jobs[job]); done {
+			st.Phase, st.Message = infrav1.StepFailed, msg
+			if v.earlierFailed(job, name) {
+				st.Phase, st.Message = infrav1.StepSkipped, ""
+			}
+		}
+	}
+	return st, nil
+}
+
+// earlierFailed says whether a container before name in the step Job's pod
+// failed (so name never ran).
+func (v runView) earlierFailed(job, name string) bool {
+	pod := v.pods[job]
+	if pod == nil {
+		return false
+	}
+	for _, cs := range pod.Status.InitContainerStatuses {
+		if cs.Name == name {
+			return false
+		}
+		if t := cs.State.Terminated; t != nil && t.ExitCode != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// jobFailed says whether a Job has failed or was stopped, and why.
+func jobFailed(j *batchv1.Job) (string, bool) {
+	if j == nil {
+		return "", false
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Status != corev1.ConditionTrue {
+			continue
+		}
+		switch c.Type {
+		case batchv1.JobFailed:
+			return strings.TrimSpace(c.Reason + ": " + c.Message), true
+		case batchv1.JobSuspended:
+			return "stopped: " + j.Annotations[annoCancelled], true
+		}
+	}
+	return "", false
+}
+
+// jobDone says whether a Job finished, either way.
+func jobDone(j *batchv1.Job) bool {
+	if j == nil {
+		return false
+	}
+	if _, failed := jobFailed(j); failed {
+		return true
+	}
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobComplete && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
+}
+
+// gate reads the approval gate: the decision recorded in the child's
+// annotations, once a plan with changes waits in a run with Manual approval.
+func (v runView) gate(plan *engine.PlanResult) engine.Gate {
+	a := v.child.Annotations
+	if a[annoApproval] != approvalManual || plan == nil {
+		return engine.Gate{}
+	}
+	if !plan.HasChanges {
+		return engine.Gate{State: engine.GateSkipped}
+	}
+	g := engine.Gate{State: engine.GatePending, Digest: a[annoDigest], By: a[annoDecidedBy], Message: a[annoGateMessage]}
+	if cs, ok := v.container(pipeline.StepPlan, pipeline.StepPlan); ok && cs.State.Terminated != nil {
+		g.Since = engine.TimeOrNil(cs.State.Terminated.FinishedAt)
+	}
+	if t, err := time.Parse(time.RFC3339, a[annoDecidedAt]); err == nil {
+		g.DecidedAt = &metav1.Time{Time: t}
+	}
+	switch a[annoDecision] {
+	case decisionApprove:
+		g.State = engine.GateApproved
+	case decisionReject:
+		g.State = engine.GateRejected
+	}
+	return g
+}
+
+func gateStep(g engine.Gate) (infrav1.StepStatus, bool) {
+	st := infrav1.StepStatus{Name: pipeline.StepApprove, StartedAt: g.Since, FinishedAt: g.DecidedAt, Message: g.Message}
+	switch g.State {
+	case engine.GatePending:
+		st.Phase = infrav1.StepRunning
+	case engine.GateApproved:
+		st.Phase = infrav1.StepSucceeded
+	case engine.GateRejected:
+		st.Phase = infrav1.StepFailed
+	case engine.GateSkipped:
+		st.Phase = infrav1.StepSkipped
+	default:
+		return st, false
+	}
+	return st, true
+}
+
+// laterStep reads apply, export-outputs or cleanup: from its Job's pod, or
+// Skipped when the run will never create its Job.
+func (v runView) laterStep(step string, pr engine.Progress) (infrav1.StepStatus, bool) {
+	if v.jobs[step] != nil {
+		st, _ := v.step(step, step)
+		return st, true
+	}
+	switch {
+	case step == pipeline.StepApply && pr.Plan != nil && !pr.Plan.HasChanges:
+		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
+	case step != pipeline.StepCleanup && v.jobs[pipeline.StepCleanup] != nil:
+		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
+	}
+	return infrav1.StepStatus{}, false
+}
+
+func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
+	for _, s := range steps {
+		if s.Name == name {
+			return s.Phase
+		}
+	}
+	return ""
+}
+
+// phase derives the run's phase: finished once cleanup has; Rejected when
+// the gate was, Failed when a step failed or the run was stopped.
+func (v runView) phase(pr *engine.Progress, failed []string) {
+	cleanup := v.jobs[pipeline.StepCleanup]
+	pr.Finished = jobDone(cleanup)
+	if pr.Finished {
+		if c := cleanup.Status.CompletionTime; c != nil {
+			pr.FinishedAt = c
+		} else {
+			now := metav1.Now()
+			pr.FinishedAt = &now
+		}
+	}
+	cancelled := v.child.Annotations[annoCancelled]
+	switch {
+	case pr.Gate.State == engine.GateRejected:
+		pr.Phase, pr.Message = infrav1.RunRejected, "plan rejected: "+pr.Gate.Message
+	case len(failed) > 0:
+		pr.Phase, pr.Message = infrav1.RunFailed, failed[0]
+	case cancelled != "":
+		pr.Phase, pr.Message = infrav1.RunFailed, "stopped: "+cancelled
+	case pr.Gate.State == engine.GatePending:
+		pr.Phase = infrav1.RunAwaitingApproval
+	case pr.Finished:
+		pr.Phase = infrav1.RunSucceeded
+	case pr.StartedAt != nil:
+		pr.Phase = infrav1.RunRunning
+	default:
+		pr.Phase = infrav1.RunPending
+	}
+	if !pr.Finished && (pr.Phase == infrav1.RunRejected || pr.Phase == infrav1.RunFailed) {
+		// Decided, but cleanup has yet to finish: the run still runs, as an
+		// Argo Workflow does while its exit handler runs.
+		pr.Phase = infrav1.RunRunning
+	}
+	sort.SliceStable(pr.Steps, func(i, j int) bool { return order(pr.Steps[i].Name) < order(pr.Steps[j].Name) })
+}
+
+// order is a step's place in the pipeline.
+func order(step string) int {
+	for i, s := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
+		pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup} {
+		if s == step {
+			return i
+		}
+	}
+	return 99
+}

@@ -1,0 +1,326 @@
+// Package tektontest is the Tekton engine's kit for the shared test
+// suites: Tekton's own offline defaulting and validation, and a simulator of
+// Tekton's pipelines controller that creates TaskRuns and the approval
+// CustomRun the way Tekton does (owned by the PipelineRun, with its labels
+// plus tekton.dev/pipelineRun and tekton.dev/pipelineTask) and writes their
+// status with Tekton's types. The CustomRun's own status is left to opr8r's
+// approval controller.
+package tektontest
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	. "github.com/onsi/gomega" //nolint:revive // test support
+	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/util/retry"
+	"knative.dev/pkg/apis"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Kit returns the Tekton engine's test kit.
+func Kit() enginetest.Kit {
+	return enginetest.Kit{
+		Engine: tekton.New(),
+		Validate: func(obj client.Object) error {
+			pr, ok := obj.(*tektonv1.PipelineRun)
+			if !ok {
+				return fmt.Errorf("tektontest: expected a PipelineRun, got %T", obj)
+			}
+			pr = pr.DeepCopy()
+			pr.SetDefaults(context.Background())
+			if err := pr.Validate(context.Background()); err != nil { // *apis.FieldError: compare before it becomes an error
+				return err
+			}
+			return nil
+		},
+		NewSim: func(env enginetest.Env, key client.ObjectKey) enginetest.Sim { return Sim{key: key, env: env} },
+	}
+}
+
+// Sim plays the Tekton pipelines controller for one
+// PipelineRun: it creates TaskRuns and the approval CustomRun the way Tekton
+// does (owned by the PipelineRun, with its labels plus tekton.dev/pipelineRun
+// and tekton.dev/pipelineTask) and writes their status with Tekton's types.
+// The CustomRun's own status is left to opr8r's approval controller.
+type Sim struct {
+	key client.ObjectKey
+	env enginetest.Env
+}
+
+var _ enginetest.Sim = Sim{}
+
+func (c Sim) Key() client.ObjectKey { return c.key }
+
+func (c Sim) Get() *tektonv1.PipelineRun {
+	pr := &tektonv1.PipelineRun{}
+	Expect(c.env.Client.Get(context.Background(), c.key, pr)).To(Succeed())
+	return pr
+}
+
+func (c Sim) Object() client.Object { return c.Get() }
+
+func (c Sim) Validate() error { return Kit().Validate(c.Get()) }
+
+func (c Sim) CancelRequested() bool {
+	return c.Get().Spec.Status == tektonv1.PipelineRunSpecStatusCancelledRunFinally
+}
+
+func tcond(status corev1.ConditionStatus, reason, msg string) *apis.Condition {
+	return &apis.Condition{Type: apis.ConditionSucceeded, Status: status, Reason: reason, Message: msg}
+}
+
+// updatePR writes the PipelineRun's status.
+func (c Sim) updatePR(fn func(pr *tektonv1.PipelineRun)) {
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		pr := c.Get()
+		fn(pr)
+		return c.env.Client.Status().Update(context.Background(), pr)
+	})).To(Succeed())
+	c.env.Writes.Add(1)
+}
+
+func (c Sim) childLabels(task string) map[string]string {
+	l := map[string]string{}
+	for k, v := range c.Get().Labels {
+		l[k] = v
+	}
+	l[tekton.PipelineRunLabel] = c.key.Name
+	l[tekton.PipelineTaskLabel] = task
+	return l
+}
+
+func (c Sim) owner() []metav1.OwnerReference {
+	pr := c.Get()
+	return []metav1.OwnerReference{*metav1.NewControllerRef(pr, tektonv1.SchemeGroupVersion.WithKind("PipelineRun"))}
+}
+
+func terminated(code int32) corev1.ContainerState {
+	now := metav1.NewTime(time.Now().UTC().Truncate(time.Second))
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: now, FinishedAt: now, Reason: map[bool]string{true: "Completed", false: "Error"}[code == 0]}}
+}
+
+func running() corev1.ContainerState {
+	return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}}
+}
+
+// taskRun creates or updates the TaskRun of a pipeline task.
+func (c Sim) taskRun(task string, fn func(tr *tektonv1.TaskRun)) {
+	ctx := context.Background()
+	name := c.key.Name + "-" + task
+	tr := &tektonv1.TaskRun{}
+	err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: c.key.Namespace, Name: name}, tr)
+	if apierrors.IsNotFound(err) {
+		tr = &tektonv1.TaskRun{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: c.key.Namespace, Labels: c.childLabels(task), OwnerReferences: c.owner()},
+			Spec:       tektonv1.TaskRunSpec{TaskSpec: &tektonv1.TaskSpec{Steps: []tektonv1.Step{{Name: task, Image: "x"}}}},
+		}
+		Expect(c.env.Client.Create(ctx, tr)).To(Succeed())
+		c.env.Writes.Add(1)
+		c.updatePR(func(pr *tektonv1.PipelineRun) {
+			pr.Status.ChildReferences = append(pr.Status.ChildReferences, tektonv1.ChildStatusReference{
+				TypeMeta: runtimeTypeMeta("TaskRun"), Name: name, PipelineTaskName: task,
+			})
+		})
+	} else {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.env.Client.Get(ctx, client.ObjectKeyFromObject(tr), tr); err != nil {
+			return err
+		}
+		if tr.Status.StartTime == nil {
+			tr.Status.StartTime = &metav1.Time{Time: time.Now()}
+		}
+		fn(tr)
+		return c.env.Client.Status().Update(ctx, tr)
+	})).To(Succeed())
+	c.env.Writes.Add(1)
+}
+
+func succeededTask(steps ...string) func(tr *tektonv1.TaskRun) {
+	return func(tr *tektonv1.TaskRun) {
+		tr.Status.Steps = nil
+		for _, s := range steps {
+			tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: s, ContainerState: terminated(0)})
+		}
+		tr.Status.SetCondition(tcond(corev1.ConditionTrue, "Succeeded", "All Steps have completed executing"))
+		tr.Status.CompletionTime = &metav1.Time{Time: time.Now()}
+	}
+}
+
+func result(name, value string) tektonv1.TaskRunResult {
+	return tektonv1.TaskRunResult{Name: name, Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues(value)}
+}
+
+func (c Sim) Start() {
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.StartTime = &metav1.Time{Time: time.Now()}
+		pr.Status.SetCondition(tcond(corev1.ConditionUnknown, tektonv1.PipelineRunReasonRunning.String(), "Tasks Completed: 0 (Failed: 0, Cancelled 0), Incomplete: 4, Skipped: 0"))
+	})
+	c.taskRun("plan", func(tr *tektonv1.TaskRun) {
+		tr.Status.Steps = []tektonv1.StepState{
+			{Name: "install-opr8r-step", ContainerState: terminated(0)},
+			{Name: "clone", ContainerState: terminated(0)},
+			{Name: "init", ContainerState: terminated(0)},
+			{Name: "plan", ContainerState: running()},
+		}
+		tr.Status.SetCondition(tcond(corev1.ConditionUnknown, "Running", ""))
+	})
+}
+
+func (c Sim) Plan(add, change, destroy int, digest string) {
+	has := "false"
+	if add+change+destroy > 0 {
+		has = "true"
+	}
+	c.taskRun("plan", func(tr *tektonv1.TaskRun) {
+		succeededTask("install-opr8r-step", "clone", "init", "plan")(tr)
+		tr.Status.Results = []tektonv1.TaskRunResult{
+			result(pipeline.ResultCommit, "0123456789abcdef0123456789abcdef01234567"),
+			result(pipeline.ResultHasChanges, has),
+			result(pipeline.ResultDigest, digest),
+			result(pipeline.ResultSummary, `{"add":`+itoa(add)+`,"change":`+itoa(change)+`,"destroy":`+itoa(destroy)+`,"replace":0}`),
+		}
+	})
+}
+
+// suspend creates the approval CustomRun as Tekton does; opr8r's approval
+// controller must then mark it Running.
+func (c Sim) Suspend(digest string) {
+	cr := &tektonv1beta1.CustomRun{
+		ObjectMeta: metav1.ObjectMeta{Name: c.key.Name + "-approve", Namespace: c.key.Namespace, Labels: c.childLabels("approve"), OwnerReferences: c.owner()},
+		Spec: tektonv1beta1.CustomRunSpec{
+			CustomRef: &tektonv1beta1.TaskRef{APIVersion: tekton.ApprovalAPIVersion, Kind: tekton.ApprovalKind},
+			Params: tektonv1beta1.Params{
+				{Name: "run", Value: *tektonv1beta1.NewStructuredValues(c.Get().Labels[infrav1.RunNameLabel])},
+				{Name: "digest", Value: *tektonv1beta1.NewStructuredValues(digest)},
+				{Name: "summary", Value: *tektonv1beta1.NewStructuredValues(`{"add":1}`)},
+			},
+		},
+	}
+	Expect(c.env.Client.Create(context.Background(), cr)).To(Succeed())
+	Eventually(func() string { s, _, _ := c.Gate(); return s }, c.env.Timeout, c.env.Interval).Should(Equal("Pending"))
+}
+
+func (c Sim) CustomRun() *tektonv1beta1.CustomRun {
+	cr := &tektonv1beta1.CustomRun{}
+	Expect(c.env.Client.Get(context.Background(), client.ObjectKey{Namespace: c.key.Namespace, Name: c.key.Name + "-approve"}, cr)).To(Succeed())
+	return cr
+}
+
+func (c Sim) Gate() (string, string, string) {
+	cr := c.CustomRun()
+	k := cr.Status.GetCondition(apis.ConditionSucceeded)
+	digest := ""
+	for _, r := range cr.Status.Results {
+		if r.Name == "approved-digest" {
+			digest = r.Value
+		}
+	}
+	switch {
+	case k == nil:
+		return "", "", digest
+	case k.Status == corev1.ConditionUnknown:
+		return "Pending", k.Message, digest
+	case k.Status == corev1.ConditionTrue:
+		return "Approved", k.Message, digest
+	default:
+		return "Rejected", k.Message, digest
+	}
+}
+
+func (c Sim) SkipGate() {
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
+			tektonv1.SkippedTask{Name: "approve", Reason: tektonv1.WhenExpressionsSkip},
+			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.WhenExpressionsSkip})
+	})
+}
+
+func (c Sim) skipped(task string) bool {
+	for _, s := range c.Get().Status.SkippedTasks {
+		if s.Name == task {
+			return true
+		}
+	}
+	return false
+}
+
+func (c Sim) complete(status corev1.ConditionStatus, reason, msg string) {
+	c.taskRun("cleanup", succeededTask("install-opr8r-step", "cleanup"))
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.SetCondition(tcond(status, reason, msg))
+		pr.Status.CompletionTime = &metav1.Time{Time: time.Now()}
+	})
+}
+
+func (c Sim) FinishApply(outputsJSON string) {
+	if !c.skipped("apply") {
+		c.taskRun("apply", succeededTask("install-opr8r-step", "apply"))
+	}
+	if outputsJSON != "" {
+		enginetest.WriteRawOutputs(c.env, c.Get(), outputsJSON)
+	}
+	c.taskRun("export-outputs", succeededTask("install-opr8r-step", "export-outputs"))
+	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "Tasks Completed: 4 (Failed: 0, Cancelled 0), Skipped: 0")
+}
+
+// fail fails a step of a task: the step exits 1 and opr8r-step's summary
+// arrives as the task's error result.
+func (c Sim) Fail(step, msg string) {
+	task := step
+	if step == "clone" || step == "init" {
+		task = "plan"
+	}
+	c.taskRun(task, func(tr *tektonv1.TaskRun) {
+		tr.Status.Steps = []tektonv1.StepState{{Name: "install-opr8r-step", ContainerState: terminated(0)}}
+		if task == "plan" {
+			for _, before := range []string{"clone", "init", "plan"} {
+				if before == step {
+					break
+				}
+				tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: before, ContainerState: terminated(0)})
+			}
+		}
+		tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: step, ContainerState: terminated(1)})
+		tr.Status.Results = []tektonv1.TaskRunResult{result(pipeline.ResultError, msg)}
+		tr.Status.SetCondition(tcond(corev1.ConditionFalse, "Failed", `"step-`+step+`" exited with code 1`))
+		tr.Status.CompletionTime = &metav1.Time{Time: time.Now()}
+	})
+	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonFailed.String(), "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 1")
+}
+
+func (c Sim) CompleteAfterGate() {
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
+			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.StoppingSkip},
+			tektonv1.SkippedTask{Name: "export-outputs", Reason: tektonv1.StoppingSkip})
+	})
+	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonFailed.String(), "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 2")
+}
+
+func (c Sim) SucceedDestroy() {
+	c.Start()
+	c.Plan(0, 0, 1, enginetest.Digest("destroy"))
+	c.taskRun("apply", succeededTask("install-opr8r-step", "apply"))
+	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "")
+}
+
+func runtimeTypeMeta(kind string) runtime.TypeMeta {
+	return runtime.TypeMeta{APIVersion: "tekton.dev/v1", Kind: kind}
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }

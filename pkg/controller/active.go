@@ -1,0 +1,313 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
+)
+
+// reconcileActive follows the active run (status.run, not yet finished): it
+// reads the run's child, projects its progress into status.run and, once the
+// child has finished, records the run's result (outputs first) in
+// status.run and status.history. Sets Planned, Applied and Reconciling from
+// the child's steps; on finish Ready (succeeded) or Stalled (failed,
+// rejected); Stalled ChildDeleted when the child is gone.
+func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	if !st.active {
+		return ctrl.Result{}, nil
+	}
+	cur := run.Status.Run
+	e, err := r.engineFor(cur.Engine)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	child, err := r.getChild(ctx, run.Namespace, e, cur.ID)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if child == nil {
+		r.childDeleted(run, st)
+		return ctrl.Result{}, nil
+	}
+	pr, err := r.observe(ctx, e, child)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	st.engine, st.child, st.progress = e, child, pr
+	r.project(run, cur, pr)
+	if !pr.Finished {
+		return ctrl.Result{}, nil
+	}
+	if err := r.finishRun(ctx, run, st); err != nil {
+		return ctrl.Result{}, err
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileDrive lets an engine that no controller drives (the Job engine)
+// create its child's next step, or tidy up after it finished. Sets nothing.
+func (r *TerraformRunReconciler) reconcileDrive(ctx context.Context, _ *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	d, ok := st.engine.(engine.Driver)
+	if !ok || st.child == nil {
+		return ctrl.Result{}, nil
+	}
+	return ctrl.Result{}, generic("Drive", d.Drive(ctx, r.Client, r.APIReader, st.child, st.progress), "driving %s", st.child.GetName())
+}
+
+// getChild reads a child by name. It returns nil when the child is gone,
+// confirmed past the cache, which may lag behind a child created moments ago.
+func (r *TerraformRunReconciler) getChild(ctx context.Context, ns string, e engine.Engine, name string) (client.Object, error) {
+	child := e.NewChild()
+	key := types.NamespacedName{Namespace: ns, Name: name}
+	err := r.Get(ctx, key, child)
+	if apierrors.IsNotFound(err) {
+		err = r.APIReader.Get(ctx, key, child)
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+	}
+	if err != nil {
+		return nil, generic("GetChild", err, "getting %s %s", e.ChildGVK().Kind, name)
+	}
+	if child.GetDeletionTimestamp() != nil {
+		// Being deleted (an orphaning delete waits for the garbage
+		// collector): gone, as far as the run is concerned.
+		return nil, nil
+	}
+	return child, nil
+}
+
+// observe reads a child's progress, with its related objects for engines
+// that have them. A child the engine cannot read stalls the run.
+func (r *TerraformRunReconciler) observe(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
+	var related []client.Object
+	if rl, ok := e.(engine.RelatedLister); ok {
+		var err error
+		if related, err = rl.Related(ctx, r.Client, child); err != nil {
+			return engine.Progress{}, generic("ListSteps", err, "listing the steps of %s", child.GetName())
+		}
+	}
+	pr, err := e.Observe(child, related)
+	if err != nil {
+		return engine.Progress{}, &StallingError{Reason: infrav1.ReasonRunFailed, Err: err}
+	}
+	return pr, nil
+}
+
+// project copies a child's progress into status. Terminal phases are set by
+// finishRun, once the run's results are recorded.
+func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1.RunStatus, pr engine.Progress) {
+	cur.Steps = pr.Steps
+	if pr.Commit != "" {
+		cur.Commit = pr.Commit
+	}
+	cur.Message = pr.Message
+	if !pr.Finished {
+		cur.Phase = pr.Phase
+	}
+	if cur.Type != infrav1.RunApply {
+		return
+	}
+	r.projectPlan(run, cur, pr.Plan)
+	r.projectSteps(run, pr.Steps)
+	if !pr.Finished {
+		reason := infrav1.ReasonProgressing
+		if pr.Gate.State == engine.GatePending {
+			reason = infrav1.ReasonAwaitingApproval
+		}
+		r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", cur.ID, describeSteps(pr.Steps)))
+	}
+}
+
+// projectPlan records the plan step's result and sets Planned.
+func (r *TerraformRunReconciler) projectPlan(run *infrav1.TerraformRun, cur *infrav1.RunStatus, p *engine.PlanResult) {
+	if p == nil {
+		return
+	}
+	run.Status.Plan = planStatus(p, cur.ID)
+	msg := fmt.Sprintf("plan %s (%s) from run %s", p.Short(), p.Digest, cur.ID)
+	if !p.HasChanges {
+		msg = "plan has no changes (run " + cur.ID + ")"
+	}
+	r.transition(run, infrav1.PlannedCondition, metav1True, infrav1.ReasonPlanned, msg)
+}
+
+func planStatus(p *engine.PlanResult, runID string) *infrav1.PlanStatus {
+	return &infrav1.PlanStatus{
+		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace,
+		HasChanges: p.HasChanges, Digest: p.Digest, Summary: p.Short(), RunID: runID,
+	}
+}
+
+// projectSteps sets Planned False when the plan failed, and Applied while
+// apply runs or when it failed.
+func (r *TerraformRunReconciler) projectSteps(run *infrav1.TerraformRun, steps []infrav1.StepStatus) {
+	for _, s := range steps {
+		switch {
+		case s.Name == pipeline.StepPlan && s.Phase == infrav1.StepFailed:
+			r.transition(run, infrav1.PlannedCondition, metav1False, infrav1.ReasonRunFailed, s.Message)
+		case s.Name == pipeline.StepApply && s.Phase == infrav1.StepRunning:
+			r.transition(run, infrav1.AppliedCondition, metav1Unknown, infrav1.ReasonProgressing, "applying plan "+digestOf(run))
+		case s.Name == pipeline.StepApply && s.Phase == infrav1.StepFailed:
+			r.transition(run, infrav1.AppliedCondition, metav1False, infrav1.ReasonRunFailed, s.Message)
+		}
+	}
+}
+
+func digestOf(run *infrav1.TerraformRun) string {
+	if run.Status.Plan == nil {
+		return ""
+	}
+	return run.Status.Plan.Digest
+}
+
+func describeSteps(steps []infrav1.StepStatus) string {
+	for i := len(steps) - 1; i >= 0; i-- {
+		if steps[i].Phase == infrav1.StepRunning {
+			if steps[i].Name == pipeline.StepApprove {
+				return "waiting for approval"
+			}
+			return "step " + steps[i].Name + " is running"
+		}
+	}
+	return "pending"
+}
+
+// finishRun records a finished run: for an apply run its outputs first, so
+// a run is never recorded as finished with its outputs unwritten; then the
+// run's result in status.run and status.history.
+func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
+	cur, pr := run.Status.Run, st.progress
+	if cur.Type == infrav1.RunApply {
+		if err := r.finishApply(ctx, run, st); err != nil {
+			return err
+		}
+	}
+	cur.Phase, cur.Message, cur.FinishedAt = pr.Phase, pr.Message, pr.FinishedAt
+	if cur.FinishedAt == nil {
+		now := metav1.NewTime(r.now())
+		cur.FinishedAt = &now
+	}
+	if cur.Type == infrav1.RunApply && applyMayHaveRun(pr.Steps) {
+		run.Status.ResourcesMayExist = true
+	}
+	if cur.SpecHash == st.hash {
+		run.Status.ObservedGeneration = run.Generation
+	}
+	recordHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	st.active, st.finished = false, true
+	runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
+	return nil
+}
+
+// applyStarted says whether an active run's apply step has started.
+func applyStarted(steps []infrav1.StepStatus) bool {
+	for _, s := range steps {
+		if s.Name == pipeline.StepApply {
+			return s.Phase == infrav1.StepRunning || s.Phase == infrav1.StepSucceeded || s.Phase == infrav1.StepFailed
+		}
+	}
+	return false
+}
+
+// applyMayHaveRun says whether a finished run's apply step may have changed
+// anything: it ran, or the child does not say.
+func applyMayHaveRun(steps []infrav1.StepStatus) bool {
+	for _, s := range steps {
+		if s.Name == pipeline.StepApply {
+			return s.Phase != infrav1.StepPending && s.Phase != infrav1.StepSkipped
+		}
+	}
+	// No apply step reported: the plan failed or was rejected before it, or
+	// the engine shows no steps; only the former is known to be harmless.
+	for _, s := range steps {
+		if s.Name == pipeline.StepPlan || s.Name == pipeline.StepApprove {
+			return false
+		}
+	}
+	return true
+}
+
+// finishApply records the result of a finished apply run: the approval the
+// engine shows, the outputs Secret, and Applied and Ready, or Stalled.
+func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
+	cur, pr := run.Status.Run, st.progress
+	switch pr.Phase {
+	case infrav1.RunSucceeded:
+		return r.finishSucceeded(ctx, run, st)
+	case infrav1.RunRejected:
+		if pr.Plan != nil {
+			r.recordGateDecision(run, pr.Gate, pr.Plan.Digest)
+		}
+		reason := infrav1.ReasonRejected
+		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
+			reason = infrav1.ReasonApprovalTimeout
+		}
+		r.setStalled(run, reason, fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, pr.Message, run.Name))
+	default:
+		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, pr.Message))
+	}
+	return nil
+}
+
+// finishSucceeded records a successful apply run: its approval, its outputs,
+// Applied and Ready.
+func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
+	cur, pr := run.Status.Run, st.progress
+	if pr.Plan != nil && pr.Plan.HasChanges && st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto {
+		r.recordApproval(run, infrav1.ApprovalStatus{Digest: pr.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
+	}
+	if pr.Gate.State == engine.GateApproved && pr.Plan != nil {
+		r.recordGateDecision(run, pr.Gate, pr.Plan.Digest)
+	}
+	if pr.OutputsExported {
+		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {
+			return err
+		}
+	}
+	if pr.Applied {
+		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, "applied plan "+digestOf(run)+" ("+run.Status.PlanSummary+")")
+	} else {
+		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
+	}
+	run.Status.LastAppliedHash = cur.SpecHash
+	r.setReady(run, fmt.Sprintf("run %s succeeded: %s; %d outputs in Secret %s", cur.ID, planSummaryOrNone(run), len(run.Status.Outputs), run.Status.OutputsSecretName))
+	return nil
+}
+
+func planSummaryOrNone(run *infrav1.TerraformRun) string {
+	if run.Status.Plan == nil {
+		return "no plan"
+	}
+	if !run.Status.Plan.HasChanges {
+		return "no changes"
+	}
+	return "applied " + results.Short(run.Status.Plan.Add, run.Status.Plan.Change, run.Status.Plan.Destroy)
+}
+
+// childDeleted records an active run whose child was deleted by hand. It is
+// not restarted by itself: the person who deleted it may have meant to stop
+// it. What its apply step did is unknown, so the state may hold resources.
+func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *passState) {
+	cur := run.Status.Run
+	now := metav1.NewTime(r.now())
+	cur.Phase = infrav1.RunFailed
+	cur.FinishedAt = &now
+	cur.Message = fmt.Sprintf("%s %s was deleted before it finished", cur.Child.Kind, cur.ID)
+	if cur.Type == infrav1.RunApply {
+		run.Status.ResourcesMayExist = true
+	}
+	recordHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	st.active, st.finished, st.childGone = false, true, true
+	r.setStalled(run, infrav1.ReasonChildDeleted, cur.Message+fmt.Sprintf("; request a new run with kubectl tfrun rerun %s (annotation %s)", run.Name, infrav1.RunRequestAnnotation))
+}

@@ -1,0 +1,225 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/results"
+)
+
+// reconcileApproval records and makes the approval decision of the active
+// run's plan. Sets Approved: Unknown while the gate waits, True when
+// approved (through the TerraformRun, in the engine or automatically), False
+// when rejected, timed out, or when spec.approval.approvedPlan names another
+// plan than the one waiting.
+func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	pr := st.progress
+	if !st.active || st.child == nil || pr.Plan == nil {
+		return ctrl.Result{}, nil
+	}
+	digest := pr.Plan.Digest
+	if st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto && pr.Plan.HasChanges {
+		r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
+		return ctrl.Result{}, nil
+	}
+	switch pr.Gate.State {
+	case engine.GateApproved, engine.GateRejected:
+		r.recordGateDecision(run, pr.Gate, digest)
+		return ctrl.Result{}, nil
+	case engine.GatePending:
+		return r.decideGate(ctx, run, st)
+	}
+	return ctrl.Result{}, nil
+}
+
+// gateDecision is what the spec says about the plan waiting at the gate.
+type gateDecision int
+
+const (
+	decideNothing gateDecision = iota
+	decideApprove
+	decideReject
+	decideTimeout
+	decideStale
+)
+
+// decision reads the spec's approval fields against the waiting plan.
+func (r *TerraformRunReconciler) decision(ap infrav1.ApprovalSpec, digest string, deadline time.Time) gateDecision {
+	switch {
+	case ap.RejectedPlan == digest:
+		return decideReject
+	case ap.ApprovedPlan == digest:
+		return decideApprove
+	case !deadline.IsZero() && !r.now().Before(deadline):
+		return decideTimeout
+	case ap.ApprovedPlan != "":
+		return decideStale
+	}
+	return decideNothing
+}
+
+// decideGate approves or rejects the waiting gate as the spec says, or
+// reports that it waits; it requeues for the approval timeout.
+func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	pr, ap := st.progress, st.eff.Spec.Approval
+	digest := pr.Plan.Digest
+	approver, ok := st.engine.(engine.Approver)
+	if !ok {
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval, "engine "+string(st.engine.Name())+" can only be approved in its own UI")
+		return ctrl.Result{}, nil
+	}
+	var deadline time.Time
+	if ap.Timeout != nil && pr.Gate.Since != nil {
+		deadline = pr.Gate.Since.Add(ap.Timeout.Duration)
+	}
+	var err error
+	switch r.decision(ap, digest, deadline) {
+	case decideReject:
+		err = r.reject(ctx, run, st, approver, ap.RejectReason)
+	case decideApprove:
+		err = r.approve(ctx, run, st, approver)
+	case decideTimeout:
+		err = r.timeOut(ctx, run, st, approver, ap.Timeout.Duration)
+	case decideStale:
+		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
+			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, pr.Plan.Short()))
+	default:
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval,
+			fmt.Sprintf("plan %s (%s) waits for approval: %s", pr.Plan.Short(), digest, r.approvalHint(run, st)))
+	}
+	if err != nil {
+		return gateErr(err)
+	}
+	if left := deadline.Sub(r.now()); !deadline.IsZero() && left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// approvalHint says how to approve: kubectl tfrun, and the engine's own way.
+func (r *TerraformRunReconciler) approvalHint(run *infrav1.TerraformRun, st *passState) string {
+	hint := "kubectl tfrun approve " + run.Name
+	if h, ok := st.engine.(engine.ApprovalHinter); ok {
+		hint += ", or " + h.ApprovalHint(run.Namespace, st.child.GetName())
+	}
+	return hint
+}
+
+func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver) error {
+	digest := st.progress.Plan.Digest
+	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "TerraformRun"}); err != nil {
+		return err
+	}
+	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedBySpec, At: metav1.NewTime(r.now())}, "plan "+digest+" approved through spec.approval.approvedPlan")
+	approvalWait.Observe(engine.Elapsed(r.now(), st.progress.Gate.Since).Seconds())
+	return nil
+}
+
+func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, reason string) error {
+	digest := st.progress.Plan.Digest
+	if reason == "" {
+		reason = "rejected through spec.approval.rejectedPlan"
+	}
+	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "TerraformRun", Reason: reason}); err != nil {
+		return err
+	}
+	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovedBySpec, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
+	return nil
+}
+
+func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, after time.Duration) error {
+	digest := st.progress.Plan.Digest
+	reason := fmt.Sprintf("approval timed out after %s", after)
+	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "timeout", Reason: reason}); err != nil {
+		return err
+	}
+	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovalTimedOut, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
+	return nil
+}
+
+// gateErr retries a conflict or a gate the engine has already moved on from.
+func gateErr(err error) (ctrl.Result, error) {
+	if errors.Is(err, engine.ErrGateNotPending) || apierrors.IsConflict(err) {
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	return ctrl.Result{}, generic("DecideGate", err, "deciding the approval gate")
+}
+
+// recordGateDecision records a decision the engine shows and opr8r has not
+// recorded yet: someone ran `argo resume` or used the Argo UI.
+func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, g engine.Gate, digest string) {
+	if a := run.Status.Approval; a != nil && a.Digest == digest {
+		return
+	}
+	at := metav1.NewTime(r.now())
+	if g.DecidedAt != nil {
+		at = *g.DecidedAt
+	}
+	a := infrav1.ApprovalStatus{Digest: digest, Approved: g.State == engine.GateApproved, Source: infrav1.ApprovedByEngine, By: g.By, At: at}
+	msg := "plan " + digest + " approved in the engine"
+	if g.By != "" {
+		msg += " by " + g.By
+	}
+	if !a.Approved {
+		a.Reason = g.Message
+		msg = "plan " + digest + " rejected in the engine: " + g.Message
+	}
+	r.recordApproval(run, a, msg)
+}
+
+// recordApproval records a decision in status.approval and sets Approved.
+func (r *TerraformRunReconciler) recordApproval(run *infrav1.TerraformRun, a infrav1.ApprovalStatus, msg string) {
+	if old := run.Status.Approval; old != nil && old.Digest == a.Digest && old.Approved == a.Approved && old.Source == a.Source {
+		return
+	}
+	run.Status.Approval = &a
+	switch {
+	case a.Approved && a.Source == infrav1.ApprovedAutomatically:
+		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonAutoApproved, msg)
+	case a.Approved:
+		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApproved, msg)
+	case a.Source == infrav1.ApprovalTimedOut:
+		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonApprovalTimeout, msg)
+	default:
+		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonRejected, msg)
+	}
+}
+
+// reconcileSupersede stops an active run whose plan waits for approval when
+// the spec changed or a rerun was requested: the new spec needs a new plan.
+// The run's cleanup still runs; the next run starts once it has stopped.
+// Sets Approved False (Superseded) and Reconciling (Superseded), and ends
+// the pass.
+func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	if !st.active || st.child == nil || st.progress.Gate.State != engine.GatePending {
+		return ctrl.Result{}, nil
+	}
+	if _, _, want := r.wantRun(run, st); !want {
+		return ctrl.Result{}, nil
+	}
+	c, ok := st.engine.(engine.Canceller)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	cur := run.Status.Run
+	if err := c.Cancel(ctx, r.Client, st.child, "superseded by a spec change"); err != nil {
+		return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
+	}
+	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by a spec change before approval")
+	r.setProgressing(run, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
+	st.stop = true
+	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// shortPlan is a plan's counts for messages.
+func shortPlan(p *infrav1.PlanStatus) string {
+	return results.Short(p.Add, p.Change, p.Destroy)
+}

@@ -1,0 +1,168 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+func TestReconcileApproval(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-10 * time.Minute))
+	decided := metav1.NewTime(t0.Add(-time.Minute))
+	cases := map[string]struct {
+		spec         infrav1.ApprovalSpec
+		gate         engine.Gate
+		hasChanges   bool
+		engineHint   bool
+		wantApproved string
+		wantMessage  string
+		wantSource   infrav1.ApprovalSource
+		wantBy       string
+		wantApprove  int
+		wantReject   int
+		wantRequeue  time.Duration
+	}{
+		"waiting, nothing decided: says how to approve": {
+			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "kubectl tfrun approve a",
+		},
+		"waiting, with the engine's own way too": {
+			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true, engineHint: true,
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "kubectl tfrun approve a, or fake approve a-1",
+		},
+		"approved through the spec: the gate passes with the digest": {
+			spec: infrav1.ApprovalSpec{ApprovedPlan: digest}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedBySpec, wantApprove: 1,
+		},
+		"rejected through the spec": {
+			spec: infrav1.ApprovalSpec{RejectedPlan: digest, RejectReason: "no"}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedBySpec, wantReject: 1,
+		},
+		"an approval of another plan is refused": {
+			spec: infrav1.ApprovalSpec{ApprovedPlan: "sha256:bb"}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "False/StaleApproval", wantMessage: "the plan waiting for approval is sha256:aa",
+		},
+		"timed out: rejected": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantReject: 1,
+		},
+		"not yet timed out: looks again at the deadline": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 15 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "Unknown/AwaitingApproval", wantRequeue: 5 * time.Minute,
+		},
+		"approved in the engine (argo resume): recorded with who": {
+			gate: engine.Gate{State: engine.GateApproved, By: "alice", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantBy: "alice",
+		},
+		"auto approval": {
+			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
+			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{}}
+			var e engine.Engine = f
+			if tc.engineHint {
+				e = hinter{f}
+			}
+			run := aRun("a")
+			run.Spec.Approval = tc.spec
+			r, _ := newReconciler(t, e)
+			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+			r, _ = newReconciler(t, e, child)
+			st := r.newPassState(run)
+			st.engine, st.child = e, child
+			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: tc.hasChanges, Digest: digest}}
+			res, err := r.reconcileApproval(ctx(), run, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := condOf(run, infrav1.ApprovedCondition); got != tc.wantApproved {
+				t.Errorf("Approved = %s, want %s", got, tc.wantApproved)
+			}
+			if c := findCond(run, infrav1.ApprovedCondition); tc.wantMessage != "" && (c == nil || !strings.Contains(c.Message, tc.wantMessage)) {
+				t.Errorf("Approved message %v, want it to contain %q", c, tc.wantMessage)
+			}
+			if tc.wantSource != "" && (run.Status.Approval == nil || run.Status.Approval.Source != tc.wantSource || run.Status.Approval.By != tc.wantBy) {
+				t.Errorf("status.approval = %+v, want source %s by %q", run.Status.Approval, tc.wantSource, tc.wantBy)
+			}
+			if len(f.approved) != tc.wantApprove || len(f.rejected) != tc.wantReject {
+				t.Errorf("engine approved %d and rejected %d times, want %d and %d", len(f.approved), len(f.rejected), tc.wantApprove, tc.wantReject)
+			}
+			if tc.wantApprove == 1 && f.approved[0].Digest != digest {
+				t.Errorf("approved digest %s, want %s", f.approved[0].Digest, digest)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+func TestReconcileApprovalRetriesAGateThatMovedOn(t *testing.T) {
+	f := &fakeEngine{gateGone: true}
+	run := aRun("a")
+	run.Spec.Approval.ApprovedPlan = "sha256:aa"
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+	st := r.newPassState(run)
+	st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
+	st.progress = engine.Progress{Gate: engine.Gate{State: engine.GatePending}, Plan: &engine.PlanResult{HasChanges: true, Digest: "sha256:aa"}}
+	res, err := r.reconcileApproval(ctx(), run, st)
+	if err != nil || res.RequeueAfter != time.Second {
+		t.Fatalf("got %v, %v; want a retry in a second", res, err)
+	}
+	if run.Status.Approval != nil {
+		t.Fatal("an approval the engine did not take was recorded")
+	}
+}
+
+func TestReconcileSupersede(t *testing.T) {
+	cases := map[string]struct {
+		gate       engine.GateState
+		change     func(*infrav1.TerraformRun)
+		wantCancel bool
+	}{
+		"spec changed while the plan waits: stopped": {
+			gate: engine.GatePending, change: func(r *infrav1.TerraformRun) { r.Spec.Terraform.Workspace = "other" }, wantCancel: true,
+		},
+		"rerun requested while the plan waits: stopped": {
+			gate: engine.GatePending, change: func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "x"} }, wantCancel: true,
+		},
+		"only the approval fields changed: kept": {
+			gate: engine.GatePending, change: func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = "sha256:aa" },
+		},
+		"spec changed while applying: let it finish": {
+			gate: engine.GateApproved, change: func(r *infrav1.TerraformRun) { r.Spec.Terraform.Workspace = "other" },
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{}
+			run := aRun("a")
+			r, _ := newReconciler(t, f)
+			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+			tc.change(run)
+			st := r.newPassState(run)
+			st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
+			st.progress = engine.Progress{Gate: engine.Gate{State: tc.gate}}
+			if _, err := r.reconcileSupersede(ctx(), run, st); err != nil {
+				t.Fatal(err)
+			}
+			if got := len(f.cancelled) == 1; got != tc.wantCancel || st.stop != tc.wantCancel {
+				t.Fatalf("cancelled %v (pass stopped %v), want %v", f.cancelled, st.stop, tc.wantCancel)
+			}
+			if tc.wantCancel && condOf(run, infrav1.ApprovedCondition) != "False/Superseded" {
+				t.Errorf("Approved = %s, want False/Superseded", condOf(run, infrav1.ApprovedCondition))
+			}
+		})
+	}
+}

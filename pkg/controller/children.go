@@ -1,0 +1,120 @@
+package controller
+
+import (
+	"context"
+	"sort"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// reconcileChildren deletes finished children (with the plan and outputs
+// Secrets they own) beyond spec.history.keepFinished, and those older than
+// spec.history.ttlAfterFinished, on every engine. A child is deleted only
+// once its run's result is in status as stored on the API server (the
+// status this pass started from), so no result is lost with its child.
+// Sets nothing; requeues for the next TTL expiry.
+func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	ttl := st.eff.Spec.History.TTLAfterFinished
+	if !st.finished && ttl == nil {
+		return ctrl.Result{}, nil
+	}
+	e, ok := r.Engines.Get(st.eff.Spec.Engine)
+	if cur := run.Status.Run; cur != nil {
+		e, ok = r.Engines.Get(cur.Engine)
+	}
+	if !ok || !r.Available.IsAvailable(e.Name()) {
+		return ctrl.Result{}, nil
+	}
+	children, err := r.listChildren(ctx, run, e)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	sort.Slice(children, func(i, j int) bool { return childNumber(children[i]) > childNumber(children[j]) })
+	var next time.Duration
+	for i, c := range children {
+		if !recordedIn(c, st.persisted) {
+			if ttl != nil {
+				// Finished in this pass or not yet: look again once its
+				// result is stored.
+				next = soonest(next, max(ttl.Duration, time.Second))
+			}
+			continue
+		}
+		due := time.Duration(1)
+		if ttl != nil {
+			due = r.ttlLeft(c, st.persisted, ttl.Duration)
+		}
+		if i < int(*st.eff.Spec.History.KeepFinished) && due > 0 {
+			if ttl != nil {
+				next = soonest(next, due)
+			}
+			continue
+		}
+		if err := r.deleteFinished(ctx, e, c); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	return ctrl.Result{RequeueAfter: next}, nil
+}
+
+// recordedIn says whether the stored status has a child's result: every run
+// up to its lastRunNumber except its run still in progress.
+func recordedIn(c client.Object, persisted infrav1.TerraformRunStatus) bool {
+	n := childNumber(c)
+	if n == 0 || n > persisted.LastRunNumber {
+		return false
+	}
+	cur := persisted.Run
+	return cur == nil || cur.ID != c.GetName() || isTerminal(cur.Phase)
+}
+
+func soonest(a, b time.Duration) time.Duration {
+	if a == 0 || b < a {
+		return b
+	}
+	return a
+}
+
+func childNumber(c client.Object) int64 {
+	n, _ := strconv.ParseInt(c.GetLabels()[infrav1.RunNumberLabel], 10, 64)
+	return n
+}
+
+// ttlLeft is how long a child has left before its TTL expires, from its
+// run's recorded finish time. A child whose record has left the history is
+// older than every recorded run: its TTL has expired.
+func (r *TerraformRunReconciler) ttlLeft(c client.Object, persisted infrav1.TerraformRunStatus, ttl time.Duration) time.Duration {
+	var finished *metav1.Time
+	if cur := persisted.Run; cur != nil && cur.ID == c.GetName() {
+		finished = cur.FinishedAt
+	}
+	for _, h := range persisted.History {
+		if h.ID == c.GetName() && finished == nil {
+			finished = h.FinishedAt
+		}
+	}
+	if finished == nil {
+		return 0
+	}
+	return ttl - r.now().Sub(finished.Time)
+}
+
+// deleteFinished deletes a child once the engine confirms it has finished.
+func (r *TerraformRunReconciler) deleteFinished(ctx context.Context, e engine.Engine, c client.Object) error {
+	if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
+		return nil
+	}
+	err := r.Delete(ctx, c, client.PropagationPolicy(metav1.DeletePropagationBackground))
+	if err != nil && !apierrors.IsNotFound(err) {
+		ctrl.LoggerFrom(ctx).Info("could not prune a finished run", "child", c.GetName(), "error", err.Error())
+	}
+	return nil
+}

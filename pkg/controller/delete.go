@@ -1,0 +1,163 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// reconcileRelease removes the finalizer without destroying anything when
+// spec.deletionPolicy is Retain or the skip-destroy annotation is set, after
+// asking an active run to stop. It runs first, so the escape hatch works
+// whatever state the run is in. Sets nothing; ends the pass when it acted.
+func (r *TerraformRunReconciler) reconcileRelease(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	skip := run.Annotations[infrav1.SkipDestroyAnnotation] == "true"
+	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) || (!skip && st.eff.Spec.DeletionPolicy != infrav1.DeletionRetain) {
+		return ctrl.Result{}, nil
+	}
+	r.stopActiveQuietly(ctx, run, st)
+	ctrl.LoggerFrom(ctx).Info("removing finalizer without destroy", "policy", st.eff.Spec.DeletionPolicy, "skipDestroy", skip)
+	st.stop = true
+	return ctrl.Result{}, r.removeFinalizer(ctx, run)
+}
+
+// reconcileDelete destroys what the TerraformRun manages, then removes the
+// finalizer. A TerraformRun whose apply step never ran loses it at once.
+// An active apply run is stopped
+// (its cleanup still runs) and followed to its end first, so what it did is
+// known. A failed destroy is retried when infra.opr8r.io/run-requested-at
+// changes. Sets Reconciling (Destroying) while it works, and Stalled when
+// the destroy fails, times out or its engine is unavailable, with the
+// escape hatch in the message.
+func (r *TerraformRunReconciler) reconcileDelete(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) {
+		return ctrl.Result{}, nil
+	}
+	cur := run.Status.Run
+	if st.active && cur.Type != infrav1.RunDestroy {
+		if !applyStarted(st.progress.Steps) && !mayHaveResources(run) {
+			// Stopped before its apply step, the run changes nothing.
+			r.stopActiveQuietly(ctx, run, st)
+			ctrl.LoggerFrom(ctx).Info("removing finalizer: no apply step ever ran", "stopped", cur.ID)
+			return ctrl.Result{}, r.removeFinalizer(ctx, run)
+		}
+		return r.stopBeforeDestroy(ctx, run, st)
+	}
+	if !st.active && !mayHaveResources(run) {
+		ctrl.LoggerFrom(ctx).Info("removing finalizer: no apply step ever ran")
+		return ctrl.Result{}, r.removeFinalizer(ctx, run)
+	}
+	escape := fmt.Sprintf("; to delete without destroying, run: kubectl annotate tfrun %s %s=true", run.Name, infrav1.SkipDestroyAnnotation)
+	e, err := r.engineFor(st.eff.Spec.Engine)
+	if st.active {
+		e, err = r.engineFor(cur.Engine)
+	}
+	if err != nil {
+		return ctrl.Result{}, withSuffix(err, escape)
+	}
+	if st.active {
+		return r.followDestroy(run, escape)
+	}
+	return r.nextDestroy(ctx, run, st, e, escape)
+}
+
+// nextDestroy starts the destroy run, retries a failed one on request, or
+// removes the finalizer once it succeeded.
+func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, escape string) (ctrl.Result, error) {
+	cur := run.Status.Run
+	request := run.Annotations[infrav1.RunRequestAnnotation]
+	switch {
+	case cur == nil || cur.Type != infrav1.RunDestroy:
+		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion})
+	case cur.Phase == infrav1.RunSucceeded:
+		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
+		return ctrl.Result{}, r.removeFinalizer(ctx, run)
+	case st.childGone:
+		// The destroy child was deleted by hand: destroy again.
+		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: "the previous destroy's " + cur.Child.Kind + " was deleted"})
+	case request != "" && request != run.Status.LastHandledRunRequest:
+		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerRerunRequest, detail: request})
+	}
+	return ctrl.Result{}, stalling(infrav1.ReasonDestroyFailed,
+		"destroy run %s failed: %s; fix the cause and retry with kubectl tfrun rerun %s (annotation %s)%s", cur.ID, cur.Message, run.Name, infrav1.RunRequestAnnotation, escape)
+}
+
+// followDestroy waits for the active destroy run, up to DestroyTimeout.
+func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, escape string) (ctrl.Result, error) {
+	cur := run.Status.Run
+	timeout := r.DestroyTimeout
+	if timeout == 0 {
+		timeout = DefaultDestroyTimeout
+	}
+	if cur.StartedAt != nil && r.now().Sub(cur.StartedAt.Time) > timeout {
+		return ctrl.Result{}, stalling(infrav1.ReasonDestroyTimeout, "destroy run %s has run for more than %s; check its steps%s", cur.ID, timeout, escape)
+	}
+	setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "destroy run "+cur.ID+" is running")
+	if cur.StartedAt != nil {
+		return ctrl.Result{RequeueAfter: timeout - r.now().Sub(cur.StartedAt.Time)}, nil
+	}
+	return ctrl.Result{}, nil
+}
+
+// stopBeforeDestroy stops the active apply run and waits for it to end.
+func (r *TerraformRunReconciler) stopBeforeDestroy(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	cur := run.Status.Run
+	setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "waiting for the active run "+cur.ID+" to stop before destroying")
+	if c, ok := st.engine.(engine.Canceller); ok && st.child != nil {
+		if err := c.Cancel(ctx, r.Client, st.child, "the TerraformRun is being deleted"); err != nil {
+			return ctrl.Result{}, generic("CancelRun", err, "stopping run %s", cur.ID)
+		}
+	}
+	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// stopActiveQuietly asks an active run to stop, when the finalizer goes
+// without a destroy; a failure is only logged.
+func (r *TerraformRunReconciler) stopActiveQuietly(ctx context.Context, run *infrav1.TerraformRun, st *passState) {
+	if !st.active {
+		return
+	}
+	cur := run.Status.Run
+	e, ok := r.Engines.Get(cur.Engine)
+	c, canCancel := e.(engine.Canceller)
+	if !ok || !canCancel {
+		return
+	}
+	child, err := r.getChild(ctx, run.Namespace, e, cur.ID)
+	if err == nil && child != nil {
+		err = c.Cancel(ctx, r.Client, child, "the TerraformRun is being deleted")
+	}
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Info("could not stop the active run before removing the finalizer", "child", cur.ID, "error", err.Error())
+	}
+}
+
+// mayHaveResources says whether the state may hold resources: an apply step
+// may have run (status.resourcesMayExist), or status from before that field
+// shows an apply.
+func mayHaveResources(run *infrav1.TerraformRun) bool {
+	if run.Status.ResourcesMayExist || run.Status.LastAppliedHash != "" {
+		return true
+	}
+	c := apimeta.FindStatusCondition(run.Status.Conditions, infrav1.AppliedCondition)
+	return c != nil && (c.Reason == infrav1.ReasonApplied || c.Reason == infrav1.ReasonProgressing || c.Reason == infrav1.ReasonRunFailed)
+}
+
+func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
+	patch := client.MergeFrom(run.DeepCopy())
+	controllerutil.RemoveFinalizer(run, infrav1.Finalizer)
+	if err := r.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {
+		return generic("RemoveFinalizer", err, "removing finalizer")
+	}
+	return nil
+}

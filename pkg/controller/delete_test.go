@@ -1,0 +1,152 @@
+package controller
+
+import (
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+func TestDeleteFlow(t *testing.T) {
+	cases := map[string]struct {
+		annotations   map[string]string
+		retain        bool
+		run           infrav1.RunType // the current run's type; "" for none
+		phase         infrav1.RunPhase
+		mayExist      bool
+		progress      engine.Progress // of the current run's child
+		childGone     bool
+		wantFinalizer bool
+		wantRun       string // status.run.id after the pass
+		wantStalled   string
+		wantCancel    bool
+	}{
+		"never ran: finalizer removed": {
+			wantFinalizer: false,
+		},
+		"Retain: finalizer removed without destroy": {
+			retain: true, run: infrav1.RunApply, phase: infrav1.RunSucceeded, mayExist: true, wantRun: "a-1",
+		},
+		"skip-destroy while a run is active: stopped, finalizer removed": {
+			annotations: map[string]string{infrav1.SkipDestroyAnnotation: "true"}, run: infrav1.RunApply, phase: infrav1.RunRunning, mayExist: true,
+			progress: engine.Progress{Phase: infrav1.RunRunning}, wantRun: "a-1", wantCancel: true,
+		},
+		"applied before: the destroy run starts": {
+			run: infrav1.RunApply, phase: infrav1.RunSucceeded, mayExist: true, wantFinalizer: true, wantRun: "a-destroy-2",
+		},
+		"nothing applied, plan failed: finalizer removed": {
+			run: infrav1.RunApply, phase: infrav1.RunFailed, wantRun: "a-1",
+		},
+		"active apply run before its apply step, nothing applied: stopped, finalizer removed": {
+			run: infrav1.RunApply, phase: infrav1.RunAwaitingApproval, progress: engine.Progress{Phase: infrav1.RunAwaitingApproval, Steps: steps("plan", "Succeeded", "approve", "Running")},
+			wantRun: "a-1", wantCancel: true,
+		},
+		"active apply run applying: stopped and waited for": {
+			run: infrav1.RunApply, phase: infrav1.RunRunning, progress: engine.Progress{Phase: infrav1.RunRunning, Steps: steps("plan", "Succeeded", "apply", "Running")},
+			wantFinalizer: true, wantRun: "a-1", wantCancel: true,
+		},
+		"apply finished unseen: recorded, then destroyed": {
+			run: infrav1.RunApply, phase: infrav1.RunPending, progress: engine.Progress{Phase: infrav1.RunSucceeded, Finished: true, Applied: true, Steps: steps("plan", "Succeeded", "apply", "Succeeded")},
+			wantFinalizer: true, wantRun: "a-destroy-2",
+		},
+		"destroy succeeded: finalizer removed": {
+			run: infrav1.RunDestroy, phase: infrav1.RunSucceeded, mayExist: true, wantRun: "a-destroy-1",
+		},
+		"destroy failed: Stalled with both ways out": {
+			run: infrav1.RunDestroy, phase: infrav1.RunFailed, mayExist: true, wantFinalizer: true, wantRun: "a-destroy-1", wantStalled: "True/DestroyFailed",
+		},
+		"destroy failed, a rerun requested: destroyed again": {
+			annotations: map[string]string{infrav1.RunRequestAnnotation: "retry"}, run: infrav1.RunDestroy, phase: infrav1.RunFailed, mayExist: true,
+			wantFinalizer: true, wantRun: "a-destroy-2",
+		},
+		"destroy child deleted by hand: destroyed again": {
+			run: infrav1.RunDestroy, phase: infrav1.RunRunning, mayExist: true, childGone: true, wantFinalizer: true, wantRun: "a-destroy-2",
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{}}
+			run := aRun("a")
+			run.Annotations = tc.annotations
+			if tc.retain {
+				run.Spec.DeletionPolicy = infrav1.DeletionRetain
+			}
+			r, _ := newReconciler(t, f)
+			var objs []client.Object
+			if tc.run != "" {
+				run = withRun(r, run, 1, tc.phase, tc.run)
+				if !tc.childGone {
+					c := childOf(t, run, tc.run, 1, run.Status.Run.SpecHash)
+					objs = append(objs, c)
+					f.progress[c.Name] = tc.progress
+					if isTerminal(tc.phase) {
+						f.progress[c.Name] = engine.Progress{Finished: true, Phase: tc.phase}
+					}
+				}
+			}
+			run.Status.ResourcesMayExist = tc.mayExist
+			now := metav1.NewTime(t0)
+			run.DeletionTimestamp = &now
+			r, c := newReconciler(t, f, append(objs, run.DeepCopy())...)
+			st := r.newPassState(run)
+			if _, err := runFlow(ctx(), run, st, r.deleteFlow()); err != nil {
+				if _, stall := r.reportError(run, ctrlResult(), err); stall != nil {
+					t.Fatal(err)
+				}
+			}
+			stored := &infrav1.TerraformRun{}
+			err := c.Get(ctx(), client.ObjectKeyFromObject(run), stored)
+			hasFinalizer := err == nil && len(stored.Finalizers) > 0
+			if hasFinalizer != tc.wantFinalizer {
+				t.Errorf("finalizer kept: %v, want %v", hasFinalizer, tc.wantFinalizer)
+			}
+			id := ""
+			if run.Status.Run != nil {
+				id = run.Status.Run.ID
+			}
+			if id != tc.wantRun {
+				t.Errorf("status.run.id = %q, want %q", id, tc.wantRun)
+			}
+			if got := condOf(run, infrav1.StalledCondition); got != tc.wantStalled {
+				t.Errorf("Stalled = %q, want %q", got, tc.wantStalled)
+			}
+			if got := len(f.cancelled) > 0; got != tc.wantCancel {
+				t.Errorf("cancelled %v, want a cancel: %v", f.cancelled, tc.wantCancel)
+			}
+			if tc.wantStalled != "" {
+				msg := findCond(run, infrav1.StalledCondition).Message
+				for _, want := range []string{"kubectl tfrun rerun a", infrav1.SkipDestroyAnnotation} {
+					if !contains(msg, want) {
+						t.Errorf("Stalled message %q lacks %q", msg, want)
+					}
+				}
+			}
+			if tc.wantRun == "a-destroy-2" {
+				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: "a-destroy-2"}, &batchv1.Job{}); err != nil {
+					t.Errorf("destroy child: %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestDestroyTimesOut(t *testing.T) {
+	f := &fakeEngine{progress: map[string]engine.Progress{"a-destroy-1": {Phase: infrav1.RunRunning}}}
+	run := aRun("a")
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunRunning, infrav1.RunDestroy)
+	run.Status.Run.StartedAt = &metav1.Time{Time: t0.Add(-2 * time.Hour)}
+	now := metav1.NewTime(t0)
+	run.DeletionTimestamp = &now
+	r, _ = newReconciler(t, f, childOf(t, run, infrav1.RunDestroy, 1, run.Status.Run.SpecHash), run.DeepCopy())
+	_, err := runFlow(ctx(), run, r.newPassState(run), r.deleteFlow())
+	r.reportError(run, ctrlResult(), err)
+	if got := condOf(run, infrav1.StalledCondition); got != "True/DestroyTimeout" {
+		t.Fatalf("Stalled = %s, want True/DestroyTimeout", got)
+	}
+}

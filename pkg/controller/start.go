@@ -1,0 +1,292 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// maxNumberSkips bounds how many run numbers a start may skip because other
+// objects hold their names.
+const maxNumberSkips = 100
+
+// reconcileStart starts a new apply run when none is active and the spec
+// changed, a rerun was requested, or the TerraformRun is new. Sets
+// Reconciling (Progressing; Suspended with spec.suspend), Planned Unknown
+// for the new run, and observedGeneration when nothing is left to do.
+func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	if st.active {
+		return ctrl.Result{}, nil
+	}
+	trigger, detail, want := r.wantRun(run, st)
+	if !want {
+		run.Status.ObservedGeneration = run.Generation
+		return ctrl.Result{}, nil
+	}
+	if run.Spec.Suspend {
+		setStatus(run, infrav1.ReconcilingCondition, metav1False, infrav1.ReasonSuspended, "spec.suspend is true: no new run starts")
+		return ctrl.Result{}, nil
+	}
+	e, err := r.engineFor(st.eff.Spec.Engine)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunApply, trigger: trigger, detail: detail})
+}
+
+// wantRun says whether the spec asks for a new apply run, and why.
+func (r *TerraformRunReconciler) wantRun(run *infrav1.TerraformRun, st *passState) (infrav1.RunTrigger, string, bool) {
+	cur := run.Status.Run
+	request := run.Annotations[infrav1.RunRequestAnnotation]
+	switch {
+	case cur == nil:
+		return infrav1.TriggerCreated, "", true
+	case cur.Type != infrav1.RunApply || cur.SpecHash != st.hash:
+		return infrav1.TriggerSpecChange, fmt.Sprintf("spec hash %s -> %s", cur.SpecHash, st.hash), true
+	case request != "" && request != run.Status.LastHandledRunRequest:
+		return infrav1.TriggerRerunRequest, request, true
+	}
+	return "", "", false
+}
+
+// newRun describes a run to start.
+type newRun struct {
+	typ     infrav1.RunType
+	trigger infrav1.RunTrigger
+	detail  string
+}
+
+// startRun creates the child of a new run under the next unused run number
+// and records it in status.run. A racing or restarted reconcile that finds
+// the child of that number, made by this TerraformRun for this run, adopts
+// it instead of creating a second one.
+func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, n newRun) (ctrl.Result, error) {
+	number, child, err := r.claimChild(ctx, run, st, e, n.typ)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	name := pipeline.ChildName(run.Name, n.typ, number)
+	if other, err := r.otherActiveChild(ctx, run, e, name); err != nil {
+		return ctrl.Result{}, err
+	} else if other != "" {
+		r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for %s %s to finish before starting %s", e.ChildGVK().Kind, other, name))
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	if child == nil {
+		if child, err = r.createChild(ctx, run, st, e, n.typ, name, number); err != nil {
+			return ctrl.Result{}, err
+		}
+	}
+	if err := r.createInputs(ctx, st.eff, child); err != nil {
+		return ctrl.Result{}, err
+	}
+	r.recordStart(run, st, e, n, name, number)
+	return ctrl.Result{}, nil
+}
+
+// recordStart records a started run in status.run and sets the conditions
+// of a run in progress.
+func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *passState, e engine.Engine, n newRun, name string, number int64) {
+	now := metav1.NewTime(r.now())
+	gvk := e.ChildGVK()
+	attempt := int32(1)
+	if prev := run.Status.Run; prev != nil && prev.Type == n.typ && prev.SpecHash == st.hash {
+		attempt = prev.Attempt + 1
+	}
+	run.Status.Run = &infrav1.RunStatus{
+		ID: name, Number: number, Trigger: n.trigger, TriggerDetail: n.detail, Type: n.typ, Engine: e.Name(), SpecHash: st.hash, Attempt: attempt,
+		Child:     infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: name},
+		Phase:     infrav1.RunPending,
+		StartedAt: &now,
+	}
+	run.Status.LastRunNumber = number
+	if n.trigger == infrav1.TriggerRerunRequest {
+		run.Status.LastHandledRunRequest = run.Annotations[infrav1.RunRequestAnnotation]
+	}
+	st.active = true
+	reason := infrav1.ReasonProgressing
+	if n.typ == infrav1.RunApply {
+		run.Status.Plan = nil
+		run.Status.Approval = nil
+		apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ApprovedCondition)
+		setStatus(run, infrav1.PlannedCondition, metav1Unknown, infrav1.ReasonProgressing, "run "+name+" is planning")
+	} else {
+		reason = infrav1.ReasonDestroying
+		// A destroy, rare and the start of removing infrastructure, gets an
+		// Event; an apply run's start is in status only (one write fewer).
+		r.event(run, "Normal", "RunStarted", string(n.typ), fmt.Sprintf("started %s run %s as %s %s", n.typ, name, gvk.Kind, name))
+	}
+	// The message project() writes for a child that has not started, so the
+	// reconcile that the child's creation triggers writes nothing.
+	r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
+	runsStarted.WithLabelValues(string(e.Name()), string(n.typ)).Inc()
+}
+
+// claimChild returns the next run number whose child name is free or holds
+// this run's own child (then returned, to adopt). Children of an earlier
+// TerraformRun of the same name, and unrecorded children this one made for
+// another spec, keep their names: their numbers are skipped.
+func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType) (int64, client.Object, error) {
+	first := run.Status.LastRunNumber + 1
+	for n := first; n < first+maxNumberSkips; n++ {
+		name := pipeline.ChildName(run.Name, t, n)
+		existing, err := r.cachedChild(ctx, run.Namespace, e, name)
+		if err != nil {
+			return 0, nil, err
+		}
+		if existing == nil {
+			return n, nil, nil
+		}
+		adopt, err := r.mayAdopt(ctx, run, st, existing, t)
+		if err != nil || adopt {
+			return n, existing, err
+		}
+	}
+	return 0, nil, stalling(infrav1.ReasonInvalidSpec, "run numbers %d to %d all name objects that are not this TerraformRun's next run (%s); delete them", first, first+maxNumberSkips-1, pipeline.ChildName(run.Name, t, first))
+}
+
+// cachedChild reads a child from the cache; nil when the cache lacks it.
+func (r *TerraformRunReconciler) cachedChild(ctx context.Context, ns string, e engine.Engine, name string) (client.Object, error) {
+	obj := e.NewChild()
+	err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, obj)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, generic("GetChild", err, "getting %s", name)
+	}
+	return obj, nil
+}
+
+// mayAdopt says whether an existing child is the one this run needs: made
+// by this TerraformRun for the same type and spec. If the run's status on
+// the API server already records it, the cache lags: errStaleCache.
+func (r *TerraformRunReconciler) mayAdopt(ctx context.Context, run *infrav1.TerraformRun, st *passState, child client.Object, t infrav1.RunType) (bool, error) {
+	l := child.GetLabels()
+	if !metav1.IsControlledBy(child, run) || l[infrav1.RunTypeLabel] != string(t) || l[infrav1.SpecHashLabel] != st.hash {
+		return false, nil
+	}
+	fresh := &infrav1.TerraformRun{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(run), fresh); err != nil {
+		return false, generic("GetRun", err, "reading TerraformRun %s", run.Name)
+	}
+	if n, _ := strconv.ParseInt(l[infrav1.RunNumberLabel], 10, 64); n <= fresh.Status.LastRunNumber {
+		return false, errStaleCache
+	}
+	return true, nil
+}
+
+// createChild builds and creates a run's child. A child that appeared since
+// the cache was read is adopted if it is this run's, and skipped otherwise
+// (the next pass claims the next number).
+func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType, name string, number int64) (client.Object, error) {
+	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config})
+	if err != nil {
+		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %v", err)
+	}
+	err = r.Create(ctx, obj)
+	switch {
+	case err == nil:
+		return obj, nil
+	case apimeta.IsNoMatchError(err):
+		r.Available.Set(e.Name(), false)
+		return nil, waiting(infrav1.ReasonEngineUnavailable, DefaultEngineRetryPeriod, "engine %q is unavailable: %v", e.Name(), err)
+	case !apierrors.IsAlreadyExists(err):
+		return nil, generic("CreateChild", err, "creating %s %s", e.ChildGVK().Kind, name)
+	}
+	existing := e.NewChild()
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(obj), existing); err != nil {
+		return nil, generic("GetChild", err, "adopting %s %s", e.ChildGVK().Kind, name)
+	}
+	if adopt, err := r.mayAdopt(ctx, run, st, existing, t); err != nil || !adopt {
+		return nil, generic("ClaimChild", fmt.Errorf("%s %s appeared and is not this run's", e.ChildGVK().Kind, name), "starting run %d", number)
+	}
+	return existing, nil
+}
+
+// createInputs creates the ConfigMap the child mounts, owned by the child.
+func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.TerraformRun, child client.Object) error {
+	cms, err := pipeline.InputObjects(eff, child.GetName())
+	if err != nil {
+		return &StallingError{Reason: infrav1.ReasonInvalidSpec, Err: err}
+	}
+	for _, cm := range cms {
+		if err := controllerutil.SetControllerReference(child, cm, r.Scheme()); err != nil {
+			return generic("OwnInputs", err, "owning ConfigMap %s", cm.Name)
+		}
+		// Created without looking first: it is new, except when a child is
+		// adopted, and then AlreadyExists is success. Never reading
+		// ConfigMaps keeps them out of the manager's cache and watches.
+		err := r.Create(ctx, cm)
+		switch {
+		case err == nil, apierrors.IsAlreadyExists(err):
+		case apierrors.IsInvalid(err):
+			// Too large (vars and inline files share one ConfigMap, at most
+			// 1 MiB): no retry fixes that.
+			return stalling(infrav1.ReasonInvalidSpec, "the inputs ConfigMap %s is refused: %v; keep inline files and vars under 1 MiB together, or use a git or configMapRef source", cm.Name, err)
+		default:
+			return generic("CreateInputs", err, "creating ConfigMap %s", cm.Name)
+		}
+	}
+	return nil
+}
+
+// otherActiveChild returns the name of an unfinished child of this
+// TerraformRun other than name, if any. An unfinished child that status
+// does not record (left by a crash) is asked to stop.
+func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string) (string, error) {
+	children, err := r.listChildren(ctx, run, e)
+	if err != nil {
+		return "", err
+	}
+	for _, obj := range children {
+		if obj.GetName() == name {
+			continue
+		}
+		pr, err := r.observe(ctx, e, obj)
+		if err != nil || pr.Finished {
+			continue
+		}
+		if c, ok := e.(engine.Canceller); ok && (run.Status.Run == nil || run.Status.Run.ID != obj.GetName()) {
+			if err := c.Cancel(ctx, r.Client, obj, "not recorded as this TerraformRun's run"); err != nil {
+				return "", generic("CancelOrphan", err, "stopping %s", obj.GetName())
+			}
+		}
+		return obj.GetName(), nil
+	}
+	return "", nil
+}
+
+// listChildren lists the children this TerraformRun controls.
+func (r *TerraformRunReconciler) listChildren(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
+	list := e.NewChildList()
+	if err := r.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingLabels{infrav1.RunNameLabel: run.Name}); err != nil {
+		if apimeta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, generic("ListChildren", err, "listing children")
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return nil, err
+	}
+	var out []client.Object
+	for _, it := range items {
+		if obj, ok := it.(client.Object); ok && metav1.IsControlledBy(obj, run) {
+			out = append(out, obj)
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,147 @@
+package controller
+
+import (
+	"errors"
+	"testing"
+
+	batchv1 "k8s.io/api/batch/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+func TestReconcileStart(t *testing.T) {
+	cases := map[string]struct {
+		prev        infrav1.RunPhase // status.run's phase; "" for none
+		change      func(*infrav1.TerraformRun)
+		existing    func(run *infrav1.TerraformRun, hash string) []client.Object
+		wantID      string
+		wantTrigger infrav1.RunTrigger
+		wantCreated bool
+		wantErr     error
+	}{
+		"a new TerraformRun: run 1": {
+			wantID: "a-1", wantTrigger: infrav1.TriggerCreated, wantCreated: true,
+		},
+		"unchanged: nothing starts": {
+			prev: infrav1.RunSucceeded, wantID: "a-1",
+		},
+		"spec changed: the next number": {
+			prev: infrav1.RunSucceeded, change: func(r *infrav1.TerraformRun) { r.Spec.Terraform.Workspace = "b" },
+			wantID: "a-2", wantTrigger: infrav1.TriggerSpecChange, wantCreated: true,
+		},
+		"rerun requested": {
+			prev: infrav1.RunFailed, change: func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "now"} },
+			wantID: "a-2", wantTrigger: infrav1.TriggerRerunRequest, wantCreated: true,
+		},
+		"suspended: nothing starts": {
+			prev: infrav1.RunSucceeded, change: func(r *infrav1.TerraformRun) { r.Spec.Suspend = true; r.Spec.Terraform.Workspace = "b" },
+			wantID: "a-1",
+		},
+		"a child of an earlier TerraformRun of this name holds number 1: skipped": {
+			existing: func(run *infrav1.TerraformRun, hash string) []client.Object {
+				old := run.DeepCopy()
+				old.UID = types.UID("earlier")
+				return []client.Object{childOf(t, old, infrav1.RunApply, 1, hash)}
+			},
+			wantID: "a-2", wantTrigger: infrav1.TriggerCreated, wantCreated: true,
+		},
+		"its own unrecorded child for this spec (a crash before the status write): adopted": {
+			existing: func(run *infrav1.TerraformRun, hash string) []client.Object {
+				return []client.Object{childOf(t, run, infrav1.RunApply, 1, hash)}
+			},
+			wantID: "a-1", wantTrigger: infrav1.TriggerCreated,
+		},
+		"its own unrecorded, finished child for another spec: skipped": {
+			existing: func(run *infrav1.TerraformRun, _ string) []client.Object {
+				return []client.Object{childOf(t, run, infrav1.RunApply, 1, "0000000000000000")}
+			},
+			wantID: "a-2", wantTrigger: infrav1.TriggerCreated, wantCreated: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{"a-1": {Finished: true, Phase: infrav1.RunSucceeded}}}
+			run := aRun("a")
+			r, _ := newReconciler(t, f)
+			if tc.prev != "" {
+				run = withRun(r, run, 1, tc.prev, infrav1.RunApply)
+			}
+			if tc.change != nil {
+				tc.change(run)
+			}
+			var objs []client.Object
+			if tc.existing != nil {
+				objs = tc.existing(run, r.newPassState(run).hash)
+			}
+			r, c := newReconciler(t, f, append(objs, run.DeepCopy())...)
+			_, _, err := runSub(r, run, r.reconcileStart)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			id := ""
+			if run.Status.Run != nil {
+				id = run.Status.Run.ID
+			}
+			if id != tc.wantID {
+				t.Fatalf("status.run.id = %q, want %q", id, tc.wantID)
+			}
+			if tc.wantTrigger != "" && (run.Status.Run.Trigger != tc.wantTrigger || run.Status.LastRunNumber != run.Status.Run.Number) {
+				t.Errorf("run %+v, lastRunNumber %d; want trigger %s", run.Status.Run, run.Status.LastRunNumber, tc.wantTrigger)
+			}
+			if tc.wantTrigger != "" {
+				got := &batchv1.Job{}
+				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tc.wantID}, got); err != nil || !metav1.IsControlledBy(got, run) {
+					t.Errorf("child %s: %v, controlled by the run: %v", tc.wantID, err, err == nil && metav1.IsControlledBy(got, run))
+				}
+			}
+			jobs := &batchv1.JobList{}
+			if err := c.List(ctx(), jobs); err != nil {
+				t.Fatal(err)
+			}
+			want := len(objs)
+			if tc.wantCreated {
+				want++
+			}
+			if len(jobs.Items) != want {
+				t.Errorf("%d children exist, want %d", len(jobs.Items), want)
+			}
+		})
+	}
+}
+
+func TestStartAdoptsNothingTheAPIServerAlreadyRecorded(t *testing.T) {
+	// The cache shows run 0, the API server already records run 1 (this
+	// reconciler's own last write has not reached the cache): no second
+	// child, no status write.
+	f := &fakeEngine{}
+	stale := aRun("a")
+	r, _ := newReconciler(t, f)
+	fresh := withRun(r, stale.DeepCopy(), 1, infrav1.RunPending, infrav1.RunApply)
+	child := childOf(t, stale, infrav1.RunApply, 1, r.newPassState(stale).hash)
+	r, _ = newReconciler(t, f, child, fresh)
+	_, _, err := runSub(r, stale, r.reconcileStart)
+	if !errors.Is(err, errStaleCache) {
+		t.Fatalf("err = %v, want errStaleCache", err)
+	}
+}
+
+func TestWaitsForAnotherActiveChild(t *testing.T) {
+	f := &fakeEngine{progress: map[string]engine.Progress{"a-1": {Phase: infrav1.RunRunning}}}
+	run := aRun("a")
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunFailed, infrav1.RunApply)
+	orphan := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	run.Spec.Terraform.Workspace = "b"
+	r, _ = newReconciler(t, f, orphan, run.DeepCopy())
+	_, res, err := runSub(r, run, r.reconcileStart)
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("got %v, %v; want to wait and look again", res, err)
+	}
+	if run.Status.Run.ID != "a-1" {
+		t.Fatalf("started %s while a-1 still runs", run.Status.Run.ID)
+	}
+}

@@ -1,0 +1,165 @@
+// Package enginetest is what the engine-independent test suites (the
+// conformance suite, the fuzzer, the write counts) need of each engine: its
+// own offline validation, and a simulator that plays its controller in an
+// API server where no engine controller runs. Each engine provides a Kit in
+// pipelines/<engine>/<engine>test; pipelines/pipelinestest lists them.
+package enginetest
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	. "github.com/onsi/gomega" //nolint:revive // test support, read as test code
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// Kit is an engine with what the shared test suites need of it.
+type Kit struct {
+	// Engine is the engine.
+	Engine engine.Engine
+	// Validate runs the engine's own validation on a child, offline.
+	Validate func(child client.Object) error
+	// NewSim returns a simulator of the engine's controller for one child.
+	NewSim func(env Env, key client.ObjectKey) Sim
+	// StartWrites are the API writes, by "verb Kind", that opr8r makes to
+	// start a run besides creating the child (the Job engine's driver
+	// creates the workspace volume claim).
+	StartWrites map[string]int
+}
+
+// Env is what a simulator works with.
+type Env struct {
+	// Client writes as the engine's controller would.
+	Client client.Client
+	// Writes counts the simulator's writes to children and their step
+	// objects: the child changes the manager observes.
+	Writes *atomic.Int64
+	// Timeout and Interval bound a simulator's waits for opr8r's own moves.
+	Timeout, Interval time.Duration
+}
+
+// Sim plays an engine's controller for one child, so that one suite drives
+// every engine through the same scenarios. Its methods fail the test
+// (Gomega) when something goes wrong.
+type Sim interface {
+	// Key is the child's key.
+	Key() client.ObjectKey
+	// Object returns the child as stored.
+	Object() client.Object
+	// Validate runs the engine's own validation on the stored child.
+	Validate() error
+	// Start runs clone and init to success.
+	Start()
+	// Plan finishes the plan step with the given result.
+	Plan(add, change, destroy int, digest string)
+	// Suspend reaches the approval gate for the digest.
+	Suspend(digest string)
+	// SkipGate records a plan without changes: gate and apply skipped.
+	SkipGate()
+	// Gate returns the gate's state ("Pending", "Approved", "Rejected"),
+	// its message and the approved digest it carries.
+	Gate() (state, message, digest string)
+	// FinishApply runs apply and export (writing the raw outputs Secret as
+	// the export step does) and completes the child successfully.
+	FinishApply(outputsJSON string)
+	// Fail fails a step with terraform's message and completes the child.
+	Fail(step, msg string)
+	// CompleteAfterGate completes a child whose gate was rejected (or that
+	// was stopped while it waited).
+	CompleteAfterGate()
+	// SucceedDestroy runs a destroy child to success.
+	SucceedDestroy()
+	// CancelRequested says whether opr8r asked the child to stop.
+	CancelRequested() bool
+}
+
+// Children lists an engine's children in a namespace.
+func Children(env Env, e engine.Engine, ns string) []client.Object {
+	list := e.NewChildList()
+	Expect(env.Client.List(context.Background(), list, client.InNamespace(ns))).To(Succeed())
+	items, err := apimeta.ExtractList(list)
+	Expect(err).NotTo(HaveOccurred())
+	var out []client.Object
+	for _, it := range items {
+		obj := it.(client.Object)
+		if obj.GetDeletionTimestamp() != nil {
+			continue // being deleted: an orphaning delete waits for a garbage collector
+		}
+		// Children are what a TerraformRun owns (the Job engine's step
+		// Jobs are owned by the child).
+		for _, o := range obj.GetOwnerReferences() {
+			if o.Kind == "TerraformRun" {
+				out = append(out, obj)
+			}
+		}
+	}
+	return out
+}
+
+// WriteRawOutputs creates the Secret the export step writes, owned by the
+// child and labelled so the manager's cache sees it.
+func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
+	gvk, err := apiutilGVK(env.Client, child)
+	Expect(err).NotTo(HaveOccurred())
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: pipeline.RawOutputsSecretName(child.GetName()), Namespace: child.GetNamespace(),
+			Labels:          map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentRawOutputs},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: child.GetName(), UID: child.GetUID()}},
+		},
+		Data: map[string][]byte{"outputs.json": []byte(outputsJSON)},
+	}
+	Expect(env.Client.Create(context.Background(), s)).To(Succeed())
+}
+
+// Digest is a plan digest for test data: "sha256:" and the hex of s's hash.
+func Digest(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// Now is a timestamp as engines write them: UTC, whole seconds.
+func Now() metav1.Time { return metav1.NewTime(time.Now().UTC().Truncate(time.Second)) }
+
+// Terminated is a container state that ended with the exit code.
+func Terminated(code int32, message string) corev1.ContainerState {
+	now := Now()
+	reason := "Error"
+	if code == 0 {
+		reason = "Completed"
+	}
+	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, StartedAt: now, FinishedAt: now, Reason: reason, Message: message}}
+}
+
+// Running is a running container state.
+func Running() corev1.ContainerState {
+	return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: Now()}}
+}
+
+// PlanSummaryJSON is the summary result the plan step writes.
+func PlanSummaryJSON(add, change, destroy int) (hasChanges, summary string) {
+	has := "false"
+	if add+change+destroy > 0 {
+		has = "true"
+	}
+	return has, `{"add":` + itoa(add) + `,"change":` + itoa(change) + `,"destroy":` + itoa(destroy) + `,"replace":0}`
+}
+
+func itoa(i int) string { return strconv.Itoa(i) }
+
+func apiutilGVK(c client.Client, obj client.Object) (schema.GroupVersionKind, error) {
+	return apiutil.GVKForObject(obj, c.Scheme())
+}

@@ -1,0 +1,81 @@
+// Package results is the wire format of the small results that pipeline
+// steps hand to the engine (Argo output parameters, Tekton task results, a
+// Job's termination message) and that engines read back. It is defined once
+// here: the step runner (pkg/step) writes it and every engine's Observe reads
+// it. It has no Kubernetes dependencies, so the step binary stays small.
+package results
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+)
+
+// Result names written by steps.
+const (
+	// Commit is the checked-out source revision (clone).
+	Commit = "commit"
+	// HasChanges is "true" when the plan has changes (plan).
+	HasChanges = "has-changes"
+	// Digest is the plan file's digest, "sha256:<hex>" (plan).
+	Digest = "digest"
+	// Summary is the plan's counts as JSON (plan; see Plan).
+	Summary = "summary"
+	// Error is a failing step's one-line summary, where the engine has no
+	// termination message of its own (Tekton).
+	Error = "error"
+)
+
+// Plan is the plan step's result: what applying the plan would change.
+type Plan struct {
+	Add, Change, Destroy, Replace int32
+	// HasChanges is true when applying the plan would change anything.
+	HasChanges bool
+	// Digest is the plan file's digest, "sha256:<hex>".
+	Digest string
+}
+
+// summary is the JSON of the Summary result.
+type summary struct {
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	Replace int32 `json:"replace"`
+}
+
+// Values returns the plan step's results by name, as the step writes them.
+func (p Plan) Values() map[string]string {
+	b, err := json.Marshal(summary{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace})
+	if err != nil {
+		panic(err) // four integers always marshal
+	}
+	return map[string]string{
+		HasChanges: fmt.Sprint(p.HasChanges),
+		Digest:     p.Digest,
+		Summary:    string(b),
+	}
+}
+
+// ParsePlan reads the plan step's results; get returns a result's value by
+// name ("" when missing). Whitespace around values is ignored.
+func ParsePlan(get func(name string) string) (*Plan, error) {
+	var s summary
+	if raw := strings.TrimSpace(get(Summary)); raw != "" {
+		if err := json.Unmarshal([]byte(raw), &s); err != nil {
+			return nil, fmt.Errorf("the plan step's %s result is not valid JSON: %w", Summary, err)
+		}
+	}
+	return &Plan{
+		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
+		HasChanges: strings.TrimSpace(get(HasChanges)) == "true",
+		Digest:     strings.TrimSpace(get(Digest)),
+	}, nil
+}
+
+// Short is the plan's counts as people read them: "+1 ~0 -0".
+func Short(add, change, destroy int32) string {
+	return fmt.Sprintf("+%d ~%d -%d", add, change, destroy)
+}
+
+// Short is the plan's counts as people read them: "+1 ~0 -0".
+func (p Plan) Short() string { return Short(p.Add, p.Change, p.Destroy) }
