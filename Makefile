@@ -140,8 +140,8 @@ verify: generate manifests ## Fail if generated files are stale.
 .PHONY: dev
 dev: ## One-command local start: a real apply on the from-source cluster when this machine can run it, else a local control plane (DEV_ENVTEST=1 forces it; with KUBECONFIG set: the manager on that cluster).
 	@if [ -n "$$KUBECONFIG" ]; then \
-	  echo "==> KUBECONFIG is set: running the manager against $$KUBECONFIG (CRDs installed first)"; \
-	  go run ./cmd/manager --install-crds; \
+	  echo "==> KUBECONFIG is set: running the manager against $$KUBECONFIG (CRDs installed first; default engine: Argo, else Tekton, else plain Jobs, whichever the cluster has)"; \
+	  go run ./cmd/manager --install-crds --default-engine=auto; \
 	elif [ -z "$(DEV_ENVTEST)" ] && test/e2e/cluster.sh can-run; then \
 	  echo "==> bringing up the single-node cluster built from source (test/e2e/cluster.sh; the first run builds it, later ones take about a minute)"; \
 	  test/e2e/dev.sh; \

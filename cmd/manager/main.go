@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
@@ -40,7 +41,7 @@ func main() {
 		cfg                                engine.Config
 	)
 	flag.StringVar(&engines, "engines", strings.Join(engineNames(pipelines.All()), ","), "Comma-separated engines to enable ("+strings.Join(engineNames(pipelines.All()), ", ")+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
-	flag.StringVar(&defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty.")
+	flag.StringVar(&defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty; auto picks the first enabled engine whose child kind the cluster serves (argo, then tekton, then job, which every cluster has).")
 	flag.StringVar(&cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
 	flag.StringVar(&cfg.StepImage, "step-image", manager.DefaultStepImage, "Image that holds the opr8r-step binary.")
 	flag.StringVar(&cfg.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "Default service account of step pods (bind it to the opr8r-runner Role).")
@@ -88,6 +89,12 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 	scheme, err := manager.Scheme(enabled)
 	if err != nil {
 		return err
+	}
+	if defaultEngine == "auto" {
+		if defaultEngine, err = servedEngine(restCfg, enabled); err != nil {
+			return err
+		}
+		ctrl.Log.WithName("setup").Info("default engine chosen: the first enabled engine the cluster serves", "engine", defaultEngine)
 	}
 	if installCRDs {
 		if err := applyCRDs(restCfg); err != nil {
@@ -159,4 +166,24 @@ func engineNames(es []engine.Engine) []string {
 		out[i] = string(e.Name())
 	}
 	return out
+}
+
+// servedEngine returns the first of the engines whose child kind the
+// cluster serves.
+func servedEngine(cfg *rest.Config, engines []engine.Engine) (string, error) {
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return "", err
+	}
+	mapper, err := apiutil.NewDynamicRESTMapper(cfg, hc)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range engines {
+		gvk := e.ChildGVK()
+		if _, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err == nil {
+			return string(e.Name()), nil
+		}
+	}
+	return "", fmt.Errorf("--default-engine=auto: the cluster serves the child kind of none of the enabled engines %v", engineNames(engines))
 }

@@ -42,10 +42,14 @@ wrapper() {
 
 # build NAME MODULE VERSION LDFLAGS EXTRA_GOMOD PKG... : builds PKGs into
 # $OUT/NAME-VERSION unless every binary is already there.
+# binname PKG: the file go build -o DIR/ writes for PKG (a /vN major
+# version suffix is not part of it: go.etcd.io/etcd/server/v3 -> server).
+binname() { local p="$1"; [[ "$(basename "$p")" =~ ^v[0-9]+$ ]] && p="$(dirname "$p")"; basename "$p"; }
+
 build() {
   local name="$1" mod="$2" ver="$3" ldflags="$4" extra="$5"; shift 5
   local dest="${OUT}/${name}-${ver}" missing=0 p
-  for p in "$@"; do [ -x "${dest}/$(basename "$p")" ] || missing=1; done
+  for p in "$@"; do [ -x "${dest}/$(binname "$p")" ] || missing=1; done
   [ "${missing}" = 1 ] || return 0
   mkdir -p "${dest}"
   local work; work="$(mktemp -d)"
@@ -60,7 +64,7 @@ build() {
     rc=0
     CGO_ENABLED=0 go build -trimpath -tags "${BUILD_TAGS:-}" -ldflags "-s -w ${ldflags}" -o "${dest}/" "$@" || rc=$?
     kill "${ticker}" 2>/dev/null || true; echo >&2
-    if [ "${rc}" != 0 ]; then for p in "$@"; do rm -f "${dest}/$(basename "$p")"; done; fi
+    if [ "${rc}" != 0 ]; then for p in "$@"; do rm -f "${dest}/$(binname "$p")"; done; fi
     exit "${rc}"
   )
   rm -rf "${work}"

@@ -5,10 +5,12 @@
 // Tekton controllers, real step pods running terraform, and opr8r installed
 // from its Helm chart. `make e2e` brings the cluster up and runs this.
 //
-// The scenarios, on both engines: a plan approved with `kubectl tfrun
-// approve` (and, on Argo, with `argo resume`), a no-change rerun, a reject,
-// the outputs Secret checked against the state terraform wrote, destroy on
-// delete, and terraform's own error text for a failing module.
+// The scenarios, on every engine (Argo, Tekton, plain Jobs): a plan
+// approved with `kubectl tfrun approve` (and, on Argo, with `argo resume`),
+// a reverted spec planning again, a no-change rerun, a reject, `kubectl
+// tfrun history`, the outputs Secret checked against the state terraform
+// wrote, destroy on delete, and terraform's own error text for a failing
+// module.
 package e2e
 
 import (
@@ -21,6 +23,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -277,7 +280,22 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	}
 	e.checkOutputs(t, name, "Hello again")
 
-	// 3. A rerun of the unchanged spec plans no changes: no gate, no apply.
+	// 3. The spec reverted (A, B, A): a new run and a real plan, never the
+	// first run's old child.
+	firstChild := e.get(t, name).Status.History[len(e.get(t, name).Status.History)-1].ID
+	e.sh(t, manifest(name, engine, "Hello"), e.kubectl, "apply", "-f", "-")
+	run = e.waitFor(t, name, "the reverted spec's plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
+	if run.Status.Run.Child.Name == firstChild {
+		t.Fatalf("the reverted spec reuses the first run's child %s", firstChild)
+	}
+	if p := run.Status.Plan; p.Change != 1 || p.RunID != run.Status.Run.ID {
+		t.Fatalf("the reverted spec's plan = %+v, want 1 to change, from run %s", p, run.Status.Run.ID)
+	}
+	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	run = e.waitFor(t, name, "the revert applied", 5*time.Minute, ready)
+	e.checkOutputs(t, name, "Hello")
+
+	// 4. A rerun of the unchanged spec plans no changes: no gate, no apply.
 	first := run.Status.Run.Child.Name
 	e.sh(t, "", e.tfrun, "rerun", name, "-n", ns)
 	run = e.waitFor(t, name, "the rerun finished without changes", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
@@ -289,18 +307,33 @@ func lifecycle(t *testing.T, e *env, engine string) {
 		}
 	}
 
-	// 4. Reject: a plan that is rejected is never applied.
+	// 5. Reject: a plan that is rejected is never applied.
 	e.sh(t, manifest(name, engine, "Goodbye"), e.kubectl, "apply", "-f", "-")
 	e.waitFor(t, name, "the third plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
 	e.sh(t, "", e.tfrun, "reject", name, "-n", ns, "--reason", "not today")
 	e.waitFor(t, name, "Rejected", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
 		return runPhase(r) == infrav1.RunRejected
 	})
-	if outs, _ := e.state(t, name); outs["message"] != "Hello again" {
-		t.Fatalf("after a reject the state output is %v, want the last applied %q", outs["message"], "Hello again")
+	if outs, _ := e.state(t, name); outs["message"] != "Hello" {
+		t.Fatalf("after a reject the state output is %v, want the last applied %q", outs["message"], "Hello")
 	}
 
-	// 5. Delete → the destroy pipeline empties the state, then the run goes.
+	// 6. kubectl tfrun history: every run, newest first, with its trigger,
+	// plan, approval and result.
+	out = e.sh(t, "", e.tfrun, "history", name, "-n", ns)
+	rows := strings.Split(strings.TrimSpace(out), "\n")[1:]
+	wantRows := []string{"SpecChange .* Rejected", "RerunRequest .*no changes.* Succeeded", "SpecChange .*\\+0 ~1 -0.* Succeeded", "SpecChange .*\\+0 ~1 -0.* Succeeded", "Created .*\\+1 ~0 -0.* Succeeded"}
+	if len(rows) != len(wantRows) {
+		t.Fatalf("kubectl tfrun history shows %d runs, want %d:\n%s", len(rows), len(wantRows), out)
+	}
+	for i, w := range wantRows {
+		if !regexp.MustCompile(w).MatchString(rows[i]) {
+			t.Fatalf("history row %d = %q, want /%s/:\n%s", i, rows[i], w, out)
+		}
+	}
+	t.Logf("history of %s:\n%s", name, out)
+
+	// 7. Delete → the destroy pipeline empties the state, then the run goes.
 	e.sh(t, "", e.kubectl, "delete", "terraformrun", name, "-n", ns, "--wait=false")
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
@@ -337,7 +370,7 @@ func failing(t *testing.T, e *env, engine string) {
 
 func TestEngines(t *testing.T) {
 	e := setup(t)
-	for _, engine := range []string{"argo", "tekton"} {
+	for _, engine := range []string{"argo", "tekton", "job"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })

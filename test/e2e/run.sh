@@ -43,7 +43,7 @@ trap cleanup EXIT
 
 phase "cluster up (test/e2e/cluster.sh up)"
 "${ROOT}/test/e2e/cluster.sh" up
-phase "cluster ready; running the e2e scenarios on Argo and Tekton"
+phase "cluster ready; running the e2e scenarios on Argo, Tekton and plain Jobs"
 cd "${ROOT}"
 OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
 OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
