@@ -24,6 +24,11 @@ const (
 	// AppliedCondition is True when the latest plan was applied (or had no
 	// changes), False when the apply failed. Polarity: normal-true.
 	AppliedCondition = "Applied"
+	// DriftedCondition is True when the latest scheduled check found drift
+	// (the infrastructure differs from the last apply, for an unchanged
+	// source), False when it found none. Absent before the first check.
+	// Polarity: abnormal-true.
+	DriftedCondition = "Drifted"
 )
 
 // Condition reasons. Reasons are PascalCase and never carry secrets.
@@ -50,6 +55,20 @@ const (
 	ReasonOutputsFailed     = "OutputsFailed"
 	ReasonInvalidSpec       = "InvalidSpec"
 	ReasonNoProgress        = "NoProgress"
+	ReasonDriftDetected     = "DriftDetected"
+	ReasonNoDrift           = "NoDrift"
+	ReasonSourceChanged     = "SourceChanged"
+	ReasonQueued            = "Queued"
+	ReasonPlannedOnly       = "PlannedOnly"
+)
+
+// Results of a scheduled check (status.drift.result).
+const (
+	CheckNoDrift       = "NoDrift"
+	CheckDrifted       = "Drifted"
+	CheckSourceChanged = "SourceChanged"
+	CheckSuperseded    = "Superseded"
+	CheckFailed        = "Failed"
 )
 
 // Labels and annotations opr8r reads or writes.

@@ -45,6 +45,17 @@ const (
 	DeletionRetain DeletionPolicy = "Retain"
 )
 
+// DriftRemediation says what a scheduled check that finds drift does.
+// +kubebuilder:validation:Enum=Report;Apply
+type DriftRemediation string
+
+const (
+	// DriftReport sets the Drifted condition, emits an event and counts it.
+	DriftReport DriftRemediation = "Report"
+	// DriftApply also starts an apply run, through the usual approval gate.
+	DriftApply DriftRemediation = "Apply"
+)
+
 // BackendType names a Terraform state backend that opr8r can configure from a
 // Secret.
 // +kubebuilder:validation:Pattern=`^[a-z][a-z0-9_]{0,31}$`
@@ -96,10 +107,41 @@ type TerraformRunSpec struct {
 	// +optional
 	History HistorySpec `json:"history,omitempty"`
 
-	// Suspend stops new runs from starting. A run already in progress is still
-	// followed to its end, and deletion still works.
+	// Suspend stops new runs and scheduled checks from starting. A run
+	// already in progress is still followed to its end, and deletion still
+	// works.
 	// +optional
 	Suspend bool `json:"suspend,omitempty"`
+
+	// Interval is how often opr8r checks this TerraformRun while no run is
+	// active: a plan-only run on the same engine (a drift check) fetches the
+	// source again (a new commit on the branch, an edited ConfigMap source,
+	// changed varsFrom values) and plans with -refresh. A moved source
+	// starts an apply run; a plan with changes for an unchanged source is
+	// drift (the Drifted condition; see driftRemediation). Checks never
+	// apply and never wait at the approval gate. Each TerraformRun's checks
+	// are spread by up to a tenth of the interval, so runs with the same
+	// interval do not start together. The manager raises an interval
+	// shorter than its --min-check-interval (default 1m) to it. Unset: no
+	// scheduled checks.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1s') && duration(self) <= duration('8760h')",message="spec.interval must be between 1s and 8760h (one year), for example 10m or 6h"
+	// +optional
+	Interval *metav1.Duration `json:"interval,omitempty"`
+
+	// DriftRemediation says what a check that finds drift does: Report (the
+	// default) sets Drifted, emits an event and counts it in a metric; Apply
+	// also starts an apply run, through the usual approval gate (Manual
+	// approval still waits for a person).
+	// +kubebuilder:default=Report
+	// +optional
+	DriftRemediation DriftRemediation `json:"driftRemediation,omitempty"`
+
+	// PlanOnly makes every run stop after the plan: nothing is applied,
+	// no approval is asked for, and deletion destroys nothing. For previews
+	// of a branch or a pull request.
+	// +optional
+	PlanOnly bool `json:"planOnly,omitempty"`
 }
 
 // Source is where the Terraform module comes from. Exactly one field is set.
@@ -502,6 +544,11 @@ const (
 	RunApply RunType = "apply"
 	// RunDestroy plans a destroy and applies it; it runs on deletion.
 	RunDestroy RunType = "destroy"
+	// RunDrift is a scheduled check (spec.interval): it fetches the source
+	// and plans with -refresh, and never applies.
+	RunDrift RunType = "drift"
+	// RunPlan is a run of a planOnly TerraformRun: it plans and stops.
+	RunPlan RunType = "plan"
 )
 
 // RunTrigger says why a run started.
@@ -518,6 +565,15 @@ const (
 	TriggerRerunRequest RunTrigger = "RerunRequest"
 	// TriggerDeletion is the destroy run of a TerraformRun being deleted.
 	TriggerDeletion RunTrigger = "Deletion"
+	// TriggerSchedule is a scheduled check (spec.interval).
+	TriggerSchedule RunTrigger = "Schedule"
+	// TriggerSourceChange is an apply run for a source that moved: a check
+	// found a new commit, an edited ConfigMap source or changed varsFrom
+	// values.
+	TriggerSourceChange RunTrigger = "SourceChange"
+	// TriggerDrift is an apply run that repairs drift a check found
+	// (driftRemediation Apply).
+	TriggerDrift RunTrigger = "Drift"
 )
 
 // StepPhase is the phase of one pipeline step.
@@ -615,9 +671,15 @@ type RunStatus struct {
 	// FinishedAt is when the run finished.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// Commit is the git commit the run checked out.
+	// Commit is the source revision the run checked out: the git commit, or
+	// the digest of a ConfigMap or inline source's files.
 	// +optional
 	Commit string `json:"commit,omitempty"`
+	// Inputs is the digest of the run's variables (vars and varsFrom
+	// values), salted with the TerraformRun's uid; values never leave the
+	// step pods.
+	// +optional
+	Inputs string `json:"inputs,omitempty"`
 	// Steps are the pipeline's steps in order.
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
@@ -699,9 +761,13 @@ type RunRecord struct {
 	TriggerDetail string `json:"triggerDetail,omitempty"`
 	// SpecHash is the hash of the spec it ran.
 	SpecHash string `json:"specHash"`
-	// Revision is the source revision it ran (the git commit).
+	// Revision is the source revision it ran (the git commit, or the
+	// digest of a ConfigMap or inline source's files).
 	// +optional
 	Revision string `json:"revision,omitempty"`
+	// Inputs is the digest of its variables (see status.run.inputs).
+	// +optional
+	Inputs string `json:"inputs,omitempty"`
 	// Plan is its plan, when it got that far.
 	// +optional
 	Plan *PlanStatus `json:"plan,omitempty"`
@@ -719,6 +785,35 @@ type RunRecord struct {
 	// Message is its final message; on failure terraform's error text.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// AppliedRevision is the source revision and inputs an apply ran with.
+type AppliedRevision struct {
+	// Revision is the source revision (see status.run.commit).
+	// +optional
+	Revision string `json:"revision,omitempty"`
+	// Inputs is the inputs digest (see status.run.inputs).
+	// +optional
+	Inputs string `json:"inputs,omitempty"`
+	// RunID is the apply run.
+	RunID string `json:"runID"`
+}
+
+// DriftStatus is what the latest scheduled check found.
+type DriftStatus struct {
+	// LastCheckID is the latest check's run id.
+	LastCheckID string `json:"lastCheckID"`
+	// LastCheckedAt is when it finished.
+	LastCheckedAt metav1.Time `json:"lastCheckedAt"`
+	// Result is NoDrift, Drifted, SourceChanged, Superseded or Failed.
+	Result string `json:"result"`
+	// Plan is the check's plan when it found drift: what applying would
+	// change back.
+	// +optional
+	Plan *PlanStatus `json:"plan,omitempty"`
+	// Revision is the source revision the check saw.
+	// +optional
+	Revision string `json:"revision,omitempty"`
 }
 
 // TerraformRunStatus is the observed state of a TerraformRun.
@@ -754,9 +849,20 @@ type TerraformRunStatus struct {
 	// +optional
 	ResourcesMayExist bool `json:"resourcesMayExist,omitempty"`
 
-	// Run is the latest (or active) pipeline run.
+	// Run is the latest (or active) pipeline run; scheduled checks are
+	// recorded in history and status.drift, not here.
 	// +optional
 	Run *RunStatus `json:"run,omitempty"`
+
+	// LastApplied is the source revision and inputs of the last successful
+	// apply run: what scheduled checks compare with to tell a moved source
+	// from drift.
+	// +optional
+	LastApplied *AppliedRevision `json:"lastApplied,omitempty"`
+
+	// Drift is what the latest scheduled check found.
+	// +optional
+	Drift *DriftStatus `json:"drift,omitempty"`
 
 	// History records the latest finished runs, newest first
 	// (spec.history.keepRecords, default 10). A run is recorded before its
@@ -802,6 +908,7 @@ type TerraformRunStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.status.planSummary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Drifted",type=string,JSONPath=`.status.conditions[?(@.type=="Drifted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters so that engine object names fit in 63"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.engine) || !has(self.spec.engine) || oldSelf.spec.engine == self.spec.engine || !has(oldSelf.status.run) || oldSelf.status.run.phase in ['Succeeded', 'Failed', 'Rejected']",message="spec.engine cannot change while a run is active; wait for it to finish (or reject its plan) first"

@@ -29,57 +29,64 @@ import (
 	"github.com/opr8r/opr8r/pkg/manager"
 )
 
+// settings are the manager's flags.
+type settings struct {
+	engines, defaultEngine, namespaces string
+	metricsAddr, probeAddr, pprofAddr  string
+	leaderElect, installCRDs           bool
+	maxConcurrent, burst               int
+	qps, memoryLimitRatio              float64
+	destroyTimeout, progressTimeout    time.Duration
+	maxActiveRuns                      int
+	minCheckInterval                   time.Duration
+	cfg                                engine.Config
+}
+
 func main() {
-	var (
-		engines, defaultEngine, namespaces string
-		metricsAddr, probeAddr, pprofAddr  string
-		leaderElect, installCRDs           bool
-		maxConcurrent                      int
-		qps, memoryLimitRatio              float64
-		burst                              int
-		destroyTimeout, progressTimeout    time.Duration
-		cfg                                engine.Config
-	)
-	flag.StringVar(&engines, "engines", strings.Join(engineNames(pipelines.All()), ","), "Comma-separated engines to enable ("+strings.Join(engineNames(pipelines.All()), ", ")+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
-	flag.StringVar(&defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty; auto picks the first enabled engine whose child kind the cluster serves (argo, then tekton, then job, which every cluster has).")
-	flag.StringVar(&cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
-	flag.StringVar(&cfg.StepImage, "step-image", manager.DefaultStepImage, "Image that holds the opr8r-step binary.")
-	flag.StringVar(&cfg.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "Default service account of step pods (bind it to the opr8r-runner Role).")
-	flag.StringVar(&cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
-	flag.StringVar(&namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
-	flag.StringVar(&metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
-	flag.StringVar(&probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
-	flag.Float64Var(&memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit for Go's garbage collector, as a fraction of the container's memory limit (0 disables; an explicit GOMEMLIMIT wins).")
-	flag.StringVar(&pprofAddr, "pprof-bind-address", "", "Address of Go's pprof endpoints, for profiling (empty: disabled).")
-	flag.BoolVar(&leaderElect, "leader-elect", false, "Enable leader election (for more than one replica).")
-	flag.BoolVar(&installCRDs, "install-crds", false, "Server-side apply opr8r's CRDs at start (for development).")
-	flag.IntVar(&maxConcurrent, "max-concurrent-reconciles", 4, "TerraformRuns reconciled in parallel.")
-	flag.Float64Var(&qps, "kube-api-qps", 50, "Client QPS towards the API server.")
-	flag.IntVar(&burst, "kube-api-burst", 100, "Client burst towards the API server.")
-	flag.DurationVar(&destroyTimeout, "destroy-timeout", controller.DefaultDestroyTimeout, "A deletion whose destroy runs longer is marked Stalled.")
-	flag.DurationVar(&progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
+	var s settings
+	all := strings.Join(engineNames(pipelines.All()), ",")
+	flag.StringVar(&s.engines, "engines", all, "Comma-separated engines to enable ("+all+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
+	flag.StringVar(&s.defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty; auto picks the first enabled engine whose child kind the cluster serves (argo, then tekton, then job, which every cluster has).")
+	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
+	flag.StringVar(&s.cfg.StepImage, "step-image", manager.DefaultStepImage, "Image that holds the opr8r-step binary.")
+	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "Default service account of step pods (bind it to the opr8r-runner Role).")
+	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
+	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
+	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
+	flag.Float64Var(&s.memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit for Go's garbage collector, as a fraction of the container's memory limit (0 disables; an explicit GOMEMLIMIT wins).")
+	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "", "Address of Go's pprof endpoints, for profiling (empty: disabled).")
+	flag.BoolVar(&s.leaderElect, "leader-elect", false, "Enable leader election (for more than one replica).")
+	flag.BoolVar(&s.installCRDs, "install-crds", false, "Server-side apply opr8r's CRDs at start (for development).")
+	flag.IntVar(&s.maxConcurrent, "max-concurrent-reconciles", 4, "TerraformRuns reconciled in parallel.")
+	flag.Float64Var(&s.qps, "kube-api-qps", 50, "Client QPS towards the API server.")
+	flag.IntVar(&s.burst, "kube-api-burst", 100, "Client burst towards the API server.")
+	flag.DurationVar(&s.destroyTimeout, "destroy-timeout", controller.DefaultDestroyTimeout, "A deletion whose destroy runs longer is marked Stalled.")
+	flag.IntVar(&s.maxActiveRuns, "max-active-runs", 100, "Engine children (runs and scheduled checks) active at once across the manager; more wait, runs people asked for before scheduled checks (0: no cap).")
+	flag.DurationVar(&s.minCheckInterval, "min-check-interval", controller.DefaultMinCheckInterval, "The shortest spec.interval honoured; shorter intervals are raised to it.")
+	flag.DurationVar(&s.progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
 	log := ctrl.Log.WithName("setup")
-	_, memMsg := manager.SetMemoryLimit("/sys/fs/cgroup", memoryLimitRatio)
+	_, memMsg := manager.SetMemoryLimit("/sys/fs/cgroup", s.memoryLimitRatio)
 	log.Info(memMsg)
 
-	if err := run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr, leaderElect, installCRDs, maxConcurrent, qps, burst, destroyTimeout, progressTimeout, cfg); err != nil {
+	if err := run(s); err != nil {
 		log.Error(err, "manager failed")
 		os.Exit(1)
 	}
 }
 
-func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr string, leaderElect, installCRDs bool, maxConcurrent int, qps float64, burst int, destroyTimeout, progressTimeout time.Duration, cfg engine.Config) error {
+func run(s settings) error {
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no kubeconfig: %w", err)
 	}
-	restCfg.QPS, restCfg.Burst = float32(qps), burst
+	restCfg.QPS, restCfg.Burst = float32(s.qps), s.burst
 	var names []infrav1.EngineName
-	for _, n := range strings.Split(engines, ",") {
+	for _, n := range strings.Split(s.engines, ",") {
 		names = append(names, infrav1.EngineName(strings.TrimSpace(n)))
 	}
 	enabled, err := manager.SelectEngines(pipelines.All(), names)
@@ -90,28 +97,28 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 	if err != nil {
 		return err
 	}
-	if defaultEngine == "auto" {
-		if defaultEngine, err = servedEngine(restCfg, enabled); err != nil {
+	if s.defaultEngine == "auto" {
+		if s.defaultEngine, err = servedEngine(restCfg, enabled); err != nil {
 			return err
 		}
-		ctrl.Log.WithName("setup").Info("default engine chosen: the first enabled engine the cluster serves", "engine", defaultEngine)
+		ctrl.Log.WithName("setup").Info("default engine chosen: the first enabled engine the cluster serves", "engine", s.defaultEngine)
 	}
-	if installCRDs {
+	if s.installCRDs {
 		if err := applyCRDs(restCfg); err != nil {
 			return err
 		}
 	}
 	var nsList []string
-	if namespaces != "" {
-		nsList = strings.Split(namespaces, ",")
+	if s.namespaces != "" {
+		nsList = strings.Split(s.namespaces, ",")
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  manager.CacheOptions(nsList, enabled),
-		Metrics:                metricsserver.Options{BindAddress: metricsAddr},
-		HealthProbeBindAddress: probeAddr,
-		PprofBindAddress:       pprofAddr,
-		LeaderElection:         leaderElect,
+		Metrics:                metricsserver.Options{BindAddress: s.metricsAddr},
+		HealthProbeBindAddress: s.probeAddr,
+		PprofBindAddress:       s.pprofAddr,
+		LeaderElection:         s.leaderElect,
 		LeaderElectionID:       "opr8r.infra.opr8r.io",
 	})
 	if err != nil {
@@ -119,8 +126,9 @@ func run(engines, defaultEngine, namespaces, metricsAddr, probeAddr, pprofAddr s
 	}
 	controller.RegisterMetrics()
 	if _, err := manager.Setup(mgr, manager.Options{
-		Engines: enabled, DefaultEngine: infrav1.EngineName(defaultEngine), Engine: cfg,
-		MaxConcurrentReconciles: maxConcurrent, DestroyTimeout: destroyTimeout, ProgressTimeout: progressTimeout,
+		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
+		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
+		MaxActiveRuns: s.maxActiveRuns, MinCheckInterval: s.minCheckInterval,
 	}); err != nil {
 		return err
 	}

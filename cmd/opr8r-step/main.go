@@ -78,7 +78,7 @@ func run(args []string, out io.Writer) int {
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
 		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
-	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret}
+	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt}
 
 	var err error
 	switch cmd {
@@ -168,7 +168,7 @@ type options struct {
 	outputsSecret, ownerName, ownerUID, ownerKind, ownerAPI string
 	resultsDir, resultsFile, kubeconfig                     string
 	namespace, terraformBin                                 string
-	termLog, holderPrefix                                   string
+	termLog, holderPrefix, inputsSalt                       string
 	destroy                                                 bool
 	envFiles, varsDirs                                      multi
 }
@@ -194,6 +194,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.destroy, "destroy", false, "plan: plan a destroy")
 	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")
 	fs.StringVar(&o.approved, "approved-digest", "", "apply: the approved plan digest")
+	fs.StringVar(&o.inputsSalt, "inputs-salt", "", "plan: salt of the inputs digest (the TerraformRun's uid)")
 	fs.StringVar(&o.outputsSecret, "outputs-secret", "", "export-outputs: Secret for terraform's outputs")
 	fs.StringVar(&o.ownerName, "owner-name", "", "the child that owns written Secrets")
 	fs.StringVar(&o.ownerUID, "owner-uid", "", "the child's uid")

@@ -148,6 +148,9 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 		{Name: pipeline.StepInit, Template: pipeline.StepInit, Depends: pipeline.StepClone},
 		{Name: pipeline.StepPlan, Template: pipeline.StepPlan, Depends: pipeline.StepInit},
 	}
+	if pipeline.PlanOnly(p.Type) {
+		return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
+	}
 	applyTask := wfv1.DAGTask{Name: pipeline.StepApply, Template: pipeline.StepApply}
 	exportDepends := pipeline.StepApply + ".Succeeded || " + pipeline.StepApply + ".Skipped"
 	if p.ManualApproval {

@@ -69,7 +69,7 @@ func dueStep(v runView, pr engine.Progress) (string, string) {
 		return "", ""
 	}
 	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected
-	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded {
+	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded || v.planOnly() {
 		return pipeline.StepCleanup, ""
 	}
 	if pr.Plan.HasChanges {

@@ -74,6 +74,11 @@ func newView(child *batchv1.Job, related []client.Object) runView {
 	return v
 }
 
+// planOnly says whether the run stops after its plan (checks, planOnly runs).
+func (v runView) planOnly() bool {
+	return pipeline.PlanOnly(infrav1.RunType(v.child.Labels[infrav1.RunTypeLabel]))
+}
+
 // container returns the state of one container of a step's pod.
 func (v runView) container(step, name string) (corev1.ContainerStatus, bool) {
 	pod := v.pods[step]
@@ -121,6 +126,9 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		add(gs)
 	}
 	for _, s := range stepJobs {
+		if v.planOnly() && s.step != pipeline.StepCleanup {
+			continue
+		}
 		if st, ok := v.laterStep(s.step, pr); ok {
 			add(st)
 		}
@@ -328,7 +336,7 @@ func (v runView) phase(pr *engine.Progress, failed []string) {
 		pr.Phase = infrav1.RunAwaitingApproval
 	case pr.Finished:
 		pr.Phase = infrav1.RunSucceeded
-	case pr.StartedAt != nil:
+	case pr.StartedAt != nil || len(pr.Steps) > 0:
 		pr.Phase = infrav1.RunRunning
 	default:
 		pr.Phase = infrav1.RunPending

@@ -106,54 +106,15 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		steps[s.Name] = s
 	}
 	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
-	hasChanges := tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
-
 	planTask := tektonv1.PipelineTask{
 		Name:       taskPlan,
 		Workspaces: ws,
-		TaskSpec:   taskSpec(p, req.Config.StepImage, []string{pipeline.ResultCommit, pipeline.ResultHasChanges, pipeline.ResultDigest, pipeline.ResultSummary}, steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
+		TaskSpec:   taskSpec(p, req.Config.StepImage, stepResults(steps[pipeline.StepClone], steps[pipeline.StepPlan]), steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
 	}
 	tasks := []tektonv1.PipelineTask{planTask}
-	applyTask := tektonv1.PipelineTask{
-		Name:       taskApply,
-		Workspaces: ws,
-		TaskSpec:   taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
-		When:       tektonv1.WhenExpressions{hasChanges},
+	if !pipeline.PlanOnly(p.Type) {
+		tasks = laterTasks(p, req, tasks)
 	}
-	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
-	if p.ManualApproval {
-		tasks = append(tasks, tektonv1.PipelineTask{
-			Name:     taskApprove,
-			RunAfter: []string{taskPlan},
-			TaskRef:  &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
-			When:     tektonv1.WhenExpressions{hasChanges},
-			Params: tektonv1.Params{
-				{Name: "run", Value: *tektonv1.NewStructuredValues(run.Name)},
-				{Name: "digest", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")},
-				{Name: "summary", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultSummary + ")")},
-			},
-			// Approval waits as long as it takes; opr8r enforces
-			// spec.approval.timeout itself.
-			Timeout: &metav1.Duration{},
-		})
-		applyTask.RunAfter = []string{taskApprove}
-		applyTask.When = append(applyTask.When, tektonv1.WhenExpression{Input: "$(tasks.approve.results." + resultDecision + ")", Operator: selection.In, Values: []string{"approve"}})
-		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.approve.results." + resultApprovedDigest + ")")}}
-	} else {
-		applyTask.RunAfter = []string{taskPlan}
-		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")}}
-	}
-	tasks = append(tasks, applyTask)
-	if p.Type == infrav1.RunApply {
-		// A task skipped by `when` does not skip the tasks after it, so
-		// export runs after an apply or after a plan without changes, and
-		// not after a failed or rejected one (the run has failed by then).
-		tasks = append(tasks, tektonv1.PipelineTask{
-			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
-			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepExport]),
-		})
-	}
-
 	podTemplate := &tektonpod.PodTemplate{
 		SecurityContext: p.PodSecurityContext,
 		NodeSelector:    p.NodeSelector,
@@ -235,4 +196,65 @@ func step(c corev1.Container) tektonv1.Step {
 		Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy, Command: c.Command, Args: c.Args,
 		Env: c.Env, VolumeMounts: c.VolumeMounts, ComputeResources: c.Resources, SecurityContext: c.SecurityContext,
 	}
+}
+
+// laterTasks adds the gate (Manual approval), apply and export-outputs
+// (apply runs) after the plan task.
+func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.PipelineTask) []tektonv1.PipelineTask {
+	run := req.Run
+	steps := map[string]pipeline.Step{}
+	for _, s := range p.Steps {
+		steps[s.Name] = s
+	}
+	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
+	hasChanges := tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
+	applyTask := tektonv1.PipelineTask{
+		Name:       taskApply,
+		Workspaces: ws,
+		TaskSpec:   taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
+		When:       tektonv1.WhenExpressions{hasChanges},
+	}
+	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
+	if p.ManualApproval {
+		tasks = append(tasks, tektonv1.PipelineTask{
+			Name:     taskApprove,
+			RunAfter: []string{taskPlan},
+			TaskRef:  &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
+			When:     tektonv1.WhenExpressions{hasChanges},
+			Params: tektonv1.Params{
+				{Name: "run", Value: *tektonv1.NewStructuredValues(run.Name)},
+				{Name: "digest", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")},
+				{Name: "summary", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultSummary + ")")},
+			},
+			// Approval waits as long as it takes; opr8r enforces
+			// spec.approval.timeout itself.
+			Timeout: &metav1.Duration{},
+		})
+		applyTask.RunAfter = []string{taskApprove}
+		applyTask.When = append(applyTask.When, tektonv1.WhenExpression{Input: "$(tasks.approve.results." + resultDecision + ")", Operator: selection.In, Values: []string{"approve"}})
+		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.approve.results." + resultApprovedDigest + ")")}}
+	} else {
+		applyTask.RunAfter = []string{taskPlan}
+		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")}}
+	}
+	tasks = append(tasks, applyTask)
+	if p.Type == infrav1.RunApply {
+		// A task skipped by `when` does not skip the tasks after it, so
+		// export runs after an apply or after a plan without changes, and
+		// not after a failed or rejected one (the run has failed by then).
+		tasks = append(tasks, tektonv1.PipelineTask{
+			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
+			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepExport]),
+		})
+	}
+	return tasks
+}
+
+// stepResults are the results the given steps write.
+func stepResults(steps ...pipeline.Step) []string {
+	var out []string
+	for _, s := range steps {
+		out = append(out, s.Results...)
+	}
+	return out
 }

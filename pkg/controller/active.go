@@ -6,6 +6,7 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -46,6 +47,7 @@ func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infra
 	st.engine, st.child, st.progress = e, child, pr
 	r.project(run, cur, pr)
 	if !pr.Finished {
+		r.Limiter.Hold(run.Namespace, cur.ID)
 		return ctrl.Result{}, nil
 	}
 	if err := r.finishRun(ctx, run, st); err != nil {
@@ -112,10 +114,13 @@ func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1
 		cur.Commit = pr.Commit
 	}
 	cur.Message = pr.Message
+	if pr.Plan != nil && pr.Plan.Inputs != "" {
+		cur.Inputs = pr.Plan.Inputs
+	}
 	if !pr.Finished {
 		cur.Phase = pr.Phase
 	}
-	if cur.Type != infrav1.RunApply {
+	if cur.Type != infrav1.RunApply && cur.Type != infrav1.RunPlan {
 		return
 	}
 	r.projectPlan(run, cur, pr.Plan)
@@ -188,10 +193,14 @@ func describeSteps(steps []infrav1.StepStatus) string {
 // run's result in status.run and status.history.
 func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
 	cur, pr := run.Status.Run, st.progress
-	if cur.Type == infrav1.RunApply {
+	r.Limiter.Release(run.Namespace, cur.ID)
+	switch cur.Type {
+	case infrav1.RunApply:
 		if err := r.finishApply(ctx, run, st); err != nil {
 			return err
 		}
+	case infrav1.RunPlan:
+		r.finishPlanOnly(run, st)
 	}
 	cur.Phase, cur.Message, cur.FinishedAt = pr.Phase, pr.Message, pr.FinishedAt
 	if cur.FinishedAt == nil {
@@ -281,8 +290,26 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
 	}
 	run.Status.LastAppliedHash = cur.SpecHash
+	run.Status.LastApplied = &infrav1.AppliedRevision{Revision: cur.Commit, Inputs: cur.Inputs, RunID: cur.ID}
+	if c := findCondition(run, infrav1.DriftedCondition); c != nil && c.Status == metav1True {
+		r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, "run "+cur.ID+" applied the spec again")
+	}
 	r.setReady(run, fmt.Sprintf("run %s succeeded: %s; %d outputs in Secret %s", cur.ID, planSummaryOrNone(run), len(run.Status.Outputs), run.Status.OutputsSecretName))
 	return nil
+}
+
+// finishPlanOnly records a finished run of a planOnly TerraformRun: Ready
+// when the plan was made (nothing is applied), Stalled when it failed.
+func (r *TerraformRunReconciler) finishPlanOnly(run *infrav1.TerraformRun, st *passState) {
+	cur, pr := run.Status.Run, st.progress
+	if pr.Phase != infrav1.RunSucceeded || pr.Plan == nil {
+		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, pr.Message))
+		return
+	}
+	r.transition(run, infrav1.ReadyCondition, metav1True, infrav1.ReasonPlannedOnly,
+		fmt.Sprintf("run %s planned %s; nothing is applied (spec.planOnly): kubectl tfrun plan %s", cur.ID, pr.Plan.Short(), run.Name))
+	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ReconcilingCondition)
+	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.StalledCondition)
 }
 
 func planSummaryOrNone(run *infrav1.TerraformRun) string {
@@ -307,6 +334,7 @@ func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *pas
 	if cur.Type == infrav1.RunApply {
 		run.Status.ResourcesMayExist = true
 	}
+	r.Limiter.Release(run.Namespace, cur.ID)
 	recordHistory(run, cur, *st.eff.Spec.History.KeepRecords)
 	st.active, st.finished, st.childGone = false, true, true
 	r.setStalled(run, infrav1.ReasonChildDeleted, cur.Message+fmt.Sprintf("; request a new run with kubectl tfrun rerun %s (annotation %s)", run.Name, infrav1.RunRequestAnnotation))

@@ -44,7 +44,7 @@ var warningReasons = map[string]bool{
 	infrav1.ReasonRunFailed: true, infrav1.ReasonRejected: true, infrav1.ReasonApprovalTimeout: true,
 	infrav1.ReasonStaleApproval: true, infrav1.ReasonChildDeleted: true, infrav1.ReasonDestroyFailed: true,
 	infrav1.ReasonDestroyTimeout: true, infrav1.ReasonEngineUnavailable: true, infrav1.ReasonOutputsFailed: true,
-	infrav1.ReasonNoProgress: true, infrav1.ReasonInvalidSpec: true,
+	infrav1.ReasonNoProgress: true, infrav1.ReasonInvalidSpec: true, infrav1.ReasonDriftDetected: true,
 }
 
 func (r *TerraformRunReconciler) event(run *infrav1.TerraformRun, typ, reason, action, msg string) {

@@ -17,12 +17,14 @@ import (
 )
 
 // reconcileRelease removes the finalizer without destroying anything when
-// spec.deletionPolicy is Retain or the skip-destroy annotation is set, after
+// spec.deletionPolicy is Retain, spec.planOnly is set (a planOnly
+// TerraformRun never applies, a destroy included) or the skip-destroy
+// annotation is set, after
 // asking an active run to stop. It runs first, so the escape hatch works
 // whatever state the run is in. Sets nothing; ends the pass when it acted.
 func (r *TerraformRunReconciler) reconcileRelease(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	skip := run.Annotations[infrav1.SkipDestroyAnnotation] == "true"
-	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) || (!skip && st.eff.Spec.DeletionPolicy != infrav1.DeletionRetain) {
+	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) || (!skip && !run.Spec.PlanOnly && st.eff.Spec.DeletionPolicy != infrav1.DeletionRetain) {
 		return ctrl.Result{}, nil
 	}
 	r.stopActiveQuietly(ctx, run, st)
@@ -154,6 +156,7 @@ func mayHaveResources(run *infrav1.TerraformRun) bool {
 }
 
 func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
+	r.Limiter.Forget(client.ObjectKeyFromObject(run))
 	patch := client.MergeFrom(run.DeepCopy())
 	controllerutil.RemoveFinalizer(run, infrav1.Finalizer)
 	if err := r.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {

@@ -21,22 +21,22 @@ func recordHistory(run *infrav1.TerraformRun, cur *infrav1.RunStatus, keep int32
 	if a := run.Status.Approval; a != nil && rec.Plan != nil && a.Digest == rec.Plan.Digest {
 		rec.Approval = a.DeepCopy()
 	}
-	h := run.Status.History
-	if len(h) > 0 && h[0].ID == cur.ID {
-		h = h[1:] // recorded again (a retried pass): replace
-	}
-	h = append([]infrav1.RunRecord{rec}, h...)
-	if int32(len(h)) > keep {
-		h = h[:keep]
-	}
-	run.Status.History = h
+	rec.Inputs = cur.Inputs
+	run.Status.History = recordAt(run.Status.History, rec, keep)
 }
 
-// recorded returns the ids of the runs in a status's history.
-func recorded(s infrav1.TerraformRunStatus) map[string]bool {
-	out := make(map[string]bool, len(s.History))
-	for _, h := range s.History {
-		out[h.ID] = true
+// recordAt puts a record at the head of a history (replacing a record of
+// the same run, from a retried pass) and keeps the newest keep.
+func recordAt(h []infrav1.RunRecord, rec infrav1.RunRecord, keep int32) []infrav1.RunRecord {
+	out := make([]infrav1.RunRecord, 0, len(h)+1)
+	out = append(out, rec)
+	for _, old := range h {
+		if old.ID != rec.ID {
+			out = append(out, old)
+		}
+	}
+	if int32(len(out)) > keep {
+		out = out[:keep]
 	}
 	return out
 }

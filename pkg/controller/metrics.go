@@ -19,10 +19,31 @@ var (
 		Help:    "Time plans waited at the approval gate before opr8r approved them.",
 		Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 	})
+	checksFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opr8r_checks_total",
+		Help: "Scheduled checks finished, by result (NoDrift, Drifted, SourceChanged, Superseded, Failed).",
+	}, []string{"result"})
+	driftDetected = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opr8r_drift_detected_total",
+		Help: "Checks that found drift, by namespace and TerraformRun.",
+	}, []string{"namespace", "name"})
+	activeRuns = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opr8r_active_runs",
+		Help: "Children holding one of the --max-active-runs slots.",
+	})
+	queuedRuns = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "opr8r_queued_runs",
+		Help: "Runs waiting for a --max-active-runs slot, by kind (run, check).",
+	}, []string{"kind"})
+	queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "opr8r_queue_wait_seconds",
+		Help:    "Time runs waited for a --max-active-runs slot, by kind (run, check).",
+		Buckets: prometheus.ExponentialBuckets(0.1, 3, 12),
+	}, []string{"kind"})
 )
 
 // RegisterMetrics adds opr8r's metrics to controller-runtime's registry,
 // which the manager serves on its metrics endpoint.
 func RegisterMetrics() {
-	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait)
+	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, queueWait)
 }

@@ -31,6 +31,10 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 		return ctrl.Result{}, nil
 	}
 	trigger, detail, want := r.wantRun(run, st)
+	n := newRun{typ: desiredType(run), trigger: trigger, detail: detail}
+	if !want && st.requested != nil {
+		n, want = *st.requested, true
+	}
 	if !want {
 		run.Status.ObservedGeneration = run.Generation
 		return ctrl.Result{}, nil
@@ -43,7 +47,16 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunApply, trigger: trigger, detail: detail})
+	return r.startRun(ctx, run, st, e, n)
+}
+
+// desiredType is the type of the runs the spec asks for: plan with
+// spec.planOnly, apply otherwise.
+func desiredType(run *infrav1.TerraformRun) infrav1.RunType {
+	if run.Spec.PlanOnly {
+		return infrav1.RunPlan
+	}
+	return infrav1.RunApply
 }
 
 // wantRun says whether the spec asks for a new apply run, and why.
@@ -53,7 +66,7 @@ func (r *TerraformRunReconciler) wantRun(run *infrav1.TerraformRun, st *passStat
 	switch {
 	case cur == nil:
 		return infrav1.TriggerCreated, "", true
-	case cur.Type != infrav1.RunApply || cur.SpecHash != st.hash:
+	case cur.Type != desiredType(run) || cur.SpecHash != st.hash:
 		return infrav1.TriggerSpecChange, fmt.Sprintf("spec hash %s -> %s", cur.SpecHash, st.hash), true
 	case request != "" && request != run.Status.LastHandledRunRequest:
 		return infrav1.TriggerRerunRequest, request, true
@@ -85,9 +98,16 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	if child == nil {
+		if ok, pos, total := r.Limiter.Acquire(client.ObjectKeyFromObject(run), name, prioRun); !ok {
+			r.setProgressing(run, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: position %d of %d waiting for one of the %d slots of --max-active-runs", name, pos, total, r.Limiter.max))
+			return ctrl.Result{RequeueAfter: queueRetry}, nil
+		}
 		if child, err = r.createChild(ctx, run, st, e, n.typ, name, number); err != nil {
+			r.Limiter.Release(run.Namespace, name)
 			return ctrl.Result{}, err
 		}
+	} else {
+		r.Limiter.Hold(run.Namespace, name)
 	}
 	if err := r.createInputs(ctx, st.eff, child); err != nil {
 		return ctrl.Result{}, err

@@ -67,6 +67,11 @@ type TerraformRunReconciler struct {
 	// ProgressTimeout stalls a run whose steps have not moved for this long
 	// (approval waits excluded); 0 disables the check.
 	ProgressTimeout time.Duration
+	// Limiter caps the children active at once (--max-active-runs); nil
+	// means no cap.
+	Limiter *Limiter
+	// MinCheckInterval is the shortest spec.interval honoured.
+	MinCheckInterval time.Duration
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -92,6 +97,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 		r.reconcileApproval,
 		r.reconcileProgress,
 		r.reconcileOutputs,
+		r.reconcileSchedule,
 		r.reconcileStart,
 		r.reconcileChildren,
 	}
@@ -222,16 +228,18 @@ func (r *TerraformRunReconciler) engineFor(name infrav1.EngineName) (engine.Engi
 // SetupWithManager registers the controller. Engine children are watched
 // once their CRDs are served (see EngineWatcher); this returns the
 // controller so the watcher can add those watches later.
-func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, wake <-chan event.GenericEvent) (controller.Controller, error) {
-	return ctrl.NewControllerManagedBy(mgr).
+func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, wake ...<-chan event.GenericEvent) (controller.Controller, error) {
+	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.TerraformRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
 			deletionPredicate{},
 		))).
-		Owns(&corev1.Secret{}).
-		WatchesRawSource(source.Channel(wake, &handler.EnqueueRequestForObject{})).
-		WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
+		Owns(&corev1.Secret{})
+	for _, w := range wake {
+		b = b.WatchesRawSource(source.Channel(w, &handler.EnqueueRequestForObject{}))
+	}
+	return b.WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("terraformrun").
 		Build(r)
 }
@@ -248,9 +256,12 @@ type passState struct {
 	engine   engine.Engine
 	child    client.Object
 	progress engine.Progress
-	// finished is true when the run finished in this pass; childGone when
-	// it did because its child was deleted.
+	// finished is true when the run (or a check) finished in this pass;
+	// childGone when the run did because its child was deleted.
 	finished, childGone bool
+	// requested is a run a finished check asks for (a moved source, drift
+	// to repair).
+	requested *newRun
 	// persisted is the status as stored when the pass began: what a
 	// deletion may rely on having been recorded.
 	persisted infrav1.TerraformRunStatus

@@ -52,6 +52,10 @@ type Options struct {
 	DestroyTimeout time.Duration
 	// ProgressTimeout stalls runs whose steps have not moved for this long.
 	ProgressTimeout time.Duration
+	// MaxActiveRuns caps the children active at once; 0 means no cap.
+	MaxActiveRuns int
+	// MinCheckInterval is the shortest spec.interval honoured.
+	MinCheckInterval time.Duration
 	// EnginePollPeriod is how often missing engine CRDs are looked for.
 	EnginePollPeriod time.Duration
 }
@@ -293,7 +297,15 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		maxConc = 4
 	}
 	wake := make(chan event.GenericEvent)
-	c, err := r.SetupWithManager(mgr, maxConc, wake)
+	// The limiter wakes runs whose slot came free; it never blocks on this
+	// channel, so it is buffered.
+	freed := make(chan event.GenericEvent, 1024)
+	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, freed)
+	r.MinCheckInterval = o.MinCheckInterval
+	if r.MinCheckInterval == 0 {
+		r.MinCheckInterval = controller.DefaultMinCheckInterval
+	}
+	c, err := r.SetupWithManager(mgr, maxConc, wake, freed)
 	if err != nil {
 		return nil, err
 	}
@@ -302,6 +314,9 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		Controller: c, Engines: reg, Available: avail, Period: o.EnginePollPeriod, Wake: wake,
 	}
 	if err := mgr.Add(w); err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(&controller.LimiterWarmer{Reconciler: r, Cache: mgr.GetCache()}); err != nil {
 		return nil, err
 	}
 	return r, nil

@@ -243,7 +243,8 @@ func SpecHash(run *infrav1.TerraformRun) string {
 		Mode      infrav1.ApprovalMode
 		Outputs   infrav1.OutputsSpec
 		Runner    infrav1.RunnerSpec
-	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner}
+		PlanOnly  bool `json:",omitempty"`
+	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner, s.PlanOnly}
 	b, err := json.Marshal(hashed)
 	if err != nil {
 		// Marshalling plain API types cannot fail; a panic here is a bug.
@@ -327,6 +328,10 @@ func Build(req engine.Request) (*Pipeline, error) {
 		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
 	}
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
+	if PlanOnly(req.Type) {
+		p.Cleanup = b.cleanup()
+		return p, nil
+	}
 	if p.ManualApproval {
 		p.Steps = append(p.Steps, Step{Name: StepApprove, Gate: true})
 	}
@@ -336,6 +341,13 @@ func Build(req engine.Request) (*Pipeline, error) {
 	}
 	p.Cleanup = b.cleanup()
 	return p, nil
+}
+
+// PlanOnly says whether runs of a type stop after the plan: scheduled
+// checks and the runs of a planOnly TerraformRun have no gate, no apply
+// and no export.
+func PlanOnly(t infrav1.RunType) bool {
+	return t == infrav1.RunDrift || t == infrav1.RunPlan
 }
 
 // ResultError is the result a failing step's summary is written to where
@@ -629,13 +641,13 @@ func (b *builder) plan() Step {
 	if b.req.Type == infrav1.RunDestroy {
 		args = append(args, "--destroy")
 	}
-	args = append(args, "--plan-secret="+PlanSecretName(b.req.Name))
+	args = append(args, "--plan-secret="+PlanSecretName(b.req.Name), "--inputs-salt="+string(b.run.UID))
 	args = append(args, b.ownerArgs()...)
 	args = append(args, PhResults)
 	s := b.terraformStep(StepPlan, args...)
 	s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
-	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary}
+	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs}
 	return s
 }
 

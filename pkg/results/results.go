@@ -21,6 +21,8 @@ const (
 	Digest = "digest"
 	// Summary is the plan's counts as JSON (plan; see Plan).
 	Summary = "summary"
+	// Inputs is the digest of the plan's variables (plan).
+	Inputs = "inputs"
 	// Error is a failing step's one-line summary, where the engine has no
 	// termination message of its own (Tekton).
 	Error = "error"
@@ -33,6 +35,8 @@ type Plan struct {
 	HasChanges bool
 	// Digest is the plan file's digest, "sha256:<hex>".
 	Digest string
+	// Inputs is the digest of the variables the plan was made with.
+	Inputs string
 }
 
 // summary is the JSON of the Summary result.
@@ -53,6 +57,7 @@ func (p Plan) Values() map[string]string {
 		HasChanges: fmt.Sprint(p.HasChanges),
 		Digest:     p.Digest,
 		Summary:    string(b),
+		Inputs:     p.Inputs,
 	}
 }
 
@@ -69,6 +74,7 @@ func ParsePlan(get func(name string) string) (*Plan, error) {
 		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
 		HasChanges: strings.TrimSpace(get(HasChanges)) == "true",
 		Digest:     strings.TrimSpace(get(Digest)),
+		Inputs:     strings.TrimSpace(get(Inputs)),
 	}, nil
 }
 

@@ -50,8 +50,12 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 		if err != nil {
 			return err
 		}
-		r.logf("copied %d files from %s", n, o.From)
-		return r.WriteResult("commit", "")
+		rev, err := TreeDigest(o.Dest)
+		if err != nil {
+			return err
+		}
+		r.logf("copied %d files from %s (revision %s)", n, o.From, rev)
+		return r.WriteResult("commit", rev)
 	case "git":
 	default:
 		return fmt.Errorf("--source must be git or dir, not %q", o.Source)

@@ -283,10 +283,11 @@ func (rw *redactingWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// Flush writes a trailing partial line.
+// Flush writes a trailing partial line, ended with a newline so that it
+// does not run into the next output.
 func (rw *redactingWriter) Flush() {
 	if len(rw.buf) > 0 {
-		_, _ = io.WriteString(rw.w, rw.r.Redact(string(rw.buf)))
+		_, _ = io.WriteString(rw.w, rw.r.Redact(string(rw.buf))+"\n")
 		rw.buf = nil
 	}
 }

@@ -101,6 +101,9 @@ type PlanOptions struct {
 	Destroy bool
 	// PlanSecret receives the readable plan, when set.
 	PlanSecret string
+	// InputsSalt salts the inputs digest (the TerraformRun's uid), so equal
+	// values in two TerraformRuns give different digests.
+	InputsSalt string
 }
 
 // PlanSummary is the plan step's summary result.
@@ -147,8 +150,12 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 			return nil, err
 		}
 	}
-	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest}
-	for _, name := range []string{results.HasChanges, results.Digest, results.Summary} {
+	inputs, err := InputsDigest(o)
+	if err != nil {
+		return nil, err
+	}
+	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs}
+	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs} {
 		if err := r.WriteResult(name, res.Values()[name]); err != nil {
 			return nil, err
 		}

@@ -119,5 +119,7 @@ func GoldenCases() map[string]GoldenCase {
 		"auto-approval":    {MakeRun("dns", "team-a").Auto(), infrav1.RunApply},
 		"custom-backend":   {MakeRun("bucket", "team-a").Backend("s3", "s3-backend"), infrav1.RunApply},
 		"destroy":          {MakeRun("net", "team-a").Var("name", `"demo"`), infrav1.RunDestroy},
+		"drift-check":      {MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "main", "stacks/vpc", "git-creds").VarsFrom("Secret", "db-vars"), infrav1.RunDrift},
+		"plan-only":        {MakeRun("preview", "team-a").Git("https://git.example.com/infra/modules.git", "pr-42", "", ""), infrav1.RunPlan},
 	}
 }

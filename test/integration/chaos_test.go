@@ -120,7 +120,7 @@ func (c *chaos) funcs() interceptor.Funcs {
 
 // startInterceptedManager starts the production setup with a client whose
 // calls pass through funcs (fault injection, write counting).
-func startInterceptedManager(funcs interceptor.Funcs) (context.CancelFunc, chan struct{}) {
+func startInterceptedManager(funcs interceptor.Funcs, opts ...func(*manager.Options)) (context.CancelFunc, chan struct{}) {
 	scheme, err := manager.Scheme(pipelines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
@@ -136,10 +136,15 @@ func startInterceptedManager(funcs interceptor.Funcs) (context.CancelFunc, chan 
 		},
 	})
 	Expect(err).NotTo(HaveOccurred())
-	_, err = manager.Setup(mgr, manager.Options{
+	o := manager.Options{
 		Engines: pipelines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
-	})
+		MinCheckInterval: time.Second,
+	}
+	for _, f := range opts {
+		f(&o)
+	}
+	_, err = manager.Setup(mgr, o)
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})

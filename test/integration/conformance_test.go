@@ -169,6 +169,7 @@ var _ = Describe("engine conformance", func() {
 		Describe(string(e.name), func() {
 			conformance(given{e})
 			runIdentity(given{e})
+			continuous(given{e})
 		})
 	}
 })

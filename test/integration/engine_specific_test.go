@@ -18,6 +18,8 @@ import (
 	. "github.com/onsi/gomega"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -26,6 +28,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines/argo/argotest"
 	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -90,7 +93,7 @@ var _ = Describe("Argo specifics", func() {
 	It("accepts every golden Workflow in a real API server with Argo's full CRD", func() {
 		ns := newNamespace()
 		files := goldens[*wfv1.Workflow](filepath.Join("pipelines", "argo"))
-		Expect(files).To(HaveLen(6))
+		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
 		for name, wf := range files {
 			wf.Namespace = ns
 			wf.OwnerReferences = nil
@@ -161,11 +164,26 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 	It("accepts every golden PipelineRun in a real API server with Tekton's CRDs", func() {
 		ns := newNamespace()
 		files := goldens[*tektonv1.PipelineRun](filepath.Join("pipelines", "tekton"))
-		Expect(files).To(HaveLen(6))
+		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
 		for name, pr := range files {
 			pr.Namespace = ns
 			pr.OwnerReferences = nil
 			Expect(k8sClient.Create(ctx, pr, client.DryRunAll)).To(Succeed(), "golden %s", name)
+		}
+	})
+})
+
+var _ = Describe("Job specifics", func() {
+	It("accepts every golden Job in a real API server, with its pod", func() {
+		ns := newNamespace()
+		files := goldens[*batchv1.Job](filepath.Join("pipelines", "job"))
+		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
+		for name, j := range files {
+			j.Namespace = ns
+			j.OwnerReferences = nil
+			Expect(k8sClient.Create(context.Background(), j, client.DryRunAll)).To(Succeed(), "golden %s", name)
+			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}, Spec: j.Spec.Template.Spec}
+			Expect(k8sClient.Create(context.Background(), pod, client.DryRunAll)).To(Succeed(), "golden %s's pod", name)
 		}
 	})
 })
@@ -192,6 +210,8 @@ func newOf(o client.Object) client.Object {
 		return &wfv1.Workflow{}
 	case *tektonv1.PipelineRun:
 		return &tektonv1.PipelineRun{}
+	case *batchv1.Job:
+		return &batchv1.Job{}
 	}
 	panic("unknown golden type")
 }

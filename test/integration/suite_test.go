@@ -87,25 +87,41 @@ var _ = AfterSuite(func() {
 	}
 })
 
-// startManager starts the production manager setup against envtest.
-func startManager() {
-	scheme, err := manager.Scheme(pipelines.All())
-	Expect(err).NotTo(HaveOccurred())
-	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme:     scheme,
-		Cache:      manager.CacheOptions(nil, pipelines.All()),
-		Metrics:    metricsserver.Options{BindAddress: "0"},
-		Controller: ctrlConfigSkipNameValidation(),
-	})
-	Expect(err).NotTo(HaveOccurred())
-	_, err = manager.Setup(mgr, manager.Options{
+// testManagerOptions are the manager's options in the suite: short
+// timeouts, checks as often as a spec asks, no cap on active runs.
+func testManagerOptions() manager.Options {
+	return manager.Options{
 		Engines:          pipelines.All(),
 		DefaultEngine:    infrav1.EngineArgo,
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,
 		ProgressTimeout:  progressTimeout,
 		EnginePollPeriod: 200 * time.Millisecond,
+		MinCheckInterval: time.Second,
+	}
+}
+
+// startManager starts the production manager setup against envtest, with
+// the suite's options changed by opts.
+func startManager(opts ...func(*manager.Options)) { startManagerIn(nil, opts...) }
+
+// startManagerIn starts the manager watching only the given namespaces
+// (nil: all).
+func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
+	scheme, err := manager.Scheme(pipelines.All())
+	Expect(err).NotTo(HaveOccurred())
+	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
+		Scheme:     scheme,
+		Cache:      manager.CacheOptions(namespaces, pipelines.All()),
+		Metrics:    metricsserver.Options{BindAddress: "0"},
+		Controller: ctrlConfigSkipNameValidation(),
 	})
+	Expect(err).NotTo(HaveOccurred())
+	o := testManagerOptions()
+	for _, f := range opts {
+		f(&o)
+	}
+	_, err = manager.Setup(mgr, o)
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel

@@ -164,6 +164,30 @@ var _ = Describe("API writes", Serial, func() {
 			AddReportEntry(fmt.Sprintf("%s lifecycle writes after start: %s for %d child changes", e.name, describeCounts(got), changes))
 		}
 
+		By("a scheduled check that finds nothing writes status once: its record")
+		for _, e := range engines {
+			g := given{e}
+			name := "c-" + string(e.name)
+			rw := g.run(name, ns).Auto().Retain()
+			rw.Spec.Interval = &metav1.Duration{Duration: 3 * time.Second}
+			Expect(k8sClient.Create(context.Background(), rw.Obj())).To(Succeed())
+			s := g.active(ns, name)
+			s.Start()
+			s.Plan(1, 0, 0, digestOf(name))
+			s.FinishApply(`{}`)
+			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+			w.reset()
+			c := g.checkChild(ns, name, map[string]bool{})
+			c.Start()
+			c.Plan(0, 0, 0, digestOf(name+"-check"))
+			c.Complete()
+			lastCheck(ns, name, c.Key().Name)
+			got := w.snapshot()
+			Expect(got["patch/status TerraformRun"]).To(Equal(1), "%s: status writes of a check that found nothing: %s", e.name, describeCounts(got))
+			AddReportEntry(fmt.Sprintf("%s check without drift: %s", e.name, describeCounts(got)))
+			Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
+		}
+
 		By("a resync of Ready runs writes nothing")
 		for i := 0; i < 20; i++ {
 			e := engines[i%len(engines)]

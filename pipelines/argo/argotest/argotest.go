@@ -6,7 +6,6 @@ package argotest
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"hash/fnv"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/opr8r/opr8r/pipelines/argo"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Kit returns the Argo engine's test kit.
@@ -140,29 +140,43 @@ func Params(kv ...string) *wfv1.Outputs {
 }
 
 // start marks the Workflow Running with clone and init done.
-func (a Sim) Start() {
+func (a Sim) Start() { a.StartAt(enginetest.DefaultCommit) }
+
+// StartAt implements enginetest.Sim.
+func (a Sim) StartAt(commit string) {
 	a.Update(func(wf *wfv1.Workflow) {
 		wf.Status.Phase = wfv1.WorkflowRunning
 		wf.Status.StartedAt = metav1.Now()
 		SetNode(wf, pipeline.StepClone, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
-			n.Outputs = Params(pipeline.ResultCommit, "0123456789abcdef0123456789abcdef01234567")
+			n.Outputs = Params(pipeline.ResultCommit, commit)
 		})
 		SetNode(wf, pipeline.StepInit, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 	})
 }
 
-// plan finishes the plan step with the given result.
+// Plan finishes the plan step with the given result.
 func (a Sim) Plan(add, change, destroy int, digest string) {
+	a.PlanResult(enginetest.PlanOf(add, change, destroy, digest))
+}
+
+// PlanResult implements enginetest.Sim.
+func (a Sim) PlanResult(p results.Plan) {
 	a.Update(func(wf *wfv1.Workflow) {
-		sum, _ := json.Marshal(map[string]int{"add": add, "change": change, "destroy": destroy, "replace": 0})
-		has := "false"
-		if add+change+destroy > 0 {
-			has = "true"
-		}
+		v := p.Values()
 		SetNode(wf, pipeline.StepPlan, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
-			n.Outputs = Params(pipeline.ResultHasChanges, has, pipeline.ResultDigest, digest, pipeline.ResultSummary, string(sum))
+			n.Outputs = Params(results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs])
 			n.TaskResultSynced = ptr.To(true)
 		})
+	})
+}
+
+// Complete implements enginetest.Sim: the exit handler runs and the
+// Workflow succeeds.
+func (a Sim) Complete() {
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		wf.Status.Phase = wfv1.WorkflowSucceeded
+		wf.Status.FinishedAt = metav1.Now()
 	})
 }
 

@@ -107,8 +107,11 @@ func (s Sim) stepJob(suffix string) string {
 
 // Start implements enginetest.Sim: the plan Job's pod ran install, clone
 // and init; plan runs.
-func (s Sim) Start() {
-	commit, _ := json.Marshal(map[string]string{results.Commit: "0123456789abcdef0123456789abcdef01234567"})
+func (s Sim) Start() { s.StartAt(enginetest.DefaultCommit) }
+
+// StartAt implements enginetest.Sim.
+func (s Sim) StartAt(rev string) {
+	commit, _ := json.Marshal(map[string]string{results.Commit: rev})
 	s.runPod(s.key.Name, map[string]corev1.ContainerState{
 		"install-opr8r-step": enginetest.Terminated(0, ""), pipeline.StepClone: enginetest.Terminated(0, string(commit)),
 		pipeline.StepInit: enginetest.Terminated(0, ""), pipeline.StepPlan: enginetest.Running(),
@@ -118,11 +121,19 @@ func (s Sim) Start() {
 // Plan implements enginetest.Sim: plan ends with its results in its
 // termination message, and the plan Job completes.
 func (s Sim) Plan(add, change, destroy int, digest string) {
-	has, sum := enginetest.PlanSummaryJSON(add, change, destroy)
-	res, _ := json.Marshal(map[string]string{results.HasChanges: has, results.Digest: digest, results.Summary: sum})
+	s.PlanResult(enginetest.PlanOf(add, change, destroy, digest))
+}
+
+// PlanResult implements enginetest.Sim.
+func (s Sim) PlanResult(p results.Plan) {
+	res, _ := json.Marshal(p.Values())
 	s.runPod(s.key.Name, map[string]corev1.ContainerState{pipeline.StepPlan: enginetest.Terminated(0, string(res))})
 	s.finishJob(s.key.Name, true, "")
 }
+
+// Complete implements enginetest.Sim: the driver creates cleanup after a
+// plan-only run's plan, and it runs.
+func (s Sim) Complete() { s.CompleteAfterGate() }
 
 // Suspend implements enginetest.Sim: the Job engine's gate is opr8r
 // waiting; the simulator only waits for opr8r to see it.
@@ -182,8 +193,32 @@ func (s Sim) Fail(step, msg string) {
 	s.CompleteAfterGate()
 }
 
-// CompleteAfterGate implements enginetest.Sim: cleanup runs.
-func (s Sim) CompleteAfterGate() { s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup) }
+// CompleteAfterGate implements enginetest.Sim: a plan Job the driver
+// suspended (the run was stopped) is suspended as the Job controller does,
+// then cleanup runs.
+func (s Sim) CompleteAfterGate() {
+	if j := s.job(s.key.Name); j.Spec.Suspend != nil && *j.Spec.Suspend {
+		s.suspendJob(j)
+	}
+	s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup)
+}
+
+// suspendJob plays the Job controller on a suspended Job: its running pod
+// is stopped and the Job gets the Suspended condition.
+func (s Sim) suspendJob(j *batchv1.Job) {
+	for _, c := range j.Status.Conditions {
+		if c.Type == batchv1.JobSuspended {
+			return
+		}
+	}
+	s.runPod(j.Name, map[string]corev1.ContainerState{pipeline.StepPlan: enginetest.Terminated(143, "")})
+	s.updateJob(j.Name, func(j *batchv1.Job) {
+		now := enginetest.Now()
+		j.Status.Active, j.Status.StartTime = 0, nil
+		j.Status.Conditions = append(j.Status.Conditions, batchv1.JobCondition{Type: batchv1.JobSuspended, Status: corev1.ConditionTrue,
+			Reason: "JobSuspended", Message: "Job suspended", LastTransitionTime: now})
+	})
+}
 
 // SucceedDestroy implements enginetest.Sim.
 func (s Sim) SucceedDestroy() {

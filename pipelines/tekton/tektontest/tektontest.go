@@ -10,7 +10,6 @@ package tektontest
 import (
 	"context"
 	"fmt"
-	"strconv"
 	"time"
 
 	. "github.com/onsi/gomega" //nolint:revive // test support
@@ -28,6 +27,7 @@ import (
 	"github.com/opr8r/opr8r/pipelines/tekton"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Kit returns the Tekton engine's test kit.
@@ -165,7 +165,10 @@ func result(name, value string) tektonv1.TaskRunResult {
 	return tektonv1.TaskRunResult{Name: name, Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues(value)}
 }
 
-func (c Sim) Start() {
+func (c Sim) Start() { c.StartAt(enginetest.DefaultCommit) }
+
+// StartAt implements enginetest.Sim.
+func (c Sim) StartAt(commit string) {
 	c.updatePR(func(pr *tektonv1.PipelineRun) {
 		pr.Status.StartTime = &metav1.Time{Time: time.Now()}
 		pr.Status.SetCondition(tcond(corev1.ConditionUnknown, tektonv1.PipelineRunReasonRunning.String(), "Tasks Completed: 0 (Failed: 0, Cancelled 0), Incomplete: 4, Skipped: 0"))
@@ -177,24 +180,53 @@ func (c Sim) Start() {
 			{Name: "init", ContainerState: terminated(0)},
 			{Name: "plan", ContainerState: running()},
 		}
+		// Read by Observe only once the task has succeeded, as Tekton
+		// reports results.
+		tr.Status.Results = []tektonv1.TaskRunResult{result(results.Commit, commit)}
 		tr.Status.SetCondition(tcond(corev1.ConditionUnknown, "Running", ""))
 	})
 }
 
 func (c Sim) Plan(add, change, destroy int, digest string) {
-	has := "false"
-	if add+change+destroy > 0 {
-		has = "true"
+	c.PlanResult(enginetest.PlanOf(add, change, destroy, digest))
+}
+
+// PlanResult implements enginetest.Sim: the plan task succeeds with the
+// commit clone reported and the plan's results.
+func (c Sim) PlanResult(p results.Plan) {
+	commit := enginetest.DefaultCommit
+	if tr := c.planTaskRun(); tr != nil {
+		for _, r := range tr.Status.Results {
+			if r.Name == results.Commit {
+				commit = r.Value.StringVal
+			}
+		}
 	}
+	v := p.Values()
 	c.taskRun("plan", func(tr *tektonv1.TaskRun) {
 		succeededTask("install-opr8r-step", "clone", "init", "plan")(tr)
 		tr.Status.Results = []tektonv1.TaskRunResult{
-			result(pipeline.ResultCommit, "0123456789abcdef0123456789abcdef01234567"),
-			result(pipeline.ResultHasChanges, has),
-			result(pipeline.ResultDigest, digest),
-			result(pipeline.ResultSummary, `{"add":`+itoa(add)+`,"change":`+itoa(change)+`,"destroy":`+itoa(destroy)+`,"replace":0}`),
+			result(results.Commit, commit),
+			result(results.HasChanges, v[results.HasChanges]),
+			result(results.Digest, v[results.Digest]),
+			result(results.Summary, v[results.Summary]),
+			result(results.Inputs, v[results.Inputs]),
 		}
 	})
+}
+
+// Complete implements enginetest.Sim: finally (cleanup) runs and the
+// PipelineRun succeeds.
+func (c Sim) Complete() {
+	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "Tasks Completed: 1 (Failed: 0, Cancelled 0), Skipped: 0")
+}
+
+func (c Sim) planTaskRun() *tektonv1.TaskRun {
+	tr := &tektonv1.TaskRun{}
+	if err := c.env.Client.Get(context.Background(), client.ObjectKey{Namespace: c.key.Namespace, Name: c.key.Name + "-plan"}, tr); err != nil {
+		return nil
+	}
+	return tr
 }
 
 // suspend creates the approval CustomRun as Tekton does; opr8r's approval
@@ -323,4 +355,3 @@ func runtimeTypeMeta(kind string) runtime.TypeMeta {
 	return runtime.TypeMeta{APIVersion: "tekton.dev/v1", Kind: kind}
 }
 
-func itoa(i int) string { return strconv.Itoa(i) }

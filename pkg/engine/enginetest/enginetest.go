@@ -9,7 +9,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +23,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // Kit is an engine with what the shared test suites need of it.
@@ -61,10 +61,18 @@ type Sim interface {
 	Object() client.Object
 	// Validate runs the engine's own validation on the stored child.
 	Validate() error
-	// Start runs clone and init to success.
+	// Start runs clone (at DefaultCommit) and init to success.
 	Start()
-	// Plan finishes the plan step with the given result.
+	// StartAt runs clone at the given source revision, and init.
+	StartAt(commit string)
+	// Plan finishes the plan step with the given result (and the inputs
+	// digest DefaultInputs).
 	Plan(add, change, destroy int, digest string)
+	// PlanResult finishes the plan step with the given results.
+	PlanResult(p results.Plan)
+	// Complete completes a plan-only child (a check, a planOnly run) after
+	// its plan: cleanup runs and the child succeeds.
+	Complete()
 	// Suspend reaches the approval gate for the digest.
 	Suspend(digest string)
 	// SkipGate records a plan without changes: gate and apply skipped.
@@ -125,6 +133,18 @@ func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
 	Expect(env.Client.Create(context.Background(), s)).To(Succeed())
 }
 
+// Test data the simulators report unless told otherwise.
+const (
+	DefaultCommit = "0123456789abcdef0123456789abcdef01234567"
+	DefaultInputs = "sha256:1n9u75"
+)
+
+// PlanOf is the plan step's results for the given counts and digest.
+func PlanOf(add, change, destroy int, digest string) results.Plan {
+	return results.Plan{Add: int32(add), Change: int32(change), Destroy: int32(destroy),
+		HasChanges: add+change+destroy > 0, Digest: digest, Inputs: DefaultInputs}
+}
+
 // Digest is a plan digest for test data: "sha256:" and the hex of s's hash.
 func Digest(s string) string {
 	sum := sha256.Sum256([]byte(s))
@@ -148,17 +168,6 @@ func Terminated(code int32, message string) corev1.ContainerState {
 func Running() corev1.ContainerState {
 	return corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: Now()}}
 }
-
-// PlanSummaryJSON is the summary result the plan step writes.
-func PlanSummaryJSON(add, change, destroy int) (hasChanges, summary string) {
-	has := "false"
-	if add+change+destroy > 0 {
-		has = "true"
-	}
-	return has, `{"add":` + itoa(add) + `,"change":` + itoa(change) + `,"destroy":` + itoa(destroy) + `,"replace":0}`
-}
-
-func itoa(i int) string { return strconv.Itoa(i) }
 
 func apiutilGVK(c client.Client, obj client.Object) (schema.GroupVersionKind, error) {
 	return apiutil.GVKForObject(obj, c.Scheme())

@@ -1,0 +1,246 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// reconcileSchedule runs the scheduled checks of spec.interval. A check is
+// a plan-only child of the run's engine; it is not recorded in status while
+// it runs (a check that finds nothing costs one status write: its record).
+// When it finishes, its result is recorded in status.history and
+// status.drift, and it is judged: a moved source (new revision or inputs)
+// asks for an apply run (SourceChange); a plan with changes for an
+// unchanged source is drift: Drifted True, an Event, a metric, and with
+// driftRemediation Apply an apply run (Drift); no changes clear Drifted.
+// A check is started when none runs, no run is active, the spec asks for
+// no new run, and the interval (plus the TerraformRun's own jitter) has
+// passed since the last run or check. Sets Drifted, and Ready False
+// (DriftDetected) while drift stands.
+func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	e, ok := r.Engines.Get(st.eff.Spec.Engine)
+	if !ok || !r.Available.IsAvailable(e.Name()) || (run.Spec.Interval == nil && run.Status.Drift == nil && !r.mayHaveChecks(run)) {
+		return ctrl.Result{}, nil
+	}
+	check, pr, err := r.unrecordedCheck(ctx, run, e)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if d, ok := e.(engine.Driver); ok && check != nil {
+		if err := d.Drive(ctx, r.Client, r.APIReader, check, pr); err != nil {
+			return ctrl.Result{}, generic("Drive", err, "driving check %s", check.GetName())
+		}
+	}
+	if check != nil && !pr.Finished {
+		r.Limiter.Hold(run.Namespace, check.GetName())
+		return ctrl.Result{}, nil
+	}
+	if check != nil {
+		r.finishCheck(run, st, check, pr)
+	}
+	if run.Spec.Interval == nil || run.Spec.Suspend || st.active || st.requested != nil {
+		return ctrl.Result{}, nil
+	}
+	if _, _, want := r.wantRun(run, st); want || !r.checkable(run, st) {
+		return ctrl.Result{}, nil
+	}
+	if left := r.nextCheck(run).Sub(r.now()); left > 0 {
+		return ctrl.Result{RequeueAfter: left}, nil
+	}
+	return r.startCheck(ctx, run, st, e)
+}
+
+// mayHaveChecks says whether a check child may exist without spec.interval
+// (it was just removed): the latest run number is ahead of the records.
+func (r *TerraformRunReconciler) mayHaveChecks(run *infrav1.TerraformRun) bool {
+	return run.Status.LastRunNumber > 0 && (len(run.Status.History) == 0 || run.Status.History[0].Type == infrav1.RunDrift)
+}
+
+// checkable says whether the run is in a state a check can judge: its
+// latest run for the current spec has finished (Ready or not: a check still
+// notices a source that moved after a failure).
+func (r *TerraformRunReconciler) checkable(run *infrav1.TerraformRun, st *passState) bool {
+	cur := run.Status.Run
+	return cur != nil && isTerminal(cur.Phase) && cur.SpecHash == st.hash && (cur.Type == infrav1.RunApply || cur.Type == infrav1.RunPlan)
+}
+
+// unrecordedCheck returns the check child that status does not record yet
+// (numbered past status.lastRunNumber), with its progress.
+func (r *TerraformRunReconciler) unrecordedCheck(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) (client.Object, engine.Progress, error) {
+	children, err := r.listChildren(ctx, run, e)
+	if err != nil {
+		return nil, engine.Progress{}, err
+	}
+	for _, c := range children {
+		if c.GetLabels()[infrav1.RunTypeLabel] != string(infrav1.RunDrift) || childNumber(c) <= run.Status.LastRunNumber {
+			continue
+		}
+		pr, err := r.observe(ctx, e, c)
+		return c, pr, err
+	}
+	return nil, engine.Progress{}, nil
+}
+
+// nextCheck is when the next check is due: the interval, plus a jitter of
+// up to a tenth of it that is the TerraformRun's own (from its uid), after
+// the last run or check finished.
+func (r *TerraformRunReconciler) nextCheck(run *infrav1.TerraformRun) time.Time {
+	interval := run.Spec.Interval.Duration
+	if interval < r.MinCheckInterval {
+		interval = r.MinCheckInterval
+	}
+	var last time.Time
+	if cur := run.Status.Run; cur != nil && cur.FinishedAt != nil {
+		last = cur.FinishedAt.Time
+	}
+	if d := run.Status.Drift; d != nil && d.LastCheckedAt.After(last) {
+		last = d.LastCheckedAt.Time
+	}
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(run.UID))
+	jitter := time.Duration(h.Sum32()%1000) * interval / 10 / 1000
+	return last.Add(interval + jitter)
+}
+
+// startCheck creates a check child under the next run number, without a
+// status write; it waits for a slot of --max-active-runs behind the runs
+// people asked for.
+func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine) (ctrl.Result, error) {
+	number, child, err := r.claimChild(ctx, run, st, e, infrav1.RunDrift)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	name := pipeline.ChildName(run.Name, infrav1.RunDrift, number)
+	if ok, pos, total := r.Limiter.Acquire(client.ObjectKeyFromObject(run), name, prioCheck); !ok {
+		ctrl.LoggerFrom(ctx).V(1).Info("check queued", "position", pos, "waiting", total, "active", r.Limiter.Active())
+		return ctrl.Result{RequeueAfter: queueRetry}, nil
+	}
+	if child == nil {
+		if child, err = r.createChild(ctx, run, st, e, infrav1.RunDrift, name, number); err != nil {
+			r.Limiter.Release(run.Namespace, name)
+			return ctrl.Result{}, err
+		}
+	}
+	runsStarted.WithLabelValues(string(e.Name()), string(infrav1.RunDrift)).Inc()
+	return ctrl.Result{}, r.createInputs(ctx, st.eff, child)
+}
+
+// finishCheck records a finished check and judges what it found.
+func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *passState, check client.Object, pr engine.Progress) {
+	r.Limiter.Release(run.Namespace, check.GetName())
+	rec := checkRecord(st.eff.Spec.Engine, check, pr)
+	result := r.judgeCheck(run, st, check, pr, rec)
+	rec.Message = result + ": " + rec.Message
+	if n := childNumber(check); n > run.Status.LastRunNumber {
+		run.Status.LastRunNumber = n
+	}
+	run.Status.History = recordAt(run.Status.History, rec, *st.eff.Spec.History.KeepRecords)
+	run.Status.Drift = &infrav1.DriftStatus{LastCheckID: check.GetName(), LastCheckedAt: *rec.FinishedAt, Result: result, Revision: pr.Commit}
+	if result == infrav1.CheckDrifted {
+		run.Status.Drift.Plan = rec.Plan
+	}
+	checksFinished.WithLabelValues(result).Inc()
+	runsFinished.WithLabelValues(string(rec.Engine), string(infrav1.RunDrift), string(rec.Result)).Inc()
+	st.finished = true
+}
+
+// checkRecord is a finished check's history record.
+func checkRecord(e infrav1.EngineName, check client.Object, pr engine.Progress) infrav1.RunRecord {
+	l := check.GetLabels()
+	rec := infrav1.RunRecord{
+		ID: check.GetName(), Number: childNumber(check), Type: infrav1.RunDrift, Engine: e,
+		Trigger: infrav1.TriggerSchedule, SpecHash: l[infrav1.SpecHashLabel], Revision: pr.Commit,
+		Result: pr.Phase, StartedAt: pr.StartedAt, FinishedAt: pr.FinishedAt, Message: truncate(pr.Message, 900),
+	}
+	if pr.Plan != nil {
+		rec.Plan = planStatus(pr.Plan, check.GetName())
+		rec.Inputs = pr.Plan.Inputs
+	}
+	if rec.FinishedAt == nil {
+		now := metav1.Now()
+		rec.FinishedAt = &now
+	}
+	return rec
+}
+
+// judgeCheck decides what a finished check found, sets Drifted and asks
+// for the apply run the finding calls for.
+func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passState, check client.Object, pr engine.Progress, rec infrav1.RunRecord) string {
+	switch {
+	case rec.SpecHash != st.hash:
+		return infrav1.CheckSuperseded
+	case pr.Phase != infrav1.RunSucceeded || pr.Plan == nil:
+		return infrav1.CheckFailed
+	case sourceMoved(run.Status.LastApplied, rec):
+		setStatus(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonSourceChanged, fmt.Sprintf("check %s found a new source revision %s; an apply run plans it", check.GetName(), shortRev(rec.Revision, rec.Inputs)))
+		st.requested = &newRun{typ: desiredType(run), trigger: infrav1.TriggerSourceChange, detail: "check " + check.GetName() + " saw " + shortRev(rec.Revision, rec.Inputs)}
+		return infrav1.CheckSourceChanged
+	case pr.Plan.HasChanges && isReady(run):
+		r.reportDrift(run, st, check.GetName(), pr.Plan)
+		return infrav1.CheckDrifted
+	}
+	r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, fmt.Sprintf("check %s found no drift", check.GetName()))
+	if c := findCondition(run, infrav1.ReadyCondition); c != nil && c.Reason == infrav1.ReasonDriftDetected {
+		r.setReady(run, "check "+check.GetName()+" found no drift")
+	}
+	return infrav1.CheckNoDrift
+}
+
+// reportDrift sets Drifted and Ready False, emits the event, counts it and,
+// with driftRemediation Apply, asks for an apply run.
+func (r *TerraformRunReconciler) reportDrift(run *infrav1.TerraformRun, st *passState, check string, p *engine.PlanResult) {
+	msg := fmt.Sprintf("check %s found drift: applying the spec again would change %s (plan %s)", check, p.Short(), p.Digest)
+	if st.eff.Spec.DriftRemediation == infrav1.DriftApply {
+		st.requested = &newRun{typ: infrav1.RunApply, trigger: infrav1.TriggerDrift, detail: "check " + check + " found " + p.Short()}
+		msg += "; an apply run repairs it (driftRemediation Apply)"
+	} else {
+		msg += fmt.Sprintf("; repair it with kubectl tfrun rerun %s, or set spec.driftRemediation: Apply", run.Name)
+	}
+	r.transition(run, infrav1.DriftedCondition, metav1True, infrav1.ReasonDriftDetected, msg)
+	setStatus(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonDriftDetected, msg)
+	driftDetected.WithLabelValues(run.Namespace, run.Name).Inc()
+}
+
+// sourceMoved says whether a check saw another source revision or other
+// inputs than the last successful apply.
+func sourceMoved(last *infrav1.AppliedRevision, rec infrav1.RunRecord) bool {
+	if last == nil {
+		return false
+	}
+	return (rec.Revision != "" && last.Revision != "" && rec.Revision != last.Revision) ||
+		(rec.Inputs != "" && last.Inputs != "" && rec.Inputs != last.Inputs)
+}
+
+func shortRev(rev, inputs string) string {
+	if len(rev) > 19 {
+		rev = rev[:19]
+	}
+	if len(inputs) > 19 {
+		inputs = inputs[:19]
+	}
+	return "revision " + rev + ", inputs " + inputs
+}
+
+func isReady(run *infrav1.TerraformRun) bool {
+	c := findCondition(run, infrav1.ReadyCondition)
+	return c != nil && (c.Status == metav1True || c.Reason == infrav1.ReasonDriftDetected)
+}
+
+func findCondition(run *infrav1.TerraformRun, t string) *metav1.Condition {
+	for i := range run.Status.Conditions {
+		if run.Status.Conditions[i].Type == t {
+			return &run.Status.Conditions[i]
+		}
+	}
+	return nil
+}
