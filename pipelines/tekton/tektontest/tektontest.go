@@ -354,4 +354,3 @@ func (c Sim) SucceedDestroy() {
 func runtimeTypeMeta(kind string) runtime.TypeMeta {
 	return runtime.TypeMeta{APIVersion: "tekton.dev/v1", Kind: kind}
 }
-
