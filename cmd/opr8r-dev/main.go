@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -106,16 +105,9 @@ func run(example string, once bool) error {
 		time.Sleep(200 * time.Millisecond)
 	}
 	if tr.Status.Run == nil {
-		return fmt.Errorf("the manager created no Workflow within 30s")
+		return fmt.Errorf("the manager created no child within 30s")
 	}
 	fmt.Printf("==> %s %s created (engine %s)\n", tr.Status.Run.Child.Kind, tr.Status.Run.ID, tr.Status.Run.Engine)
-	if tr.Status.Run.Engine == infrav1.EngineArgo {
-		wf := &wfv1.Workflow{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: tr.Namespace, Name: tr.Status.Run.ID}, wf); err != nil {
-			return err
-		}
-		fmt.Printf("    DAG %s\n", dag(wf))
-	}
 	fmt.Printf("==> run status: phase=%s, %s\n", tr.Status.Phase, conditionLine(tr))
 	fmt.Printf(`
 This local control plane runs no engine controller, so the %s stays Pending.
@@ -126,8 +118,7 @@ On a cluster with the engine, the run reaches the approval gate and you approve 
   kubectl tfrun render -f %s                  # the child, offline
   kubectl tfrun plan %s -n %s                 # once planned: the readable plan and its digest
   kubectl tfrun approve %s -n %s              # approves exactly the plan waiting
-  # Argo: argo resume %s -n %s   (the Argo UI's RESUME button does the same)
-`, tr.Status.Run.Child.Kind, kubeconfig, tr.Namespace, example, tr.Name, tr.Namespace, tr.Name, tr.Namespace, tr.Status.Run.ID, tr.Namespace)
+%s`, tr.Status.Run.Child.Kind, kubeconfig, tr.Namespace, example, tr.Name, tr.Namespace, tr.Name, tr.Namespace, engineHint(engines, tr))
 	if once {
 		return nil
 	}
@@ -136,19 +127,14 @@ On a cluster with the engine, the run reaches the approval gate and you approve 
 	return nil
 }
 
-func dag(wf *wfv1.Workflow) string {
-	out := ""
-	for _, t := range wf.Spec.Templates {
-		if t.DAG != nil {
-			for i, task := range t.DAG.Tasks {
-				if i > 0 {
-					out += " -> "
-				}
-				out += task.Name
-			}
+// engineHint is the run's engine's own way to approve, if it has one.
+func engineHint(engines []engine.Engine, tr *infrav1.TerraformRun) string {
+	for _, e := range engines {
+		if h, ok := e.(engine.ApprovalHinter); ok && e.Name() == tr.Status.Run.Engine {
+			return "  # " + h.ApprovalHint(tr.Namespace, tr.Status.Run.ID) + "\n"
 		}
 	}
-	return out + " (onExit: " + wf.Spec.OnExit + ")"
+	return ""
 }
 
 func conditionLine(tr *infrav1.TerraformRun) string {

@@ -1,9 +1,6 @@
 package argo_test
 
 import (
-	"flag"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,8 +15,6 @@ import (
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 // BuildGolden builds the Workflow of a golden case.
 func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *wfv1.Workflow {
@@ -45,19 +40,7 @@ func TestGoldenWorkflows(t *testing.T) {
 			if err := validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{}); err != nil {
 				t.Fatalf("Argo's ValidateWorkflow rejects the %s Workflow: %v", name, err)
 			}
-			path := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("reading golden file (run go test ./pipelines/argo -update): %v", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("Workflow differs from %s (-want +got); run make update-golden if intended:\n%s", path, diff)
-			}
+			testutil.Golden(t, name, got)
 		})
 	}
 }

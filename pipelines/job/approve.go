@@ -17,13 +17,13 @@ import (
 // child's annotations, guarded by the resourceVersion it was read at; the
 // driver then creates the apply Job with the approved digest.
 func (Engine) Approve(ctx context.Context, c client.Client, child client.Object, d engine.Decision) error {
-	return decide(ctx, c, child, decisionApprove, d, fmt.Sprintf("plan %s approved by %s", d.Digest, d.Actor()))
+	return decide(ctx, c, child, decisionApprove, d, d.Approved())
 }
 
 // Reject implements engine.Approver: apply is never created; the driver
 // goes on to cleanup.
 func (Engine) Reject(ctx context.Context, c client.Client, child client.Object, d engine.Decision) error {
-	return decide(ctx, c, child, decisionReject, d, fmt.Sprintf("Rejected: %s. Decided by %s", d.Reason, d.Actor()))
+	return decide(ctx, c, child, decisionReject, d, d.Rejected())
 }
 
 func decide(ctx context.Context, c client.Client, obj client.Object, decision string, d engine.Decision, msg string) error {

@@ -3,9 +3,6 @@ package job_test
 import (
 	"context"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -25,8 +22,6 @@ import (
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *batchv1.Job {
 	t.Helper()
@@ -50,19 +45,7 @@ func TestGoldenJobs(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("reading golden file (run make update-golden): %v", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("Job differs from %s (-want +got):\n%s", path, diff)
-			}
+			testutil.Golden(t, name, got)
 		})
 	}
 }

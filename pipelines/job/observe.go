@@ -228,6 +228,22 @@ func jobFailed(j *batchv1.Job) (string, bool) {
 }
 
 // jobDone says whether a Job finished, either way.
+// jobFinishedAt is when a finished Job finished: its completion time, or
+// for a failed Job (which has none) when its Failed condition was set; nil
+// when neither is known (the reconciler then records when it saw it).
+func jobFinishedAt(j *batchv1.Job) *metav1.Time {
+	if j.Status.CompletionTime != nil {
+		return j.Status.CompletionTime
+	}
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobFailed || c.Type == batchv1.JobComplete) && c.Status == corev1.ConditionTrue && !c.LastTransitionTime.IsZero() {
+			t := c.LastTransitionTime
+			return &t
+		}
+	}
+	return nil
+}
+
 func jobDone(j *batchv1.Job) bool {
 	if j == nil {
 		return false
@@ -317,12 +333,7 @@ func (v runView) phase(pr *engine.Progress, failed []string) {
 	cleanup := v.jobs[pipeline.StepCleanup]
 	pr.Finished = jobDone(cleanup)
 	if pr.Finished {
-		if c := cleanup.Status.CompletionTime; c != nil {
-			pr.FinishedAt = c
-		} else {
-			now := metav1.Now()
-			pr.FinishedAt = &now
-		}
+		pr.FinishedAt = jobFinishedAt(cleanup)
 	}
 	cancelled := v.child.Annotations[annoCancelled]
 	switch {

@@ -44,12 +44,7 @@ type ApprovalReconciler struct {
 	Now func() time.Time
 }
 
-func (r *ApprovalReconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
-	}
-	return time.Now()
-}
+func (r *ApprovalReconciler) now() time.Time { return engine.Now(r.Now) }
 
 // isOurs is Tekton's controller.FilterCustomRunRef, for controller-runtime.
 func isOurs(o client.Object) bool {
@@ -151,7 +146,7 @@ func (Engine) Approve(ctx context.Context, c client.Client, child client.Object,
 		{Name: resultDecision, Value: "approve"},
 		{Name: resultApprovedDigest, Value: d.Digest},
 	}
-	cr.Status.MarkCustomRunSucceeded(ReasonApproved, "plan %s approved by %s", d.Digest, d.Actor())
+	cr.Status.MarkCustomRunSucceeded(ReasonApproved, "%s", d.Approved())
 	return c.Status().Update(ctx, cr)
 }
 
@@ -163,7 +158,7 @@ func (Engine) Reject(ctx context.Context, c client.Client, child client.Object, 
 		return err
 	}
 	cr.Status.Results = []tektonv1beta1.CustomRunResult{{Name: resultDecision, Value: "reject"}}
-	cr.Status.MarkCustomRunFailed(ReasonRejected, "Rejected: %s. Decided by %s", d.Reason, d.Actor())
+	cr.Status.MarkCustomRunFailed(ReasonRejected, "%s", d.Rejected())
 	return c.Status().Update(ctx, cr)
 }
 

@@ -2,9 +2,6 @@ package tekton_test
 
 import (
 	"context"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -17,8 +14,6 @@ import (
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files")
 
 func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *tektonv1.PipelineRun {
 	t.Helper()
@@ -54,19 +49,7 @@ func TestGoldenPipelineRuns(t *testing.T) {
 			if err := validate(pr); err != nil {
 				t.Fatalf("Tekton's Validate rejects the %s PipelineRun: %v", name, err)
 			}
-			path := filepath.Join("testdata", name+".golden.yaml")
-			if *update {
-				if err := os.WriteFile(path, got, 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("reading golden file (run make update-golden): %v", err)
-			}
-			if diff := cmp.Diff(string(want), string(got)); diff != "" {
-				t.Errorf("PipelineRun differs from %s (-want +got):\n%s", path, diff)
-			}
+			testutil.Golden(t, name, got)
 		})
 	}
 }

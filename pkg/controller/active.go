@@ -202,11 +202,7 @@ func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.Ter
 	case infrav1.RunPlan:
 		r.finishPlanOnly(run, st)
 	}
-	cur.Phase, cur.Message, cur.FinishedAt = pr.Phase, pr.Message, pr.FinishedAt
-	if cur.FinishedAt == nil {
-		now := metav1.NewTime(r.now())
-		cur.FinishedAt = &now
-	}
+	cur.Phase, cur.Message, cur.FinishedAt = pr.Phase, pr.Message, r.finishedAt(pr.FinishedAt)
 	if cur.Type == infrav1.RunApply && applyMayHaveRun(pr.Steps) {
 		run.Status.ResourcesMayExist = true
 	}
@@ -327,9 +323,8 @@ func planSummaryOrNone(run *infrav1.TerraformRun) string {
 // it. What its apply step did is unknown, so the state may hold resources.
 func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *passState) {
 	cur := run.Status.Run
-	now := metav1.NewTime(r.now())
 	cur.Phase = infrav1.RunFailed
-	cur.FinishedAt = &now
+	cur.FinishedAt = r.finishedAt(nil)
 	cur.Message = fmt.Sprintf("%s %s was deleted before it finished", cur.Child.Kind, cur.ID)
 	if cur.Type == infrav1.RunApply {
 		run.Status.ResourcesMayExist = true

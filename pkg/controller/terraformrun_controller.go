@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -76,11 +77,15 @@ type TerraformRunReconciler struct {
 	Now func() time.Time
 }
 
-func (r *TerraformRunReconciler) now() time.Time {
-	if r.Now != nil {
-		return r.Now()
+func (r *TerraformRunReconciler) now() time.Time { return engine.Now(r.Now) }
+
+// finishedAt is t, or now when the engine did not say when it finished.
+func (r *TerraformRunReconciler) finishedAt(t *metav1.Time) *metav1.Time {
+	if t != nil {
+		return t
 	}
-	return time.Now()
+	now := metav1.NewTime(r.now())
+	return &now
 }
 
 // subReconciler is one step of a reconcile pass. It reads and changes the

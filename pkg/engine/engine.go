@@ -160,6 +160,18 @@ func (d Decision) Actor() string {
 	return ActorName + " (" + d.By + ")"
 }
 
+// Approved is how engines that write their own gate's message word an
+// approval.
+func (d Decision) Approved() string {
+	return fmt.Sprintf("plan %s approved by %s", d.Digest, d.Actor())
+}
+
+// Rejected is how engines that write their own gate's message word a
+// rejection.
+func (d Decision) Rejected() string {
+	return fmt.Sprintf("Rejected: %s. Decided by %s", d.Reason, d.Actor())
+}
+
 // Config carries the manager-wide settings engines need to build children.
 type Config struct {
 	// StepImage holds the opr8r-step binary; it runs the clone step and
@@ -300,6 +312,15 @@ func TimeOrNil(t metav1.Time) *metav1.Time {
 		return nil
 	}
 	return &t
+}
+
+// Now reads clock, or the wall clock when clock is nil: the one clock
+// helper of the reconcilers and the plugin, whose tests replace it.
+func Now(clock func() time.Time) time.Time {
+	if clock != nil {
+		return clock()
+	}
+	return time.Now()
 }
 
 // Elapsed returns how long ago t was, or 0 for nil.

@@ -52,12 +52,7 @@ type Options struct {
 	Now       func() time.Time
 }
 
-func (o *Options) now() time.Time {
-	if o.Now != nil {
-		return o.Now()
-	}
-	return time.Now()
-}
+func (o *Options) now() time.Time { return engine.Now(o.Now) }
 
 func (o *Options) clients() (client.Client, kubernetes.Interface, string, error) {
 	ns, _, err := o.Flags.ToRawKubeConfigLoader().Namespace()

@@ -160,7 +160,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 			return nil, err
 		}
 	}
-	r.logf("plan: +%d ~%d -%d (replace %d), has changes: %v, digest %s", sum.Add, sum.Change, sum.Destroy, sum.Replace, sum.HasChanges, sum.Digest)
+	r.logf("plan: %s (replace %d), has changes: %v, digest %s", res.Short(), sum.Replace, sum.HasChanges, sum.Digest)
 	return sum, nil
 }
 

@@ -1,0 +1,165 @@
+package controller
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// drivenEngine is a fake engine that no controller drives: it records the
+// reconciler's Drive calls.
+type drivenEngine struct {
+	fakeEngine
+	driven []string
+	seen   []engine.Progress
+	err    error
+}
+
+var _ engine.Driver = &drivenEngine{}
+
+func (d *drivenEngine) Drive(_ context.Context, _ client.Client, _ client.Reader, child client.Object, pr engine.Progress) error {
+	d.driven = append(d.driven, child.GetName())
+	d.seen = append(d.seen, pr)
+	return d.err
+}
+
+func TestReconcileDrive(t *testing.T) {
+	boom := errors.New("boom")
+	cases := map[string]struct {
+		driver    bool
+		child     bool
+		err       error
+		wantDrive bool
+	}{
+		"an engine with a controller of its own": {child: true},
+		"a driven engine, no child":              {driver: true},
+		"a driven engine's child":                {driver: true, child: true, wantDrive: true},
+		"a Drive that fails":                     {driver: true, child: true, err: boom, wantDrive: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			d := &drivenEngine{err: tc.err}
+			var e engine.Engine = &d.fakeEngine
+			if tc.driver {
+				e = d
+			}
+			r, _ := newReconciler(t, e)
+			run := withRun(r, aRun("a"), 1, infrav1.RunRunning, infrav1.RunApply)
+			st := r.newPassState(run)
+			st.engine = e
+			st.progress = engine.Progress{Phase: infrav1.RunRunning, Message: "planning"}
+			if tc.child {
+				st.child = childOf(t, run, infrav1.RunApply, 1, st.hash)
+			}
+			res, err := r.reconcileDrive(ctx(), run, st)
+			if !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.err)
+			}
+			var ge *GenericError
+			if tc.err != nil && (!errors.As(err, &ge) || ge.Reason != "Drive") {
+				t.Fatalf("err = %#v, want a GenericError with reason Drive that keeps its cause", err)
+			}
+			if res != ctrlResult() {
+				t.Fatalf("result = %+v, want none", res)
+			}
+			if got := len(d.driven) > 0; got != tc.wantDrive {
+				t.Fatalf("driven %v, want %v", d.driven, tc.wantDrive)
+			}
+			if tc.wantDrive && (d.driven[0] != "a-1" || d.seen[0].Message != "planning") {
+				t.Fatalf("drove %v with %+v, want a-1 with the pass's progress", d.driven, d.seen)
+			}
+			if len(run.Status.Conditions) != 0 {
+				t.Fatalf("reconcileDrive set conditions: %+v", run.Status.Conditions)
+			}
+		})
+	}
+}
+
+func TestReconcileOutputs(t *testing.T) {
+	const outputsJSON = `{"id":{"sensitive":false,"value":"abc"},"secret":{"sensitive":true,"value":"s3"}}`
+	rawOf := func(child string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pipeline.RawOutputsSecretName(child), Namespace: "ns"},
+			Data: map[string][]byte{RawOutputsKey: []byte(outputsJSON)}}
+	}
+	cases := map[string]struct {
+		phase      infrav1.RunPhase
+		raw        bool
+		secret     map[string]string // the outputs Secret as found; nil: absent
+		specChange bool
+		want       map[string]string // the outputs Secret after; nil: absent
+	}{
+		"deleted by a person, raw outputs kept": {phase: infrav1.RunSucceeded, raw: true, want: map[string]string{"id": "abc", "secret": "s3"}},
+		"edited by a person":                    {phase: infrav1.RunSucceeded, raw: true, secret: map[string]string{"id": "tampered"}, want: map[string]string{"id": "abc", "secret": "s3"}},
+		"intact":                                {phase: infrav1.RunSucceeded, raw: true, secret: map[string]string{"id": "abc", "secret": "s3"}, want: map[string]string{"id": "abc", "secret": "s3"}},
+		"raw outputs pruned with their child":   {phase: infrav1.RunSucceeded},
+		"the run is still active":               {phase: infrav1.RunRunning, raw: true},
+		"the run failed":                        {phase: infrav1.RunFailed, raw: true},
+		"a new run is due (spec changed)":       {phase: infrav1.RunSucceeded, raw: true, specChange: true},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			var objs []client.Object
+			if tc.raw {
+				objs = append(objs, rawOf("a-1"))
+			}
+			run := aRun("a")
+			if tc.secret != nil {
+				s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a-outputs", Namespace: "ns",
+					OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))}},
+					Data: map[string][]byte{}}
+				for k, v := range tc.secret {
+					s.Data[k] = []byte(v)
+				}
+				objs = append(objs, s)
+			}
+			r, c := newReconciler(t, &fakeEngine{}, objs...)
+			run = withRun(r, run, 1, tc.phase, infrav1.RunApply)
+			run.Status.OutputsSecretName = "a-outputs"
+			if tc.specChange {
+				run.Spec.Terraform.Vars = append(run.Spec.Terraform.Vars, infrav1.Variable{Name: "name", Value: apiextensionsv1.JSON{Raw: []byte(`"changed"`)}})
+			}
+			_, _, err := runSub(r, run, r.reconcileOutputs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := &corev1.Secret{}
+			err = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: "a-outputs"}, got)
+			if tc.want == nil {
+				if tc.secret == nil && !apierrors.IsNotFound(err) {
+					t.Fatalf("an outputs Secret was written: %v %+v", err, got.Data)
+				}
+				if tc.secret != nil && string(got.Data["id"]) != tc.secret["id"] {
+					t.Fatalf("the outputs Secret was rewritten: %+v", got.Data)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(got.Data) != len(tc.want) {
+				t.Fatalf("outputs = %q, want %q", got.Data, tc.want)
+			}
+			for k, v := range tc.want {
+				if string(got.Data[k]) != v {
+					t.Fatalf("outputs[%s] = %q, want %q", k, got.Data[k], v)
+				}
+			}
+			if !metav1.IsControlledBy(got, run) {
+				t.Fatalf("the outputs Secret is not owned by the run: %+v", got.OwnerReferences)
+			}
+			if len(run.Status.Outputs) != 2 || run.Status.Outputs[0] != "id" {
+				t.Fatalf("status.outputs = %v, want the keys", run.Status.Outputs)
+			}
+		})
+	}
+}
