@@ -6,6 +6,9 @@
 #   containerd  containerd, containerd-shim-runc-v2, ctr
 #   Argo        workflow-controller, argoexec, argo (the CLI)
 #   Tekton      controller, webhook, entrypoint, nop, workingdirinit
+#   provider    terraform-provider-kubernetes, for real drift of a real
+#               ConfigMap (baked into the e2e Terraform image as a local
+#               provider mirror; terraform downloads nothing)
 # Each upstream project is built through a throwaway wrapper module that
 # requires the pinned version and copies its go.mod's replace/exclude blocks,
 # so the dependency versions are the project's own. Binaries are cached under
@@ -136,5 +139,16 @@ fi
 if [ "${what}" = all ] || [ "${what}" = tekton ]; then
   build tekton github.com/tektoncd/pipeline "${TEKTON_VERSION}" "" "" \
     github.com/tektoncd/pipeline/cmd/controller github.com/tektoncd/pipeline/cmd/webhook github.com/tektoncd/pipeline/cmd/entrypoint github.com/tektoncd/pipeline/cmd/nop github.com/tektoncd/pipeline/cmd/workingdirinit
+fi
+if [ "${what}" = all ] || [ "${what}" = provider ]; then
+  # hashicorp/terraform-provider-kubernetes at its newest release the module
+  # proxy serves: its module path has no /v2, so the proxy has only v1.x
+  # tags (v1.13.4, 2020; plugin protocol 5, which terraform 1.11 speaks).
+  # kubectl v0.19 imports vbom.ml/util, which moved to github.com/fvbommel/util
+  # (the vanity host no longer serves it).
+  TFK_VERSION="${TFK_VERSION:-1.13.4}"
+  build tfprovider-kubernetes github.com/hashicorp/terraform-provider-kubernetes "${TFK_VERSION}" "" \
+    "replace vbom.ml/util => github.com/fvbommel/util v0.0.0-20160121211510-db5cfe13f5cc" \
+    github.com/hashicorp/terraform-provider-kubernetes
 fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

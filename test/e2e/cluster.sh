@@ -31,6 +31,8 @@ KBIN="${CACHE}/e2e/kube-${KUBE_VERSION}"
 CBIN="${CACHE}/e2e/containerd-${CONTAINERD_VERSION}"
 ABIN="${CACHE}/e2e/argo-${ARGO_VERSION}"
 TBIN="${CACHE}/e2e/tekton-${TEKTON_VERSION}"
+TFK_VERSION="${TFK_VERSION:-1.13.4}"
+PBIN="${CACHE}/e2e/tfprovider-kubernetes-${TFK_VERSION}"
 APISERVER="${CACHE}/k8s/${KUBE_VERSION}/kube-apiserver"
 IMAGES="${ROOT}/bin/e2e/images"
 KUBECTL="${KBIN}/kubectl"
@@ -105,7 +107,11 @@ build_images() {
   for b in controller webhook entrypoint nop workingdirinit; do
     image "tekton-${b}" "localhost/tekton/${b}:v${TEKTON_VERSION}" -file "${TBIN}/${b}:/ko-app/${b}" -entrypoint "/ko-app/${b}" -user 65532:65532
   done
-  image terraform "${TERRAFORM_IMAGE}" -file "$(command -v terraform):/bin/terraform" "${bbl[@]}" -entrypoint /bin/terraform
+  # The kubernetes provider sits in one of terraform's implied local mirror
+  # directories, so modules that require it install it from there.
+  image terraform "${TERRAFORM_IMAGE}" -file "$(command -v terraform):/bin/terraform" "${bbl[@]}" \
+    -file "${PBIN}/terraform-provider-kubernetes:/usr/local/share/terraform/plugins/registry.terraform.io/hashicorp/kubernetes/${TFK_VERSION}/linux_amd64/terraform-provider-kubernetes_v${TFK_VERSION}" \
+    -entrypoint /bin/terraform
   image opr8r "${OPR8R_IMAGE}" -file "${ROOT}/bin/e2e/opr8r/manager:/manager" -file "${ROOT}/bin/e2e/opr8r/opr8r-step:/opr8r-step" \
     -entrypoint /manager -user 65532:65532
 }
@@ -355,7 +361,7 @@ opr8r_up() {
     --namespace opr8r-system --create-namespace \
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e,default}" \
-    --set leaderElection=false --set logLevel=debug >/dev/null
+    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s >/dev/null
 }
 
 wait_deployments() {

@@ -58,12 +58,23 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 	return env, cfg, nil
 }
 
-// InstallPolicies creates opr8r's ValidatingAdmissionPolicies from
-// config/policy, as kustomize and the Helm chart install them.
+// InstallPolicies creates opr8r's admission policies from config/policy, as
+// kustomize and the Helm chart install them.
 func InstallPolicies(cfg *rest.Config) error {
-	b, err := os.ReadFile(filepath.Join(RepoRoot(), "config", "policy", "reserved-labels.yaml"))
+	files, err := filepath.Glob(filepath.Join(RepoRoot(), "config", "policy", "*.yaml"))
 	if err != nil {
 		return err
+	}
+	var b []byte
+	for _, f := range files {
+		if filepath.Base(f) == "kustomization.yaml" {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return err
+		}
+		b = append(append(b, data...), "\n---\n"...)
 	}
 	s := kruntime.NewScheme()
 	if err := admissionregistrationv1.AddToScheme(s); err != nil {
