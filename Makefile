@@ -44,7 +44,7 @@ helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never e
 	cp config/crd/bases/*.yaml deploy/opr8r/crds/
 	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
 	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
-	cp config/policy/reserved-labels.yaml deploy/opr8r/templates/policy.yaml
+	for f in config/policy/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || { cat $$f; echo "---"; }; done | sed '$$d' > deploy/opr8r/templates/policy.yaml
 
 .PHONY: fmt
 fmt:
@@ -92,6 +92,11 @@ $(TOFU):
 test: envtest-assets tofu tools ## Unit, golden, step-runner (real git, terraform, OpenTofu), install and envtest integration tests.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench-checks
+bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.
+	go build -o bin/bench-manager ./cmd/manager
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCH_CHECKS=1 go run ./test/bench
+
 .PHONY: test-integration
 test-integration: envtest-assets ## Only the envtest integration suite.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./test/integration/... -ginkgo.v
@@ -125,7 +130,7 @@ fuzz: ## Fuzz translation of admission-valid specs through both engines' validat
 
 .PHONY: update-golden
 update-golden: ## Rewrite the translators' golden files.
-	go test ./pipelines/argo/ ./pipelines/tekton/ -update
+	go test ./pipelines/argo/ ./pipelines/tekton/ ./pipelines/job/ -update
 
 .PHONY: verify
 verify: generate manifests ## Fail if generated files are stale.

@@ -91,13 +91,19 @@ func (r *TerraformRunReconciler) unrecordedCheck(ctx context.Context, run *infra
 	return nil, engine.Progress{}, nil
 }
 
-// nextCheck is when the next check is due: the interval, plus a jitter of
-// up to a tenth of it that is the TerraformRun's own (from its uid), after
-// the last run or check finished.
+// nextCheck is when the run's next check is due (see NextCheck).
 func (r *TerraformRunReconciler) nextCheck(run *infrav1.TerraformRun) time.Time {
+	return NextCheck(run, r.MinCheckInterval)
+}
+
+// NextCheck is when a run's next scheduled check is due: the interval (at
+// least minInterval), plus a jitter of up to a tenth of it that is the
+// TerraformRun's own (from its uid), after the last run or check finished.
+// The bench computes checks' waits with it.
+func NextCheck(run *infrav1.TerraformRun, minInterval time.Duration) time.Time {
 	interval := run.Spec.Interval.Duration
-	if interval < r.MinCheckInterval {
-		interval = r.MinCheckInterval
+	if interval < minInterval {
+		interval = minInterval
 	}
 	var last time.Time
 	if cur := run.Status.Run; cur != nil && cur.FinishedAt != nil {
@@ -139,8 +145,13 @@ func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.Te
 func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *passState, check client.Object, pr engine.Progress) {
 	r.Limiter.Release(run.Namespace, check.GetName())
 	rec := checkRecord(st.eff.Spec.Engine, check, pr)
+	rec.FinishedAt = r.finishedAt(rec.FinishedAt)
 	result := r.judgeCheck(run, st, check, pr, rec)
-	rec.Message = result + ": " + rec.Message
+	if rec.Message == "" {
+		rec.Message = result
+	} else {
+		rec.Message = result + ": " + rec.Message
+	}
 	if n := childNumber(check); n > run.Status.LastRunNumber {
 		run.Status.LastRunNumber = n
 	}
@@ -165,10 +176,6 @@ func checkRecord(e infrav1.EngineName, check client.Object, pr engine.Progress) 
 	if pr.Plan != nil {
 		rec.Plan = planStatus(pr.Plan, check.GetName())
 		rec.Inputs = pr.Plan.Inputs
-	}
-	if rec.FinishedAt == nil {
-		now := metav1.Now()
-		rec.FinishedAt = &now
 	}
 	return rec
 }

@@ -214,7 +214,7 @@ func (r *TerraformRunReconciler) mayAdopt(ctx context.Context, run *infrav1.Terr
 func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType, name string, number int64) (client.Object, error) {
 	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config})
 	if err != nil {
-		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %v", err)
+		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %w", err)
 	}
 	err = r.Create(ctx, obj)
 	switch {
@@ -222,7 +222,7 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 		return obj, nil
 	case apimeta.IsNoMatchError(err):
 		r.Available.Set(e.Name(), false)
-		return nil, waiting(infrav1.ReasonEngineUnavailable, DefaultEngineRetryPeriod, "engine %q is unavailable: %v", e.Name(), err)
+		return nil, waiting(infrav1.ReasonEngineUnavailable, DefaultEngineRetryPeriod, "engine %q is unavailable: %w", e.Name(), err)
 	case !apierrors.IsAlreadyExists(err):
 		return nil, generic("CreateChild", err, "creating %s %s", e.ChildGVK().Kind, name)
 	}
@@ -255,7 +255,7 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 		case apierrors.IsInvalid(err):
 			// Too large (vars and inline files share one ConfigMap, at most
 			// 1 MiB): no retry fixes that.
-			return stalling(infrav1.ReasonInvalidSpec, "the inputs ConfigMap %s is refused: %v; keep inline files and vars under 1 MiB together, or use a git or configMapRef source", cm.Name, err)
+			return stalling(infrav1.ReasonInvalidSpec, "the inputs ConfigMap %s is refused: %w; keep inline files and vars under 1 MiB together, or use a git or configMapRef source", cm.Name, err)
 		default:
 			return generic("CreateInputs", err, "creating ConfigMap %s", cm.Name)
 		}

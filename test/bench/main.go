@@ -106,6 +106,18 @@ type result struct {
 func main() {
 	ctrllog.SetLogger(logr.Discard())
 	handleInterrupts()
+	if os.Getenv("BENCH_CHECKS") == "1" {
+		r, err := benchChecks()
+		if r.Checks > 0 {
+			printChecks(r) // also when a check below failed: the figures say how
+			b, _ := json.MarshalIndent(r, "", "  ")
+			_ = os.WriteFile(filepath.Join(envtestutil.RepoRoot(), "bin", "bench-checks.json"), b, 0o644)
+		}
+		if err != nil {
+			fail(err)
+		}
+		return
+	}
 	sizes := []int{100, 1000, 5000}
 	if s := os.Getenv("BENCH_SIZES"); s != "" {
 		sizes = nil
@@ -227,20 +239,7 @@ func benchOne(n int) (result, error) {
 	}
 	defer os.RemoveAll(tmp)
 	defer onInterrupt(func() { os.RemoveAll(tmp) })()
-	auditLog := filepath.Join(tmp, "audit.log")
-	_ = os.WriteFile(filepath.Join(tmp, "policy.yaml"), []byte(auditPolicy), 0o644)
-	env := &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")}}
-	args := env.ControlPlane.GetAPIServer().Configure()
-	args.Set("audit-policy-file", filepath.Join(tmp, "policy.yaml"))
-	args.Set("audit-log-path", auditLog)
-	args.Set("audit-log-mode", "batch")
-	args.Set("audit-log-batch-max-wait", "1s")
-	// One file, never rotated (the default rotates at 100 MB, and the
-	// counts would then lose what was rotated away), and a buffer that
-	// does not overflow (the batch backend drops events when it does).
-	args.Set("audit-log-maxsize", "0")
-	args.Set("audit-log-batch-buffer-size", "500000")
-	cfg, err := env.Start()
+	env, cfg, auditLog, err := controlPlaneWithAudit(tmp)
 	if err != nil {
 		return res, err
 	}
@@ -305,7 +304,7 @@ func benchOne(n int) (result, error) {
 	_ = os.WriteFile(kcPath, kc, 0o600)
 	res.ManagerFlags = os.Getenv("BENCH_MANAGER_FLAGS")
 	res.ManagerEnv = os.Getenv("BENCH_MANAGER_ENV")
-	mgr, pprofAddr, err := startManager(kcPath)
+	mgr, pprofAddr, err := startManager(kcPath, nil)
 	if err != nil {
 		return res, err
 	}
@@ -467,7 +466,7 @@ func benchOne(n int) (result, error) {
 	stop(mgr)
 	time.Sleep(2 * time.Second)
 	before := settled(auditLog, countWrites)
-	mgr, pprofAddr, err = startManager(kcPath)
+	mgr, pprofAddr, err = startManager(kcPath, nil)
 	if err != nil {
 		return res, err
 	}
@@ -526,7 +525,7 @@ func benchOne(n int) (result, error) {
 			continue
 		}
 		stop(mgr)
-		if mgr, pprofAddr, err = startManager(kcPath, strings.Fields(v)...); err != nil {
+		if mgr, pprofAddr, err = startManager(kcPath, nil, strings.Fields(v)...); err != nil {
 			return res, err
 		}
 		time.Sleep(time.Duration(20+n/250) * time.Second)
@@ -540,6 +539,26 @@ func benchOne(n int) (result, error) {
 		res.P4Variants = append(res.P4Variants, p)
 	}
 	return res, nil
+}
+
+// controlPlaneWithAudit starts envtest's kube-apiserver and etcd with the
+// CRDs and an audit log of every write and read (in tmp).
+func controlPlaneWithAudit(tmp string) (env *envtest.Environment, cfg *rest.Config, auditLog string, err error) {
+	auditLog = filepath.Join(tmp, "audit.log")
+	_ = os.WriteFile(filepath.Join(tmp, "policy.yaml"), []byte(auditPolicy), 0o644)
+	env = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")}}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	args.Set("audit-policy-file", filepath.Join(tmp, "policy.yaml"))
+	args.Set("audit-log-path", auditLog)
+	args.Set("audit-log-mode", "batch")
+	args.Set("audit-log-batch-max-wait", "1s")
+	// One file, never rotated (the default rotates at 100 MB, and the
+	// counts would then lose what was rotated away), and a buffer that
+	// does not overflow (the batch backend drops events when it does).
+	args.Set("audit-log-maxsize", "0")
+	args.Set("audit-log-batch-buffer-size", "500000")
+	cfg, err = env.Start()
+	return env, cfg, auditLog, err
 }
 
 // p4Variant is P4 (no foreign objects) under other runtime settings.
@@ -770,10 +789,15 @@ func finish(ctx context.Context, c client.Client, name string) error {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: name}, run); err != nil {
 		return err
 	}
-	wfName := run.Status.Run.ID
+	return finishChild(ctx, c, "runs", run.Status.Run.ID)
+}
+
+// finishChild completes the Workflow wfName in ns (see finish): a plan
+// without changes, as an apply run or a check that finds nothing reports.
+func finishChild(ctx context.Context, c client.Client, ns, wfName string) error {
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		wf := &wfv1.Workflow{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: wfName}, wf); err != nil {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: wfName}, wf); err != nil {
 			return err
 		}
 		now := metav1.Now()
@@ -871,7 +895,7 @@ func waitFor(limit time.Duration, cond func() (bool, error)) error {
 	return fmt.Errorf("timed out after %s", limit)
 }
 
-func startManager(kubeconfig string, env ...string) (*exec.Cmd, string, error) {
+func startManager(kubeconfig string, extra []string, env ...string) (*exec.Cmd, string, error) {
 	bin := filepath.Join(envtestutil.RepoRoot(), "bin", "bench-manager")
 	if b := os.Getenv("BENCH_MANAGER_BIN"); b != "" {
 		bin = b // e.g. an older build, for before-and-after figures
@@ -886,7 +910,7 @@ func startManager(kubeconfig string, env ...string) (*exec.Cmd, string, error) {
 		}
 		args = append(args, "--pprof-bind-address="+pprofAddr)
 	}
-	args = append(args, strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS"))...)
+	args = append(append(args, extra...), strings.Fields(os.Getenv("BENCH_MANAGER_FLAGS"))...)
 	cmd := exec.Command(bin, args...)
 	// Later entries win: BENCH_MANAGER_ENV over the bench's environment,
 	// a P4 variant over both.

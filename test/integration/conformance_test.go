@@ -7,10 +7,12 @@ import (
 	"strings"
 	"time"
 
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -509,8 +511,11 @@ func conformance(g given) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(events.Items).NotTo(BeEmpty())
 		eventsJSON, _ := json.Marshal(events.Items)
+		// The objects any engine makes for a child's steps: Tekton's TaskRuns
+		// and CustomRuns, Argo's task results, the Job engine's step Jobs, and
+		// the pods of all of them.
 		var stepObjects []byte
-		for _, l := range []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}} {
+		for _, l := range []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}, &wfv1.WorkflowTaskResultList{}, &batchv1.JobList{}, &corev1.PodList{}} {
 			Expect(k8sClient.List(ctx, l, client.InNamespace(ns))).To(Succeed())
 			b, _ := json.Marshal(l)
 			stepObjects = append(stepObjects, b...)

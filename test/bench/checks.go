@@ -1,0 +1,347 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/testutil"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+// checksResult is the scheduled-checks bench (BENCH_CHECKS=1): N runs with
+// spec.interval, observed for a window once every run's first apply is
+// Ready. The bench plays Argo: it holds every child it sees for Hold, then
+// finishes it with a plan without changes (a check that finds nothing).
+type checksResult struct {
+	Runs         int
+	Interval     time.Duration
+	Window       time.Duration
+	Hold         time.Duration
+	Cap          int
+	Setup        time.Duration // until every run's first apply was Ready
+	Checks       int           // checks finished in the window
+	Started      int           // checks started (children seen) in the window
+	Applies      int           // apply children seen in the window (drift or a moved source would start them; none expected)
+	ManagerCPU   float64       // CPU seconds in the window
+	APIServerCPU float64
+	EtcdCPU      float64
+	Writes       int            // the manager's API writes in the window
+	WriteKinds   map[string]int // by "verb resource code"
+	MaxActive    int            // unfinished children at once (the bench's view), whole bench
+	Waits        []time.Duration
+	MinPerRun    int // checks per run in the window
+	MaxPerRun    int
+	Errors       int
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if v, err := time.ParseDuration(os.Getenv(name)); err == nil {
+		return v
+	}
+	return def
+}
+
+// player finishes the children the manager creates, after hold, and keeps
+// the figures: unfinished children at once, and each check's wait (from
+// when it was due, by the manager's own NextCheck, to when its child was
+// seen).
+type player struct {
+	ctx    context.Context
+	c      client.Client
+	runs   client.Reader
+	hold   time.Duration
+	minInt time.Duration
+
+	mu        sync.Mutex
+	seen      map[string]bool
+	active    int
+	maxActive int
+	counting  bool // inside the window
+	waits     []time.Duration
+	perRun    map[string]int
+	checks    int
+	started   int
+	applies   int
+	errors    int
+}
+
+func (p *player) add(obj any) {
+	wf, ok := obj.(*wfv1.Workflow)
+	if !ok || wf.Status.Phase.Completed() {
+		return
+	}
+	seenAt := time.Now()
+	p.mu.Lock()
+	if p.seen[wf.Name] {
+		p.mu.Unlock()
+		return
+	}
+	p.seen[wf.Name] = true
+	check := wf.Labels[infrav1.RunTypeLabel] == string(infrav1.RunDrift)
+	if p.counting && check {
+		p.started++
+	} else if p.counting {
+		p.applies++
+	}
+	p.active++
+	if p.active > p.maxActive {
+		p.maxActive = p.active
+	}
+	p.mu.Unlock()
+	var wait time.Duration
+	runName := wf.Labels[infrav1.RunNameLabel]
+	if check {
+		run := &infrav1.TerraformRun{}
+		if err := p.runs.Get(p.ctx, client.ObjectKey{Namespace: wf.Namespace, Name: runName}, run); err == nil {
+			wait = seenAt.Sub(controller.NextCheck(run, p.minInt))
+		}
+	}
+	go func() {
+		time.Sleep(p.hold)
+		err := finishChild(p.ctx, p.c, wf.Namespace, wf.Name)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if err != nil && p.ctx.Err() != nil {
+			return // the bench is over
+		}
+		if err != nil {
+			p.errors++
+			logf("finishing %s: %v", wf.Name, err)
+			return
+		}
+		if check && p.counting {
+			p.checks++
+			p.waits = append(p.waits, wait)
+			p.perRun[runName]++
+		}
+	}()
+}
+
+// update counts a child finished when the bench's informer sees it
+// finished: the API server's order, in which the manager saw it too (a
+// count kept by the goroutine that finished it could see the next child
+// first, and overstate the children active at once by one).
+func (p *player) update(oldObj, newObj any) {
+	o, ok1 := oldObj.(*wfv1.Workflow)
+	n, ok2 := newObj.(*wfv1.Workflow)
+	if ok1 && ok2 && !o.Status.Phase.Completed() && n.Status.Phase.Completed() {
+		p.mu.Lock()
+		p.active--
+		p.mu.Unlock()
+	}
+}
+
+// remove counts an unfinished child that was deleted as finished.
+func (p *player) remove(obj any) {
+	if wf, ok := obj.(*wfv1.Workflow); ok && !wf.Status.Phase.Completed() {
+		p.mu.Lock()
+		p.active--
+		p.mu.Unlock()
+	}
+}
+
+func benchChecks() (checksResult, error) {
+	res := checksResult{
+		Runs:     envInt("BENCH_CHECK_RUNS", 1000),
+		Interval: envDuration("BENCH_CHECK_INTERVAL", 5*time.Minute),
+		Window:   envDuration("BENCH_CHECK_WINDOW", 15*time.Minute),
+		Hold:     envDuration("BENCH_CHECK_HOLD", 5*time.Second),
+		Cap:      envInt("BENCH_CHECK_CAP", 50),
+	}
+	tmp, err := os.MkdirTemp("", "opr8r-bench-checks-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(tmp)
+	defer onInterrupt(func() { os.RemoveAll(tmp) })()
+	env, cfg, auditLog, err := controlPlaneWithAudit(tmp)
+	if err != nil {
+		return res, err
+	}
+	defer env.Stop()
+	defer onInterrupt(func() { _ = env.Stop() })()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
+		return res, err
+	}
+	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
+		return res, err
+	}
+	scheme, _ := manager.Scheme(pipelines.All())
+	bcfg := rest.CopyConfig(cfg)
+	bcfg.QPS, bcfg.Burst = qps, burst
+	c, err := client.New(bcfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return res, err
+	}
+	const ns = "checks"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		return res, err
+	}
+
+	// The player: informers on the Workflows and runs of the namespace.
+	ca, err := cache.New(bcfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
+	if err != nil {
+		return res, err
+	}
+	p := &player{ctx: ctx, c: c, runs: ca, hold: res.Hold, minInt: controller.DefaultMinCheckInterval, seen: map[string]bool{}, perRun: map[string]int{}}
+	wfs, err := ca.GetInformer(ctx, &wfv1.Workflow{})
+	if err != nil {
+		return res, err
+	}
+	if _, err := ca.GetInformer(ctx, &infrav1.TerraformRun{}); err != nil {
+		return res, err
+	}
+	if _, err := wfs.AddEventHandler(toolscache.ResourceEventHandlerFuncs{AddFunc: p.add, UpdateFunc: p.update, DeleteFunc: p.remove}); err != nil {
+		return res, err
+	}
+	go func() { _ = ca.Start(ctx) }()
+	if !ca.WaitForCacheSync(ctx) {
+		return res, fmt.Errorf("the bench's caches did not sync")
+	}
+
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "opr8r-manager", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return res, err
+	}
+	kc, _ := user.KubeConfig()
+	kcPath := tmp + "/manager.kubeconfig"
+	_ = os.WriteFile(kcPath, kc, 0o600)
+	mgr, _, err := startManager(kcPath, []string{fmt.Sprintf("--max-active-runs=%d", res.Cap)})
+	if err != nil {
+		return res, err
+	}
+	defer func() { stop(mgr) }()
+	defer onInterrupt(func() { stop(mgr) })()
+
+	logf("checks: %d runs with interval %s, --max-active-runs=%d, children held %s", res.Runs, res.Interval, res.Cap, res.Hold)
+	start := time.Now()
+	if err := parallel(res.Runs, func(i int) error {
+		run := testutil.MakeRun(fmt.Sprintf("k%05d", i), ns).Auto().Obj()
+		run.UID = ""
+		run.Spec.Interval = &metav1.Duration{Duration: res.Interval}
+		return c.Create(ctx, run)
+	}); err != nil {
+		return res, err
+	}
+	if err := waitFor(20*time.Minute, func() (bool, error) {
+		time.Sleep(2 * time.Second)
+		l := &infrav1.TerraformRunList{}
+		if err := ca.List(ctx, l); err != nil {
+			return false, err
+		}
+		ready := 0
+		for _, r := range l.Items {
+			if r.Status.Phase == string(infrav1.RunSucceeded) {
+				ready++
+			}
+		}
+		return ready == res.Runs, nil
+	}); err != nil {
+		return res, fmt.Errorf("first applies: %w", err)
+	}
+	res.Setup = time.Since(start)
+	logf("checks: every first apply Ready after %s; observing for %s", res.Setup.Round(time.Second), res.Window)
+
+	writes0 := settled(auditLog, countWrites)
+	_, skip := auditSummary(auditLog, 1<<62)
+	cpu0 := usage(mgr.Process.Pid)
+	p.mu.Lock()
+	p.counting = true
+	p.mu.Unlock()
+	for left := res.Window; left > 0; left -= time.Minute {
+		d := min(left, time.Minute)
+		time.Sleep(d)
+		p.mu.Lock()
+		logf("checks: %s left; %d checks finished, %d children unfinished (at most %d)", left-d, p.checks, p.active, p.maxActive)
+		p.mu.Unlock()
+	}
+	p.mu.Lock()
+	p.counting = false
+	p.mu.Unlock()
+	cpu := sub(usage(mgr.Process.Pid), cpu0)
+	res.ManagerCPU, res.APIServerCPU, res.EtcdCPU = cpu[0], cpu[1], cpu[2]
+	// The window ends with the manager: the audit log then settles on the
+	// writes made inside it.
+	stop(mgr)
+	res.Writes = settled(auditLog, countWrites) - writes0
+	res.WriteKinds, _ = auditSummary(auditLog, skip)
+
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	res.Checks, res.Started, res.Applies, res.Waits, res.MaxActive, res.Errors = p.checks, p.started, p.applies, p.waits, p.maxActive, p.errors
+	res.MinPerRun = -1
+	for i := 0; i < res.Runs; i++ {
+		n := p.perRun[fmt.Sprintf("k%05d", i)]
+		if res.MinPerRun < 0 || n < res.MinPerRun {
+			res.MinPerRun = n
+		}
+		res.MaxPerRun = max(res.MaxPerRun, n)
+	}
+	if res.MaxActive > res.Cap {
+		return res, fmt.Errorf("the cap was not respected: %d children unfinished at once, --max-active-runs=%d", res.MaxActive, res.Cap)
+	}
+	if res.Errors > 0 {
+		return res, fmt.Errorf("%d children could not be finished", res.Errors)
+	}
+	return res, nil
+}
+
+func printChecks(r checksResult) {
+	fmt.Printf("\n== scheduled checks: %d runs, interval %s (+ up to 10%% jitter), --max-active-runs=%d, each child held %s, observed %s\n",
+		r.Runs, r.Interval, r.Cap, r.Hold, r.Window)
+	fmt.Printf("setup: every first apply Ready after %.0fs\n", r.Setup.Seconds())
+	// Per check: the window's totals over the checks started in it (each
+	// costs its writes when it starts and when it is recorded; the window's
+	// edges cut as many of one as of the other).
+	per := func(x float64) float64 {
+		if r.Started == 0 {
+			return 0
+		}
+		return x / float64(r.Started)
+	}
+	fmt.Printf("checks started in the window: %d; finished: %d (%.2f per run; per run min %d, max %d); apply runs started: %d\n",
+		r.Started, r.Checks, float64(r.Checks)/float64(r.Runs), r.MinPerRun, r.MaxPerRun, r.Applies)
+	fmt.Printf("CPU per check: manager %.1f ms, kube-apiserver %.1f ms, etcd %.1f ms (window totals %.1fs/%.1fs/%.1fs)\n",
+		1000*per(r.ManagerCPU), 1000*per(r.APIServerCPU), 1000*per(r.EtcdCPU), r.ManagerCPU, r.APIServerCPU, r.EtcdCPU)
+	fmt.Printf("manager writes per check: %.2f (%d in the window)\n", per(float64(r.Writes)), r.Writes)
+	keys := make([]string, 0, len(r.WriteKinds))
+	for k := range r.WriteKinds {
+		if f := strings.Fields(k); len(f) > 1 && f[0] == "opr8r-manager" && isWrite(f[1]) {
+			keys = append(keys, k)
+		}
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		fmt.Printf("  %s: %d\n", k, r.WriteKinds[k])
+	}
+	fmt.Printf("cap: at most %d children unfinished at once (--max-active-runs=%d)\n", r.MaxActive, r.Cap)
+	fmt.Printf("wait from due to started: p50 %.1fs, p99 %.1fs, longest %.1fs\n", pct(r.Waits, .5).Seconds(), pct(r.Waits, .99).Seconds(), pct(r.Waits, 1).Seconds())
+}
