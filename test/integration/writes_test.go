@@ -24,24 +24,35 @@ import (
 // step objects: the child changes the manager observes.
 var simWrites atomic.Int64
 
-// writeCounter counts the manager's accepted API writes by "verb kind".
+// writeCounter counts the manager's accepted API writes by "verb kind" in
+// one namespace: the manager also reconciles the runs that other specs left
+// in theirs (some with scheduled checks), and in a randomized spec order
+// those come and go; they are not this spec's.
 // With a scope set, it counts only writes to the run of that name and its
 // own objects (named "<run>-..."): a late write for an earlier run, which a
 // loaded CI machine may delay into the next window, is not this run's.
 type writeCounter struct {
-	mu     sync.Mutex
-	counts map[string]int
-	scope  string
+	mu        sync.Mutex
+	namespace string
+	counts    map[string]int
+	scope     string
+	// names keeps "verb kind namespace/name" of each counted write, so a
+	// failure says which object was written, not only how often.
+	names []string
 }
 
 func (w *writeCounter) add(c client.Client, verb string, obj client.Object) {
 	gvk, _ := apiutil.GVKForObject(obj, c.Scheme())
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	if obj.GetNamespace() != w.namespace {
+		return
+	}
 	if w.scope != "" && obj.GetName() != w.scope && !strings.HasPrefix(obj.GetName(), w.scope+"-") {
 		return
 	}
 	w.counts[verb+" "+gvk.Kind]++
+	w.names = append(w.names, verb+" "+gvk.Kind+" "+obj.GetNamespace()+"/"+obj.GetName())
 }
 
 // resetTo clears the counts and scopes them to one run ("" for all).
@@ -49,7 +60,15 @@ func (w *writeCounter) resetTo(scope string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.counts = map[string]int{}
+	w.names = nil
 	w.scope = scope
+}
+
+// written lists the objects written since the last reset, in order.
+func (w *writeCounter) written() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.names, "; ")
 }
 
 // count records a write that the API server accepted. A write refused for
@@ -120,10 +139,10 @@ var _ = Describe("API writes", Serial, func() {
 	It("makes exactly the expected writes for a lifecycle, and none on a resync of Ready runs", func() {
 		stopManager()
 		DeferCleanup(startManager)
-		w := &writeCounter{counts: map[string]int{}}
+		ns := newNamespace()
+		w := &writeCounter{namespace: ns, counts: map[string]int{}}
 		cancel, done := startInterceptedManager(w.funcs())
 		DeferCleanup(func() { cancel(); <-done })
-		ns := newNamespace()
 
 		By("waiting until the new manager runs both engines (a probe run each)")
 		for _, e := range engines {
@@ -217,11 +236,13 @@ var _ = Describe("API writes", Serial, func() {
 			s.FinishApply(`{"a":{"sensitive":false,"value":"1"}}`)
 			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		}
+		By("waiting until the manager is quiet: no write in the namespace for two seconds")
+		Eventually(func() int { n := len(w.snapshot()); w.reset(); return n }, timeout, 2*time.Second).Should(BeZero())
 		cancel()
 		<-done
 		w.reset()
 		cancel, done = startInterceptedManager(w.funcs()) // a fresh manager reconciles every run once
-		Consistently(w.snapshot, 5*time.Second, interval).Should(BeEmpty(), "writes on resync: %s", describeCounts(w.snapshot()))
+		Consistently(w.snapshot, 5*time.Second, interval).Should(BeEmpty(), func() string { return "writes on resync: " + w.written() })
 		checkDocRow("performance.md", "API writes on a resync of 22 Ready runs (test)", "0")
 		_ = ns
 	})
