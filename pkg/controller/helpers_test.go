@@ -32,6 +32,10 @@ type fakeEngine struct {
 	cancelled []string
 	hint      string
 	gateGone  bool
+	// later is a child's progress from its second look on: a child that
+	// moves between two looks in one pass.
+	later map[string]engine.Progress
+	looks map[string]int
 }
 
 var (
@@ -56,6 +60,13 @@ func (f *fakeEngine) Build(req engine.Request) (client.Object, error) {
 	}}, nil
 }
 func (f *fakeEngine) Observe(child client.Object, _ []client.Object) (engine.Progress, error) {
+	if f.looks == nil {
+		f.looks = map[string]int{}
+	}
+	f.looks[child.GetName()]++
+	if pr, ok := f.later[child.GetName()]; ok && f.looks[child.GetName()] > 1 {
+		return pr, nil
+	}
 	if pr, ok := f.progress[child.GetName()]; ok {
 		return pr, nil
 	}

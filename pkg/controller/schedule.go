@@ -43,7 +43,7 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 	}
 	if check != nil && !pr.Finished {
 		r.Limiter.Hold(run.Namespace, check.GetName())
-		return ctrl.Result{}, nil
+		return r.supersedeCheck(ctx, run, st, e, check)
 	}
 	if check != nil {
 		r.finishCheck(run, st, check, pr)
@@ -58,6 +58,25 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return r.startCheck(ctx, run, st, e)
+}
+
+// supersedeCheck stops a running check when a new run is wanted, and ends
+// the pass: the run starts once the check has stopped and is recorded under
+// its number, so that it never takes a later number than the run (whose
+// start would hide the check's record). The check's state is read once per
+// pass, here: the start never judges it again.
+func (r *TerraformRunReconciler) supersedeCheck(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, check client.Object) (ctrl.Result, error) {
+	if _, _, want := r.wantRun(run, st); !want && st.requested == nil {
+		return ctrl.Result{}, nil
+	}
+	if c, ok := e.(engine.Canceller); ok {
+		if err := c.Cancel(ctx, r.Client, check, "superseded by a new run"); err != nil {
+			return ctrl.Result{}, generic("SupersedeCheck", err, "stopping check %s", check.GetName())
+		}
+	}
+	r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for check %s to stop before a new run starts", check.GetName()))
+	st.stop = true
+	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 }
 
 // mayHaveChecks says whether a check child may exist without spec.interval

@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -177,5 +178,50 @@ func TestNextCheckIsSpreadPerRun(t *testing.T) {
 	short.Status.Run = &infrav1.RunStatus{FinishedAt: &at}
 	if d := r.nextCheck(short).Sub(t0); d < time.Minute {
 		t.Fatalf("an interval under --min-check-interval gives %s", d)
+	}
+}
+
+// A check that ends between two looks of one pass (seen on a loaded CI
+// machine): the new run of a changed spec must not take a number past the
+// check's before the check is recorded, or the check is never recorded.
+// The run waits for the check, which is stopped, recorded, then the run
+// takes the next number.
+func TestANewRunWaitsForARunningCheck(t *testing.T) {
+	done := metav1.NewTime(t0)
+	f := &fakeEngine{
+		progress: map[string]engine.Progress{"a-1": {Phase: infrav1.RunSucceeded, Finished: true}, "a-drift-2": {Phase: infrav1.RunRunning}},
+		later:    map[string]engine.Progress{"a-drift-2": {Phase: infrav1.RunSucceeded, Finished: true, FinishedAt: &done, Plan: &engine.PlanResult{}}},
+	}
+	run := aRun("a")
+	run.Spec.Interval = &metav1.Duration{Duration: time.Hour}
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
+	apply := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	check := childOf(t, run, infrav1.RunDrift, 2, run.Status.Run.SpecHash)
+	run.Spec.Terraform.Workspace = "b" // the spec changes while the check runs
+	r, c := newReconciler(t, f, apply, check, run.DeepCopy())
+
+	res, err := runFlow(ctx(), run, r.newPassState(run), r.applyFlow())
+	if err != nil || res.RequeueAfter == 0 {
+		t.Fatalf("first pass: %v, %v; want to wait for the check and look again", res, err)
+	}
+	if run.Status.Run.ID != "a-1" || run.Status.LastRunNumber != 1 {
+		t.Fatalf("first pass started %s (last number %d) while check a-drift-2 ran", run.Status.Run.ID, run.Status.LastRunNumber)
+	}
+	if len(f.cancelled) != 1 || f.cancelled[0] != "a-drift-2" {
+		t.Errorf("stopped %v, want the check a-drift-2", f.cancelled)
+	}
+
+	if _, err := runFlow(ctx(), run, r.newPassState(run), r.applyFlow()); err != nil {
+		t.Fatal(err)
+	}
+	if h := run.Status.History; len(h) == 0 || h[0].ID != "a-drift-2" || !strings.HasPrefix(h[0].Message, infrav1.CheckSuperseded) {
+		t.Fatalf("history %+v, want the check recorded as superseded", h)
+	}
+	if run.Status.Run.ID != "a-3" || run.Status.LastRunNumber != 3 {
+		t.Fatalf("second pass: run %s, last number %d; want a-3, 3", run.Status.Run.ID, run.Status.LastRunNumber)
+	}
+	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: "a-3"}, childOf(t, run, infrav1.RunApply, 3, "")); err != nil {
+		t.Fatalf("the new run's child: %v", err)
 	}
 }

@@ -265,9 +265,11 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 
 // otherActiveChild returns the name of an unfinished child of this
 // TerraformRun other than name, if any. An unfinished child that status
-// does not record (left by a crash) is asked to stop.
+// does not record (left by a crash, or a check) is asked to stop. The list
+// is read from the API server, not the cache: a check created a moment ago
+// may not be cached yet, and a run must never start beside it.
 func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string) (string, error) {
-	children, err := r.listChildren(ctx, run, e)
+	children, err := r.listChildrenFrom(ctx, r.APIReader, run, e)
 	if err != nil {
 		return "", err
 	}
@@ -289,10 +291,16 @@ func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infr
 	return "", nil
 }
 
-// listChildren lists the children this TerraformRun controls.
+// listChildren lists the children this TerraformRun controls, from the
+// cache.
 func (r *TerraformRunReconciler) listChildren(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
+	return r.listChildrenFrom(ctx, r.Client, run, e)
+}
+
+// listChildrenFrom lists the children this TerraformRun controls with rd.
+func (r *TerraformRunReconciler) listChildrenFrom(ctx context.Context, rd client.Reader, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
 	list := e.NewChildList()
-	if err := r.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingLabels{infrav1.RunNameLabel: run.Name}); err != nil {
+	if err := rd.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingLabels{infrav1.RunNameLabel: run.Name}); err != nil {
 		if apimeta.IsNoMatchError(err) {
 			return nil, nil
 		}
