@@ -70,5 +70,5 @@ command -v jq >/dev/null 2>&1 || { log "jq is required (apt-get install jq)"; ex
 if [ ! -x "${ASSETS}/kube-apiserver" ]; then build_apiserver; fi
 if [ ! -x "${ASSETS}/etcd" ]; then install_etcd; fi
 "${ASSETS}/kube-apiserver" --version >&2
-"${ASSETS}/etcd" --version | head -1 >&2
+"${ASSETS}/etcd" --version 2>&1 | sed -n 1p >&2 || true
 echo "${ASSETS}"
