@@ -33,33 +33,36 @@ const (
 
 // Condition reasons. Reasons are PascalCase and never carry secrets.
 const (
-	ReasonProgressing       = "Progressing"
-	ReasonSucceeded         = "Succeeded"
-	ReasonRunFailed         = "RunFailed"
-	ReasonAwaitingApproval  = "AwaitingApproval"
-	ReasonApproved          = "Approved"
-	ReasonAutoApproved      = "AutoApproved"
-	ReasonRejected          = "Rejected"
-	ReasonApprovalTimeout   = "ApprovalTimeout"
-	ReasonStaleApproval     = "StaleApproval"
-	ReasonNoChanges         = "NoChanges"
-	ReasonPlanned           = "Planned"
-	ReasonApplied           = "Applied"
-	ReasonEngineUnavailable = "EngineUnavailable"
-	ReasonChildDeleted      = "ChildDeleted"
-	ReasonSuspended         = "Suspended"
-	ReasonDestroying        = "Destroying"
-	ReasonDestroyFailed     = "DestroyFailed"
-	ReasonDestroyTimeout    = "DestroyTimeout"
-	ReasonSuperseded        = "Superseded"
-	ReasonOutputsFailed     = "OutputsFailed"
-	ReasonInvalidSpec       = "InvalidSpec"
-	ReasonNoProgress        = "NoProgress"
-	ReasonDriftDetected     = "DriftDetected"
-	ReasonNoDrift           = "NoDrift"
-	ReasonSourceChanged     = "SourceChanged"
-	ReasonQueued            = "Queued"
-	ReasonPlannedOnly       = "PlannedOnly"
+	ReasonProgressing      = "Progressing"
+	ReasonSucceeded        = "Succeeded"
+	ReasonRunFailed        = "RunFailed"
+	ReasonAwaitingApproval = "AwaitingApproval"
+	ReasonApproved         = "Approved"
+	ReasonAutoApproved     = "AutoApproved"
+	// ReasonApprovedOutsidePolicy: the engine let the plan through (argo
+	// resume, the Argo UI) without meeting spec.approval's policy.
+	ReasonApprovedOutsidePolicy = "ApprovedOutsidePolicy"
+	ReasonRejected              = "Rejected"
+	ReasonApprovalTimeout       = "ApprovalTimeout"
+	ReasonStaleApproval         = "StaleApproval"
+	ReasonNoChanges             = "NoChanges"
+	ReasonPlanned               = "Planned"
+	ReasonApplied               = "Applied"
+	ReasonEngineUnavailable     = "EngineUnavailable"
+	ReasonChildDeleted          = "ChildDeleted"
+	ReasonSuspended             = "Suspended"
+	ReasonDestroying            = "Destroying"
+	ReasonDestroyFailed         = "DestroyFailed"
+	ReasonDestroyTimeout        = "DestroyTimeout"
+	ReasonSuperseded            = "Superseded"
+	ReasonOutputsFailed         = "OutputsFailed"
+	ReasonInvalidSpec           = "InvalidSpec"
+	ReasonNoProgress            = "NoProgress"
+	ReasonDriftDetected         = "DriftDetected"
+	ReasonNoDrift               = "NoDrift"
+	ReasonSourceChanged         = "SourceChanged"
+	ReasonQueued                = "Queued"
+	ReasonPlannedOnly           = "PlannedOnly"
 )
 
 // Results of a scheduled check (status.drift.result).
@@ -81,6 +84,14 @@ const (
 	// SkipDestroyAnnotation, set to "true", is the escape hatch for a stuck
 	// deletion: the finalizer is removed without destroying anything.
 	SkipDestroyAnnotation = "infra.opr8r.io/skip-destroy"
+	// SpecAuthorAnnotation names the user who last changed the spec. The
+	// API server stamps it at admission (MutatingAdmissionPolicy
+	// opr8r-spec-author) and refuses any other value.
+	SpecAuthorAnnotation = "infra.opr8r.io/spec-author"
+	// DecidedByAnnotation names the user who last set
+	// spec.approval.approvedPlan, rejectedPlan or rejectReason, stamped the
+	// same way.
+	DecidedByAnnotation = "infra.opr8r.io/decided-by"
 	// RunNameLabel on an engine object names its TerraformRun.
 	RunNameLabel = "infra.opr8r.io/run"
 	// RunTypeLabel on an engine object is apply or destroy.

@@ -397,6 +397,34 @@ type ApprovalSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	// +optional
 	RejectReason string `json:"rejectReason,omitempty"`
+
+	// RequiredApprovals is how many distinct users must approve a plan
+	// (TerraformRunApprovals, kubectl tfrun approve, spec.approval.approvedPlan
+	// or the engine's resume each count once per user).
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	// +kubebuilder:default=1
+	// +optional
+	RequiredApprovals int32 `json:"requiredApprovals,omitempty"`
+
+	// Approvers, when set, are the only users and groups whose decisions
+	// count; others are ignored and reported in status.approvals.ignored.
+	// Unset: anyone RBAC lets create a TerraformRunApproval here.
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
+
+	// SelfApproval says whether the author of the change (the user who last
+	// changed the spec, stamped at admission in the infra.opr8r.io/spec-author
+	// annotation) may approve its plan: Allowed (the default) or Forbidden.
+	// +kubebuilder:default=Allowed
+	// +optional
+	SelfApproval SelfApproval `json:"selfApproval,omitempty"`
+
+	// Rejection is Any (the default: one rejection by an allowed approver
+	// rejects the plan) or Quorum (requiredApprovals distinct rejections).
+	// +kubebuilder:default=Any
+	// +optional
+	Rejection RejectionRule `json:"rejection,omitempty"`
 }
 
 // OutputsSpec says where Terraform outputs go. Values, sensitive or not, are
@@ -675,6 +703,10 @@ type RunStatus struct {
 	// the digest of a ConfigMap or inline source's files.
 	// +optional
 	Commit string `json:"commit,omitempty"`
+	// Author is the user who last changed the spec when the run started
+	// (the infra.opr8r.io/spec-author annotation, stamped at admission).
+	// +optional
+	Author string `json:"author,omitempty"`
 	// Inputs is the digest of the run's variables (vars and varsFrom
 	// values), salted with the TerraformRun's uid; values never leave the
 	// step pods.
@@ -714,8 +746,11 @@ type PlanStatus struct {
 type ApprovalSource string
 
 const (
-	// ApprovedBySpec was approved through spec.approval (or kubectl tfrun).
+	// ApprovedBySpec was approved through spec.approval.approvedPlan.
 	ApprovedBySpec ApprovalSource = "TerraformRun"
+	// ApprovedByApproval was approved through TerraformRunApprovals
+	// (kubectl tfrun approve).
+	ApprovedByApproval ApprovalSource = "TerraformRunApproval"
 	// ApprovedByEngine was approved in the engine (argo resume, the Argo UI).
 	ApprovedByEngine ApprovalSource = "Engine"
 	// ApprovedAutomatically was approved by approval mode Auto.
@@ -730,9 +765,11 @@ type ApprovalStatus struct {
 	Digest string `json:"digest"`
 	// Approved is true when the plan was approved, false when rejected.
 	Approved bool `json:"approved"`
-	// Source is how the decision was made: TerraformRun, Engine, Auto or Timeout.
+	// Source is how the decision was made: TerraformRunApproval, TerraformRun
+	// (spec.approval), Engine, Auto or Timeout.
 	Source ApprovalSource `json:"source"`
-	// By names who decided, when the engine records it.
+	// By names who decided: the users whose decisions counted, comma
+	// separated, as stamped at admission or recorded by the engine.
 	// +optional
 	By string `json:"by,omitempty"`
 	// At is when the decision was made.
@@ -774,6 +811,9 @@ type RunRecord struct {
 	// Approval is the decision about its plan: how, by whom, when.
 	// +optional
 	Approval *ApprovalStatus `json:"approval,omitempty"`
+	// Author is the user who last changed the spec when the run started.
+	// +optional
+	Author string `json:"author,omitempty"`
 	// Result is Succeeded, Failed or Rejected.
 	Result RunPhase `json:"result"`
 	// StartedAt is when it started.
@@ -880,6 +920,12 @@ type TerraformRunStatus struct {
 	// +optional
 	Approval *ApprovalStatus `json:"approval,omitempty"`
 
+	// Approvals is what spec.approval's policy has counted for the latest
+	// plan: who approved, how many more are needed, which decisions do not
+	// count and why.
+	// +optional
+	Approvals *ApprovalTally `json:"approvals,omitempty"`
+
 	// Outputs lists the names of the outputs written to the outputs Secret;
 	// never their values.
 	// +optional
@@ -908,6 +954,7 @@ type TerraformRunStatus struct {
 // +kubebuilder:printcolumn:name="Phase",type=string,JSONPath=`.status.phase`
 // +kubebuilder:printcolumn:name="Plan",type=string,JSONPath=`.status.planSummary`
 // +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Approvals",type=string,JSONPath=`.status.approvals.summary`
 // +kubebuilder:printcolumn:name="Drifted",type=string,JSONPath=`.status.conditions[?(@.type=="Drifted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters so that engine object names fit in 63"

@@ -14,27 +14,49 @@ import (
 )
 
 func main() {
-	b, err := os.ReadFile("config/crd/bases/infra.opr8r.io_terraformruns.yaml")
+	crd, err := read("config/crd/bases/infra.opr8r.io_terraformruns.yaml")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(b, crd); err != nil {
+	v := crd.Spec.Versions[0]
+	fmt.Printf("# TerraformRun API reference (`%s/%s`)\n\n", crd.Spec.Group, v.Name)
+	fmt.Println("Generated from the CRDs' schemas by `hack/gen-api-docs` (`make verify` keeps it current); do not edit.")
+	kind(crd, []string{"spec", "status"}, "##")
+	approval, err := read("config/crd/bases/infra.opr8r.io_terraformrunapprovals.yaml")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
-	v := crd.Spec.Versions[0]
-	root := v.Schema.OpenAPIV3Schema
-	fmt.Printf("# TerraformRun API reference (`%s/%s`)\n\n", crd.Spec.Group, v.Name)
-	fmt.Println("Generated from the CRD's schema by `hack/gen-api-docs` (`make verify` keeps it current); do not edit.")
+	fmt.Printf("\n## TerraformRunApproval\n")
+	kind(approval, []string{"spec"}, "###")
+}
+
+func read(path string) (*apiextensionsv1.CustomResourceDefinition, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := yaml.Unmarshal(b, crd); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return crd, nil
+}
+
+// kind prints one CRD's fields under the given top-level properties.
+func kind(crd *apiextensionsv1.CustomResourceDefinition, tops []string, h string) {
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
 	fmt.Printf("\nShort names: %s. %s\n", strings.Join(crd.Spec.Names.ShortNames, ", "), oneLine(root.Description))
-	for _, top := range []string{"spec", "status"} {
-		fmt.Printf("\n## %s\n\n| field | type | description | validation |\n| --- | --- | --- | --- |\n", top)
+	for _, top := range tops {
+		fmt.Printf("\n%s %s\n\n| field | type | description | validation |\n| --- | --- | --- | --- |\n", h, top)
 		walk(top, root.Properties[top], root.Properties[top].Required)
+		for _, r := range root.Properties[top].XValidations {
+			fmt.Printf("\n- %s\n", r.Message)
+		}
 	}
 	if len(root.XValidations) > 0 {
-		fmt.Print("\n## Object rules\n\n")
+		fmt.Printf("\n%s Object rules\n\n", h)
 		for _, r := range root.XValidations {
 			fmt.Printf("- %s\n", r.Message)
 		}

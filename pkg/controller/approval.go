@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -32,7 +33,7 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	}
 	switch pr.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		r.recordGateDecision(run, pr.Gate, digest)
+		r.recordGateDecision(run, st.eff.Spec.Approval, pr.Gate, digest)
 		return ctrl.Result{}, nil
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
@@ -40,34 +41,10 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	return ctrl.Result{}, nil
 }
 
-// gateDecision is what the spec says about the plan waiting at the gate.
-type gateDecision int
-
-const (
-	decideNothing gateDecision = iota
-	decideApprove
-	decideReject
-	decideTimeout
-	decideStale
-)
-
-// decision reads the spec's approval fields against the waiting plan.
-func (r *TerraformRunReconciler) decision(ap infrav1.ApprovalSpec, digest string, deadline time.Time) gateDecision {
-	switch {
-	case ap.RejectedPlan == digest:
-		return decideReject
-	case ap.ApprovedPlan == digest:
-		return decideApprove
-	case !deadline.IsZero() && !r.now().Before(deadline):
-		return decideTimeout
-	case ap.ApprovedPlan != "":
-		return decideStale
-	}
-	return decideNothing
-}
-
-// decideGate approves or rejects the waiting gate as the spec says, or
-// reports that it waits; it requeues for the approval timeout.
+// decideGate counts the decisions about the plan waiting at the gate under
+// spec.approval's policy (tally), records the count in status.approvals,
+// and approves, rejects or times out the gate, or reports that it waits;
+// it requeues for the approval timeout.
 func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	pr, ap := st.progress, st.eff.Spec.Approval
 	digest := pr.Plan.Digest
@@ -80,20 +57,25 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	if ap.Timeout != nil && pr.Gate.Since != nil {
 		deadline = pr.Gate.Since.Add(ap.Timeout.Duration)
 	}
-	var err error
-	switch r.decision(ap, digest, deadline) {
-	case decideReject:
-		err = r.reject(ctx, run, st, approver, ap.RejectReason)
-	case decideApprove:
-		err = r.approve(ctx, run, st, approver)
-	case decideTimeout:
+	votes, err := r.votes(ctx, run, ap, digest)
+	if err != nil {
+		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
+	}
+	t, rejection := tally(ap, r.runAuthor(run), digest, votes)
+	run.Status.Approvals = &t
+	switch {
+	case rejection != nil:
+		err = r.reject(ctx, run, st, approver, *rejection, t)
+	case t.Needed == 0:
+		err = r.approve(ctx, run, st, approver, votes, t)
+	case !deadline.IsZero() && !r.now().Before(deadline):
 		err = r.timeOut(ctx, run, st, approver, ap.Timeout.Duration)
-	case decideStale:
+	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
 			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, pr.Plan.Short()))
 	default:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval,
-			fmt.Sprintf("plan %s (%s) waits for approval: %s", pr.Plan.Short(), digest, r.approvalHint(run, st)))
+			fmt.Sprintf("plan %s (%s) waits for approval, %s: %s", pr.Plan.Short(), digest, tallyMessage(t), r.approvalHint(run, st)))
 	}
 	if err != nil {
 		return gateErr(err)
@@ -102,6 +84,18 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// runAuthor is the author of the active run's change ("" when unknown or
+// not trusted).
+func (r *TerraformRunReconciler) runAuthor(run *infrav1.TerraformRun) string {
+	if r.UntrustedIdentity {
+		return ""
+	}
+	if run.Status.Run != nil {
+		return run.Status.Run.Author
+	}
+	return run.Annotations[infrav1.SpecAuthorAnnotation]
 }
 
 // approvalHint says how to approve: kubectl tfrun, and the engine's own way.
@@ -113,25 +107,46 @@ func (r *TerraformRunReconciler) approvalHint(run *infrav1.TerraformRun, st *pas
 	return hint
 }
 
-func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver) error {
+func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []vote, t infrav1.ApprovalTally) error {
 	digest := st.progress.Plan.Digest
-	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "TerraformRun"}); err != nil {
+	by := strings.Join(t.ApprovedBy, ", ")
+	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by}); err != nil {
 		return err
 	}
-	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedBySpec, At: metav1.NewTime(r.now())}, "plan "+digest+" approved through spec.approval.approvedPlan")
+	src, via := infrav1.ApprovedBySpec, "spec.approval.approvedPlan"
+	for _, v := range votes {
+		if v.approve && strings.HasPrefix(v.source, "TerraformRunApproval/") {
+			src, via = infrav1.ApprovedByApproval, "TerraformRunApproval"
+		}
+	}
+	msg := "plan " + digest + " approved through " + via
+	if by != "" {
+		msg += " by " + by
+	}
+	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: src, By: by, At: metav1.NewTime(r.now())}, msg)
 	approvalWait.Observe(engine.Elapsed(r.now(), st.progress.Gate.Since).Seconds())
 	return nil
 }
 
-func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, reason string) error {
+func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, v vote, t infrav1.ApprovalTally) error {
 	digest := st.progress.Plan.Digest
+	reason := v.reason
 	if reason == "" {
-		reason = "rejected through spec.approval.rejectedPlan"
+		reason = "rejected through " + v.source
 	}
-	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "TerraformRun", Reason: reason}); err != nil {
+	by := strings.Join(t.RejectedBy, ", ")
+	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by, Reason: reason}); err != nil {
 		return err
 	}
-	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovedBySpec, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
+	src := infrav1.ApprovedBySpec
+	if strings.HasPrefix(v.source, "TerraformRunApproval/") {
+		src = infrav1.ApprovedByApproval
+	}
+	msg := "plan " + digest + " rejected"
+	if by != "" {
+		msg += " by " + by
+	}
+	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: src, By: by, At: metav1.NewTime(r.now()), Reason: reason}, msg+": "+reason)
 	return nil
 }
 
@@ -154,8 +169,11 @@ func gateErr(err error) (ctrl.Result, error) {
 }
 
 // recordGateDecision records a decision the engine shows and opr8r has not
-// recorded yet: someone ran `argo resume` or used the Argo UI.
-func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, g engine.Gate, digest string) {
+// recorded yet: someone ran `argo resume` or used the Argo UI. The engine
+// has already let the plan through, so an approval that spec.approval's
+// policy would not count is recorded as ApprovedOutsidePolicy, with a
+// Warning event naming the rule it broke.
+func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
 	if a := run.Status.Approval; a != nil && a.Digest == digest {
 		return
 	}
@@ -171,6 +189,17 @@ func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, g
 	if !a.Approved {
 		a.Reason = g.Message
 		msg = "plan " + digest + " rejected in the engine: " + g.Message
+		r.recordApproval(run, a, msg)
+		return
+	}
+	t, _ := tally(ap, r.runAuthor(run), digest, []vote{{user: g.By, approve: true, source: "engine"}})
+	run.Status.Approvals = &t
+	if t.Needed > 0 {
+		a.Reason = "approved in the engine outside spec.approval: " + tallyMessage(t)
+		run.Status.Approval = &a
+		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApprovedOutsidePolicy,
+			msg+", which spec.approval does not count ("+tallyMessage(t)+"); limit who may resume Workflows with RBAC on workflows (argo resume needs update)")
+		return
 	}
 	r.recordApproval(run, a, msg)
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -27,6 +28,9 @@ func TestReconcileApproval(t *testing.T) {
 		wantApprove  int
 		wantReject   int
 		wantRequeue  time.Duration
+		approvals    []*infrav1.TerraformRunApproval
+		decidedBy    string
+		untrusted    bool
 	}{
 		"waiting, nothing decided: says how to approve": {
 			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
@@ -60,6 +64,35 @@ func TestReconcileApproval(t *testing.T) {
 			gate: engine.Gate{State: engine.GateApproved, By: "alice", DecidedAt: &decided}, hasChanges: true,
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantBy: "alice",
 		},
+		"approved through the spec: by the user stamped in decided-by": {
+			spec: infrav1.ApprovalSpec{ApprovedPlan: digest}, decidedBy: "alice", gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedBySpec, wantBy: "alice", wantApprove: 1,
+		},
+		"TerraformRunApprovals of two users meet a quorum of two": {
+			spec: infrav1.ApprovalSpec{RequiredApprovals: 2}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", digest, "bob", true), approval("x3", "other", digest, "carol", true)},
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantBy: "alice, bob", wantApprove: 1,
+		},
+		"a TerraformRunApproval of another run or plan does not count": {
+			spec: infrav1.ApprovalSpec{RequiredApprovals: 2}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", "sha256:bb", "bob", true), approval("x3", "other", digest, "carol", true)},
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "1/2 approvals (alice), 1 more needed",
+		},
+		"without the admission policies no stamp is trusted: a quorum cannot be met": {
+			spec: infrav1.ApprovalSpec{RequiredApprovals: 2}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true, untrusted: true,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", digest, "bob", true)},
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "no user was stamped at admission",
+		},
+		"one rejection among approvals rejects": {
+			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", digest, "bob", false)},
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByApproval, wantBy: "bob", wantReject: 1,
+		},
+		"approved in the engine by a user the policy does not count: recorded as outside the policy": {
+			spec: infrav1.ApprovalSpec{Approvers: &infrav1.Approvers{Users: []string{"bob"}}},
+			gate: engine.Gate{State: engine.GateApproved, By: "mallory", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "True/ApprovedOutsidePolicy", wantSource: infrav1.ApprovedByEngine, wantBy: "mallory", wantMessage: "not in spec.approval.approvers",
+		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
 			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
@@ -74,10 +107,18 @@ func TestReconcileApproval(t *testing.T) {
 			}
 			run := aRun("a")
 			run.Spec.Approval = tc.spec
+			if tc.decidedBy != "" {
+				run.Annotations = map[string]string{infrav1.DecidedByAnnotation: tc.decidedBy}
+			}
 			r, _ := newReconciler(t, e)
 			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
 			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
-			r, _ = newReconciler(t, e, child)
+			objs := []client.Object{child}
+			for _, a := range tc.approvals {
+				objs = append(objs, a)
+			}
+			r, _ = newReconciler(t, e, objs...)
+			r.UntrustedIdentity = tc.untrusted
 			st := r.newPassState(run)
 			st.engine, st.child = e, child
 			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: tc.hasChanges, Digest: digest}}
@@ -104,6 +145,18 @@ func TestReconcileApproval(t *testing.T) {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
 			}
 		})
+	}
+}
+
+// approval is a TerraformRunApproval as the API server stores it, stamped.
+func approval(name, run, digest, user string, approve bool) *infrav1.TerraformRunApproval {
+	d := infrav1.DecisionApprove
+	if !approve {
+		d = infrav1.DecisionReject
+	}
+	return &infrav1.TerraformRunApproval{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: aRun(run).Namespace},
+		Spec:       infrav1.TerraformRunApprovalSpec{RunName: run, PlanDigest: digest, Decision: d, User: user, Reason: "because " + user},
 	}
 }
 

@@ -45,6 +45,7 @@ var warningReasons = map[string]bool{
 	infrav1.ReasonStaleApproval: true, infrav1.ReasonChildDeleted: true, infrav1.ReasonDestroyFailed: true,
 	infrav1.ReasonDestroyTimeout: true, infrav1.ReasonEngineUnavailable: true, infrav1.ReasonOutputsFailed: true,
 	infrav1.ReasonNoProgress: true, infrav1.ReasonInvalidSpec: true, infrav1.ReasonDriftDetected: true,
+	infrav1.ReasonApprovedOutsidePolicy: true,
 }
 
 func (r *TerraformRunReconciler) event(run *infrav1.TerraformRun, typ, reason, action, msg string) {

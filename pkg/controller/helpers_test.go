@@ -111,7 +111,8 @@ func testScheme(t *testing.T) *runtime.Scheme {
 // holding objs, at clock t0.
 func newReconciler(t *testing.T, e engine.Engine, objs ...client.Object) (*TerraformRunReconciler, client.Client) {
 	t.Helper()
-	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&infrav1.TerraformRun{}).WithObjects(objs...).Build()
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&infrav1.TerraformRun{}).WithObjects(objs...).
+		WithIndex(&infrav1.TerraformRunApproval{}, ApprovalRunIndex, approvalRun).Build()
 	reg, err := engine.NewRegistry(e)
 	if err != nil {
 		t.Fatal(err)

@@ -22,6 +22,7 @@ func recordHistory(run *infrav1.TerraformRun, cur *infrav1.RunStatus, keep int32
 		rec.Approval = a.DeepCopy()
 	}
 	rec.Inputs = cur.Inputs
+	rec.Author = cur.Author
 	run.Status.History = recordAt(run.Status.History, rec, keep)
 }
 

@@ -130,6 +130,7 @@ func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *pass
 		Child:     infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: name},
 		Phase:     infrav1.RunPending,
 		StartedAt: &now,
+		Author:    author(run, st.hash),
 	}
 	run.Status.LastRunNumber = number
 	if n.trigger == infrav1.TriggerRerunRequest {
@@ -140,6 +141,7 @@ func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *pass
 	if n.typ == infrav1.RunApply {
 		run.Status.Plan = nil
 		run.Status.Approval = nil
+		run.Status.Approvals = nil
 		apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ApprovedCondition)
 		setStatus(run, infrav1.PlannedCondition, metav1Unknown, infrav1.ReasonProgressing, "run "+name+" is planning")
 	} else {
@@ -317,4 +319,16 @@ func (r *TerraformRunReconciler) listChildrenFrom(ctx context.Context, rd client
 		}
 	}
 	return out, nil
+}
+
+// author is the author of a run of the spec with this hash: the author of
+// the previous run when it ran the same spec (a rerun, a moved source),
+// else the user who last changed the spec (stamped at admission). So a
+// later write that leaves the hash alone (an approval decision in the spec,
+// a timeout) does not make its writer the author of someone else's change.
+func author(run *infrav1.TerraformRun, hash string) string {
+	if prev := run.Status.Run; prev != nil && prev.SpecHash == hash && prev.Author != "" {
+		return prev.Author
+	}
+	return run.Annotations[infrav1.SpecAuthorAnnotation]
 }

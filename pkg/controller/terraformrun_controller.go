@@ -16,6 +16,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -26,6 +27,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -36,6 +38,7 @@ import (
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns/status,verbs=get;update;patch
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns/finalizers,verbs=update
+// +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunapprovals,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=create
 // +kubebuilder:rbac:groups=events.k8s.io,resources=events,verbs=create;patch
@@ -73,6 +76,9 @@ type TerraformRunReconciler struct {
 	Limiter *Limiter
 	// MinCheckInterval is the shortest spec.interval honoured.
 	MinCheckInterval time.Duration
+	// UntrustedIdentity: opr8r's admission policies are not installed, so
+	// the users stamped on decisions and specs are not trusted.
+	UntrustedIdentity bool
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -234,19 +240,40 @@ func (r *TerraformRunReconciler) engineFor(name infrav1.EngineName) (engine.Engi
 // once their CRDs are served (see EngineWatcher); this returns the
 // controller so the watcher can add those watches later.
 func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurrent int, wake ...<-chan event.GenericEvent) (controller.Controller, error) {
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &infrav1.TerraformRunApproval{}, ApprovalRunIndex, approvalRun); err != nil {
+		return nil, err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.TerraformRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
 			predicate.AnnotationChangedPredicate{},
 			deletionPredicate{},
 		))).
-		Owns(&corev1.Secret{})
+		Owns(&corev1.Secret{}).
+		Watches(&infrav1.TerraformRunApproval{}, handler.EnqueueRequestsFromMapFunc(approvalRequests))
 	for _, w := range wake {
 		b = b.WatchesRawSource(source.Channel(w, &handler.EnqueueRequestForObject{}))
 	}
 	return b.WithOptions(controller.Options{MaxConcurrentReconciles: maxConcurrent}).
 		Named("terraformrun").
 		Build(r)
+}
+
+// approvalRun is the index value of a TerraformRunApproval: its run's name.
+func approvalRun(o client.Object) []string {
+	if a, ok := o.(*infrav1.TerraformRunApproval); ok {
+		return []string{a.Spec.RunName}
+	}
+	return nil
+}
+
+// approvalRequests wakes the run a TerraformRunApproval decides on.
+func approvalRequests(_ context.Context, o client.Object) []reconcile.Request {
+	a, ok := o.(*infrav1.TerraformRunApproval)
+	if !ok {
+		return nil
+	}
+	return []reconcile.Request{{NamespacedName: types.NamespacedName{Namespace: a.Namespace, Name: a.Spec.RunName}}}
 }
 
 // passState is what one reconcile pass learns as it goes.

@@ -58,6 +58,9 @@ type Options struct {
 	MinCheckInterval time.Duration
 	// EnginePollPeriod is how often missing engine CRDs are looked for.
 	EnginePollPeriod time.Duration
+	// NoAdmissionPolicies says opr8r's admission policies are not installed:
+	// no user stamp on a decision or a spec can be trusted.
+	NoAdmissionPolicies bool
 }
 
 // Scheme returns a scheme with every type the manager reads or writes: the
@@ -98,8 +101,9 @@ func CacheOptions(namespaces []string, engines []engine.Engine) cache.Options {
 		DefaultLabelSelector: ours,
 		NewInformer:          newSlimInformer(slim),
 		ByObject: map[client.Object]cache.ByObject{
-			&infrav1.TerraformRun{}: {Label: labels.Everything()},
-			&corev1.Secret{}:        {Label: SecretSelector()},
+			&infrav1.TerraformRun{}:         {Label: labels.Everything()},
+			&infrav1.TerraformRunApproval{}: {Label: labels.Everything()},
+			&corev1.Secret{}:                {Label: SecretSelector()},
 		},
 	}
 	for _, e := range engines {
@@ -302,6 +306,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	freed := make(chan event.GenericEvent, 1024)
 	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, freed)
 	r.MinCheckInterval = o.MinCheckInterval
+	r.UntrustedIdentity = o.NoAdmissionPolicies
 	if r.MinCheckInterval == 0 {
 		r.MinCheckInterval = controller.DefaultMinCheckInterval
 	}

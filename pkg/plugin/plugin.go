@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -189,6 +190,8 @@ type RunRow struct {
 	Engine    string `json:"engine"`
 	Phase     string `json:"phase"`
 	Plan      string `json:"plan"`
+	// Approvals is "approved/required" for the latest plan, e.g. 1/2.
+	Approvals string `json:"approvals,omitempty"`
 	Step      string `json:"step"`
 	Ready     string `json:"ready"`
 	Age       string `json:"age"`
@@ -235,6 +238,9 @@ func (o *Options) list(ctx context.Context, args []string, all bool) error {
 		if r.Status.Run != nil {
 			row.Engine = string(r.Status.Run.Engine)
 		}
+		if a := r.Status.Approvals; a != nil && r.Status.Plan != nil && a.Digest == r.Status.Plan.Digest {
+			row.Approvals = a.Summary
+		}
 		if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.ReadyCondition); c != nil {
 			row.Ready = string(c.Status)
 		}
@@ -254,12 +260,12 @@ func (o *Options) list(ctx context.Context, args []string, all bool) error {
 	if all {
 		fmt.Fprint(w, "NAMESPACE\t")
 	}
-	fmt.Fprintln(w, "NAME\tENGINE\tPHASE\tPLAN\tSTEP\tREADY\tAGE")
+	fmt.Fprintln(w, "NAME\tENGINE\tPHASE\tPLAN\tAPPROVALS\tSTEP\tREADY\tAGE")
 	for _, r := range rows {
 		if all {
 			fmt.Fprintf(w, "%s\t", r.Namespace)
 		}
-		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Engine), dash(r.Phase), dash(r.Plan), dash(r.Step), dash(r.Ready), r.Age)
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Name, dash(r.Engine), dash(r.Phase), dash(r.Plan), dash(r.Approvals), dash(r.Step), dash(r.Ready), r.Age)
 	}
 	return w.Flush()
 }
@@ -317,7 +323,7 @@ func waiting(run *infrav1.TerraformRun) (string, error) {
 }
 
 func (o *Options) approve(ctx context.Context, name, pin string) error {
-	run, c, _, err := o.get(ctx, name)
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -328,17 +334,16 @@ func (o *Options) approve(ctx context.Context, name, pin string) error {
 	if pin != "" && pin != digest {
 		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
 	}
-	// A decision replaces an earlier one for the same plan.
-	patch := fmt.Sprintf(`{"spec":{"approval":{"approvedPlan":%q,"rejectedPlan":null,"rejectReason":null}}}`, digest)
-	if err := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", []byte(patch)), client.FieldOwner(FieldManager)); err != nil {
+	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionApprove, "")
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s\n", digest, run.Status.Plan.Summary, name)
+	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s as %s (TerraformRunApproval %s)%s\n", digest, run.Status.Plan.Summary, name, who(a), a.Name, policyNote(run))
 	return nil
 }
 
 func (o *Options) reject(ctx context.Context, name, reason string) error {
-	run, c, _, err := o.get(ctx, name)
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -346,12 +351,54 @@ func (o *Options) reject(ctx context.Context, name, reason string) error {
 	if err != nil {
 		return errors.New(strings.Replace(err.Error(), "nothing to approve", "nothing to reject", 1))
 	}
-	b, _ := json.Marshal(map[string]any{"spec": map[string]any{"approval": map[string]any{"rejectedPlan": digest, "rejectReason": reason, "approvedPlan": nil}}})
-	if err := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", b), client.FieldOwner(FieldManager)); err != nil {
+	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionReject, reason)
+	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "rejected plan %s of TerraformRun %s: %s\n", digest, name, reason)
+	fmt.Fprintf(o.Out, "rejected plan %s of TerraformRun %s as %s (TerraformRunApproval %s): %s\n", digest, name, who(a), a.Name, reason)
 	return nil
+}
+
+// decide creates a TerraformRunApproval: one user's decision about one
+// plan, owned by the run (deleted with it). The API server stamps the user
+// at admission; the user is also filled in from a SelfSubjectReview, which
+// the API server checks, so a cluster with the validating policy but not
+// the mutating one accepts it too.
+func (o *Options) decide(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, digest string, d infrav1.Decision, reason string) (*infrav1.TerraformRunApproval, error) {
+	a := &infrav1.TerraformRunApproval{
+		ObjectMeta: metav1.ObjectMeta{
+			GenerateName: run.Name + "-", Namespace: run.Namespace,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID}},
+		},
+		Spec: infrav1.TerraformRunApprovalSpec{RunName: run.Name, PlanDigest: digest, Decision: d, Reason: reason},
+	}
+	if cs != nil {
+		if r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
+			a.Spec.User, a.Spec.Groups = r.Status.UserInfo.Username, r.Status.UserInfo.Groups
+		}
+	}
+	if err := c.Create(ctx, a, client.FieldOwner(FieldManager)); err != nil {
+		if apierrors.IsForbidden(err) {
+			return nil, fmt.Errorf("%w (deciding a plan needs the right to create terraformrunapprovals in namespace %s: the opr8r-approver role, see docs/approvals.md)", err, run.Namespace)
+		}
+		return nil, err
+	}
+	return a, nil
+}
+
+func who(a *infrav1.TerraformRunApproval) string {
+	if a.Spec.User == "" {
+		return "an unknown user (no identity stamped: are opr8r's admission policies installed?)"
+	}
+	return a.Spec.User
+}
+
+// policyNote says what the run's approval policy still asks for.
+func policyNote(run *infrav1.TerraformRun) string {
+	if n := run.Spec.Approval.RequiredApprovals; n > 1 {
+		return fmt.Sprintf("; the plan needs %d approvals by distinct users (kubectl tfrun list shows the count)", n)
+	}
+	return ""
 }
 
 func (o *Options) rerun(ctx context.Context, name string) error {

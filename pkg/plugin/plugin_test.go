@@ -86,6 +86,7 @@ func seed(t *testing.T) string {
 	}
 	plan := &infrav1.PlanStatus{Add: 1, HasChanges: true, Digest: digest, Summary: "+1 ~0 -0", RunID: "waiting-abc-1"}
 	mk("waiting", infrav1.TerraformRunStatus{Phase: "AwaitingApproval", PlanSummary: "+1 ~0 -0", Plan: plan,
+		Approvals: &infrav1.ApprovalTally{Digest: digest, Required: 2, ApprovedBy: []string{"alice"}, Needed: 1, Summary: "1/2"},
 		Run: &infrav1.RunStatus{ID: "waiting-abc-1", Type: "apply", Engine: "argo", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunAwaitingApproval,
 			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "waiting-abc-1"},
 			Steps: []infrav1.StepStatus{{Name: "plan", Phase: "Succeeded"}, {Name: "approve", Phase: "Running"}}}})
@@ -133,7 +134,7 @@ func TestPluginCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, want := range []string{"NAME", "ENGINE", "PHASE", "PLAN", "STEP", "waiting", "argo", "AwaitingApproval", "+1 ~0 -0", "approve", "done", "tekton", "Succeeded"} {
+		for _, want := range []string{"NAME", "ENGINE", "PHASE", "PLAN", "APPROVALS", "1/2", "STEP", "waiting", "argo", "AwaitingApproval", "+1 ~0 -0", "approve", "done", "tekton", "Succeeded"} {
 			if !strings.Contains(out, want) {
 				t.Errorf("list output lacks %q:\n%s", want, out)
 			}
@@ -230,16 +231,18 @@ func TestPluginCommands(t *testing.T) {
 		if err != nil || !strings.Contains(out, "approved plan "+digest) {
 			t.Fatalf("approve: %v %s", err, out)
 		}
-		r := get(t, ns, "waiting")
-		if r.Spec.Approval.ApprovedPlan != digest {
-			t.Errorf("approvedPlan = %q", r.Spec.Approval.ApprovedPlan)
+		a := decisions(t, ns)
+		if len(a) != 1 || a[0].Spec.PlanDigest != digest || a[0].Spec.Decision != infrav1.DecisionApprove || a[0].Spec.RunName != "waiting" {
+			t.Fatalf("approvals = %+v", a)
 		}
-		found := false
-		for _, mf := range r.ManagedFields {
-			found = found || mf.Manager == plugin.FieldManager
+		if a[0].Spec.User == "" || !strings.Contains(out, " as "+a[0].Spec.User) {
+			t.Errorf("the approval has no stamped user (%q), or the plugin does not say it: %s", a[0].Spec.User, out)
 		}
-		if !found {
-			t.Error("the write is not attributed to kubectl-tfrun")
+		if r := get(t, ns, "waiting"); len(a[0].OwnerReferences) != 1 || a[0].OwnerReferences[0].UID != r.UID {
+			t.Errorf("the approval is not owned by its run: %+v", a[0].OwnerReferences)
+		}
+		if got := get(t, ns, "waiting").Spec.Approval.ApprovedPlan; got != "" {
+			t.Errorf("approve wrote the run's spec: approvedPlan = %q", got)
 		}
 	})
 
@@ -247,9 +250,16 @@ func TestPluginCommands(t *testing.T) {
 		if _, _, err := tfrun(ns, "reject", "waiting", "--reason", "too risky"); err != nil {
 			t.Fatal(err)
 		}
-		r := get(t, ns, "waiting")
-		if r.Spec.Approval.RejectedPlan != digest || r.Spec.Approval.RejectReason != "too risky" {
-			t.Errorf("approval = %+v", r.Spec.Approval)
+		a := decisions(t, ns)
+		if len(a) != 2 {
+			t.Fatalf("approvals = %+v", a)
+		}
+		rejected := false
+		for _, x := range a {
+			rejected = rejected || (x.Spec.Decision == infrav1.DecisionReject && x.Spec.Reason == "too risky" && x.Spec.PlanDigest == digest)
+		}
+		if !rejected {
+			t.Errorf("no rejection among %+v", a)
 		}
 		if _, _, err := tfrun(ns, "rerun", "done"); err != nil {
 			t.Fatal(err)
@@ -258,4 +268,14 @@ func TestPluginCommands(t *testing.T) {
 			t.Errorf("rerun annotation = %q", got)
 		}
 	})
+}
+
+// decisions lists the namespace's TerraformRunApprovals.
+func decisions(t *testing.T, ns string) []infrav1.TerraformRunApproval {
+	t.Helper()
+	l := &infrav1.TerraformRunApprovalList{}
+	if err := k8s.List(context.Background(), l, client.InNamespace(ns)); err != nil {
+		t.Fatal(err)
+	}
+	return l.Items
 }

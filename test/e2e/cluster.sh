@@ -164,8 +164,12 @@ pki() {
   cert proxy system:kube-proxy ""
   cert node "system:node:${NODE}" system:nodes "IP:${ip},DNS:${NODE}"
   cert provisioner opr8r-e2e-provisioner system:masters
+  # Two people with their own client certificates, in a group that the e2e
+  # test binds to opr8r-approver: approvals by distinct users.
+  cert alice opr8r-e2e-alice e2e-approvers
+  cert bob opr8r-e2e-bob e2e-approvers
   kubeconfig admin admin; kubeconfig kcm kcm; kubeconfig scheduler scheduler; kubeconfig proxy proxy
-  kubeconfig node node; kubeconfig provisioner provisioner
+  kubeconfig node node; kubeconfig provisioner provisioner; kubeconfig alice alice; kubeconfig bob bob
 }
 
 # ---------------------------------------------------------------- processes
@@ -362,6 +366,9 @@ opr8r_up() {
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e,default}" \
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s >/dev/null
+  # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
+  kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
 }
 
 wait_deployments() {

@@ -124,6 +124,23 @@ spec:
 `, name, ns, engine, files, greeting)
 }
 
+// e2eAdmin is the admin kubeconfig's user (its certificate's CN).
+const e2eAdmin = "opr8r-e2e-admin"
+
+// shAs runs a command as one of the cluster's people (cluster.sh makes
+// <user>.kubeconfig next to the admin's, with its own client certificate).
+func (e *env) shAs(t *testing.T, user, name string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig"))
+	out, err := cmd.CombinedOutput()
+	t.Logf("$ (as %s) %s %s\n%s", user, filepath.Base(name), strings.Join(args, " "), out)
+	if err != nil {
+		t.Fatalf("(as %s) %s %s: %v\n%s", user, filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
 func (e *env) get(t *testing.T, name string) *infrav1.TerraformRun {
 	t.Helper()
 	run := &infrav1.TerraformRun{}
@@ -257,8 +274,8 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	}
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
 	run = e.waitFor(t, name, "applied and Ready", 5*time.Minute, ready)
-	if run.Status.Approval == nil || !run.Status.Approval.Approved {
-		t.Fatalf("approval = %+v", run.Status.Approval)
+	if a := run.Status.Approval; a == nil || !a.Approved || a.By != e2eAdmin || a.Source != infrav1.ApprovedByApproval {
+		t.Fatalf("approval = %+v, want approved by %s through a TerraformRunApproval", a, e2eAdmin)
 	}
 	e.checkOutputs(t, name, "Hello")
 	out := e.sh(t, "", e.tfrun, "outputs", name, "-n", ns)
@@ -281,9 +298,13 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	e.checkOutputs(t, name, "Hello again")
 
 	// 3. The spec reverted (A, B, A): a new run and a real plan, never the
-	// first run's old child.
+	// first run's old child. It needs two approvals by distinct users, not
+	// the author's: alice's and bob's, each with their own client
+	// certificate; the admin who wrote the change is not counted.
 	firstChild := e.get(t, name).Status.History[len(e.get(t, name).Status.History)-1].ID
-	e.sh(t, manifest(name, engine, "Hello"), e.kubectl, "apply", "-f", "-")
+	quorum := strings.Replace(manifest(name, engine, "Hello"), "approval: {mode: Manual, timeout: 30m}",
+		"approval: {mode: Manual, timeout: 30m, requiredApprovals: 2, selfApproval: Forbidden}", 1)
+	e.sh(t, quorum, e.kubectl, "apply", "-f", "-")
 	run = e.waitFor(t, name, "the reverted spec's plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
 	if run.Status.Run.Child.Name == firstChild {
 		t.Fatalf("the reverted spec reuses the first run's child %s", firstChild)
@@ -291,8 +312,21 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	if p := run.Status.Plan; p.Change != 1 || p.RunID != run.Status.Run.ID {
 		t.Fatalf("the reverted spec's plan = %+v, want 1 to change, from run %s", p, run.Status.Run.ID)
 	}
+	if run.Status.Run.Author != e2eAdmin {
+		t.Fatalf("the run's author is %q, want %s (stamped at admission)", run.Status.Run.Author, e2eAdmin)
+	}
+	e.shAs(t, "alice", e.tfrun, "approve", name, "-n", ns)
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	run = e.waitFor(t, name, "alice's approval counted, the author's ignored", time.Minute, func(r *infrav1.TerraformRun) bool {
+		a := r.Status.Approvals
+		return a != nil && a.Summary == "1/2" && len(a.Ignored) == 1 && a.Ignored[0].User == e2eAdmin
+	})
+	t.Logf("after alice and the author: %s", e.sh(t, "", e.tfrun, "list", name, "-n", ns))
+	e.shAs(t, "bob", e.tfrun, "approve", name, "-n", ns)
 	run = e.waitFor(t, name, "the revert applied", 5*time.Minute, ready)
+	if a := run.Status.History[0].Approval; a == nil || a.By != "opr8r-e2e-alice, opr8r-e2e-bob" {
+		t.Fatalf("the revert's approval = %+v, want by opr8r-e2e-alice, opr8r-e2e-bob", a)
+	}
 	e.checkOutputs(t, name, "Hello")
 
 	// 4. A rerun of the unchanged spec plans no changes: no gate, no apply.

@@ -96,6 +96,44 @@ func InstallPolicies(cfg *rest.Config) error {
 			return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
+	return waitForPolicies(c)
+}
+
+// waitForPolicies waits until the admission policies act: the API server
+// loads them, and the schemas of the CRDs they match, a moment after they
+// are created. A dry-run TerraformRun must be admitted with its author
+// stamped, and a dry-run TerraformRunApproval with its user.
+func waitForPolicies(c client.Client) error {
+	run := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "infra.opr8r.io/v1alpha1", "kind": "TerraformRun",
+		"metadata": map[string]any{"name": "policy-probe", "namespace": "default"},
+		"spec":     map[string]any{"source": map[string]any{"inline": map[string]any{"files": map[string]any{"main.tf": "\n"}}}},
+	}}
+	approval := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "infra.opr8r.io/v1alpha1", "kind": "TerraformRunApproval",
+		"metadata": map[string]any{"name": "policy-probe", "namespace": "default"},
+		"spec":     map[string]any{"runName": "policy-probe", "planDigest": "sha256:" + strings.Repeat("0", 64)},
+	}}
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), 200_000_000, 60_000_000_000, true, func(ctx context.Context) (bool, error) {
+		r, a := run.DeepCopy(), approval.DeepCopy()
+		if last = c.Create(ctx, r, client.DryRunAll); last != nil {
+			return false, nil
+		}
+		if last = c.Create(ctx, a, client.DryRunAll); last != nil {
+			return false, nil
+		}
+		author := r.GetAnnotations()["infra.opr8r.io/spec-author"]
+		user, _, _ := unstructured.NestedString(a.Object, "spec", "user")
+		if author == "" || user == "" {
+			last = fmt.Errorf("not stamped yet: author %q, user %q", author, user)
+			return false, nil
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("opr8r's admission policies did not take effect within a minute: %v", last)
+	}
 	return nil
 }
 

@@ -89,28 +89,49 @@ func convert[T any](t *testing.T, u *unstructured.Unstructured) *T {
 	return out
 }
 
-func generatedCRD(t *testing.T) *apiextensionsv1.CustomResourceDefinition {
+// generatedCRDs are config/crd/bases' CRDs by name.
+func generatedCRDs(t *testing.T) map[string]*apiextensionsv1.CustomResourceDefinition {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases", "infra.opr8r.io_terraformruns.yaml"))
-	if err != nil {
-		t.Fatal(err)
+	files, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no generated CRDs: %v", err)
 	}
-	crd := &apiextensionsv1.CustomResourceDefinition{}
-	if err := yaml.Unmarshal(b, crd); err != nil {
-		t.Fatal(err)
+	out := map[string]*apiextensionsv1.CustomResourceDefinition{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crd := &apiextensionsv1.CustomResourceDefinition{}
+		if err := yaml.Unmarshal(b, crd); err != nil {
+			t.Fatal(err)
+		}
+		out[crd.Name] = crd
 	}
-	return crd
+	return out
 }
 
 // checkCommon checks what both install paths must get right.
 func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int) {
 	t.Helper()
-	crds := byKind(objs, "CustomResourceDefinition")
-	if len(crds) != 1 {
-		t.Fatalf("want 1 CRD, got %d", len(crds))
+	crds, want := byKind(objs, "CustomResourceDefinition"), generatedCRDs(t)
+	if len(crds) != len(want) {
+		t.Fatalf("want %d CRDs, got %d", len(want), len(crds))
 	}
-	if diff := cmp.Diff(generatedCRD(t).Spec, convert[apiextensionsv1.CustomResourceDefinition](t, crds[0]).Spec); diff != "" {
-		t.Errorf("the installed CRD differs from the generated one (-generated +installed):\n%s", diff)
+	for _, u := range crds {
+		gen, ok := want[u.GetName()]
+		if !ok {
+			t.Fatalf("CRD %s is not one that controller-gen generated", u.GetName())
+		}
+		if diff := cmp.Diff(gen.Spec, convert[apiextensionsv1.CustomResourceDefinition](t, u).Spec); diff != "" {
+			t.Errorf("the installed CRD %s differs from the generated one (-generated +installed):\n%s", u.GetName(), diff)
+		}
+	}
+	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 2 {
+		t.Errorf("want opr8r's 2 MutatingAdmissionPolicies (the identity stamps), got %d", n)
+	}
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 3 {
+		t.Errorf("want opr8r's 3 ValidatingAdmissionPolicies, got %d", n)
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {
@@ -149,7 +170,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 func TestKustomizeDefault(t *testing.T) {
 	k := tool(t, "OPR8R_KUSTOMIZE")
 	objs := objects(t, run(t, k, "build", "config/default"))
-	checkCommon(t, objs, 4) // the manager's and each of the three engines'
+	checkCommon(t, objs, 6) // the manager's, each of the three engines', the approver's and the editor's
 
 	for _, dir := range []string{"config/rbac/runner", "config/samples", "config/crd"} {
 		if len(objects(t, run(t, k, "build", dir))) == 0 {
@@ -163,12 +184,12 @@ func TestHelmChart(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	t.Run("defaults", func(t *testing.T) {
 		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds"))
-		checkCommon(t, objs, 4)
+		checkCommon(t, objs, 6)
 		dryRun(t, objs)
 	})
 	t.Run("one engine: rights and flags for that engine only", func(t *testing.T) {
 		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false", "--include-crds"))
-		checkCommon(t, objs, 2)
+		checkCommon(t, objs, 4)
 		for _, r := range byKind(objs, "ClusterRole") {
 			if strings.HasSuffix(r.GetName(), "tekton") || strings.HasSuffix(r.GetName(), "job") {
 				t.Errorf("rights of a disabled engine rendered: %s", r.GetName())
@@ -177,6 +198,18 @@ func TestHelmChart(t *testing.T) {
 		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
 		if !strings.Contains(args, "--engines=argo ") && !strings.HasSuffix(args, "--engines=argo") {
 			t.Errorf("args %q, want --engines=argo", args)
+		}
+	})
+	t.Run("a cluster without admission policies: none rendered, and the manager trusts no stamp", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "admissionPolicies.enabled=false"))
+		for _, k := range []string{"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"} {
+			if n := len(byKind(objs, k)); n != 0 {
+				t.Errorf("%d %s rendered", n, k)
+			}
+		}
+		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+		if !strings.Contains(args, "--admission-policies=false") {
+			t.Errorf("args %q, want --admission-policies=false", args)
 		}
 	})
 	t.Run("ServiceMonitor, watched namespaces and runner namespaces", func(t *testing.T) {

@@ -58,6 +58,7 @@ func TestRBACAllowList(t *testing.T) {
 			"/configmaps:create",
 			"/secrets:create", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
 			"events.k8s.io/events:create", "events.k8s.io/events:patch",
+			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
 			"infra.opr8r.io/terraformruns/finalizers:update",
 			"infra.opr8r.io/terraformruns/status:get", "infra.opr8r.io/terraformruns/status:patch", "infra.opr8r.io/terraformruns/status:update",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
@@ -72,6 +73,15 @@ func TestRBACAllowList(t *testing.T) {
 			"tekton.dev/pipelineruns:create", "tekton.dev/pipelineruns:delete", "tekton.dev/pipelineruns:get", "tekton.dev/pipelineruns:list",
 			"tekton.dev/pipelineruns:patch", "tekton.dev/pipelineruns:update", "tekton.dev/pipelineruns:watch",
 			"tekton.dev/taskruns:get", "tekton.dev/taskruns:list", "tekton.dev/taskruns:watch",
+		},
+		"config/rbac/users/approver.yaml": {
+			"infra.opr8r.io/terraformrunapprovals:create", "infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:watch",
+		},
+		"config/rbac/users/editor.yaml": {
+			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			"infra.opr8r.io/terraformruns:create", "infra.opr8r.io/terraformruns:delete", "infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list",
+			"infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
 		},
 		"config/rbac/job/role.yaml": {
 			"/persistentvolumeclaims:create", "/persistentvolumeclaims:delete", "/persistentvolumeclaims:get",

@@ -172,6 +172,7 @@ var _ = Describe("engine conformance", func() {
 			conformance(given{e})
 			runIdentity(given{e})
 			continuous(given{e})
+			approvalPolicy(given{e})
 		})
 	}
 })

@@ -1,0 +1,94 @@
+package controller
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+func TestTally(t *testing.T) {
+	t0 := time.Date(2026, 11, 25, 0, 0, 0, 0, time.UTC)
+	ok := func(user string, min int, groups ...string) vote {
+		return vote{user: user, groups: groups, approve: true, source: "TerraformRunApproval/" + user, at: t0.Add(time.Duration(min) * time.Minute)}
+	}
+	no := func(user string, min int, groups ...string) vote {
+		v := ok(user, min, groups...)
+		v.approve, v.reason = false, "no by "+user
+		return v
+	}
+	quorum2 := infrav1.ApprovalSpec{RequiredApprovals: 2}
+	cases := []struct {
+		name       string
+		ap         infrav1.ApprovalSpec
+		author     string
+		votes      []vote
+		approvedBy []string
+		needed     int32
+		rejectedBy string // the rejecting vote's user, "" for none
+		ignored    []string
+	}{
+		{name: "one approval is the default rule", votes: []vote{ok("alice", 1)}, approvedBy: []string{"alice"}},
+		{name: "no votes wait", ap: quorum2, needed: 2},
+		{name: "a quorum of two distinct users", ap: quorum2, votes: []vote{ok("alice", 1), ok("bob", 2)}, approvedBy: []string{"alice", "bob"}},
+		{name: "one user twice is one approval", ap: quorum2, votes: []vote{ok("alice", 1), ok("alice", 2)}, approvedBy: []string{"alice"}, needed: 1},
+		{name: "the author is barred from approving", ap: infrav1.ApprovalSpec{RequiredApprovals: 2, SelfApproval: infrav1.SelfApprovalForbidden}, author: "alice",
+			votes: []vote{ok("alice", 1), ok("bob", 2)}, approvedBy: []string{"bob"}, needed: 1, ignored: []string{"alice: the author of the change may not approve it"}},
+		{name: "the author may still reject", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden}, author: "alice",
+			votes: []vote{no("alice", 1)}, needed: 1, rejectedBy: "alice"},
+		{name: "an unknown author bars every approval under Forbidden", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden},
+			votes: []vote{ok("bob", 1)}, needed: 1, ignored: []string{"bob: the change has no stamped author"}},
+		{name: "a user not listed is ignored and reported", ap: infrav1.ApprovalSpec{Approvers: &infrav1.Approvers{Users: []string{"bob"}}},
+			votes: []vote{ok("mallory", 1)}, needed: 1, ignored: []string{"mallory: not in spec.approval.approvers"}},
+		{name: "a listed group counts", ap: infrav1.ApprovalSpec{Approvers: &infrav1.Approvers{Groups: []string{"sre"}}},
+			votes: []vote{ok("carol", 1, "devs", "sre")}, approvedBy: []string{"carol"}},
+		{name: "a rejection by a user not listed does not reject", ap: infrav1.ApprovalSpec{Approvers: &infrav1.Approvers{Users: []string{"bob"}}},
+			votes: []vote{no("mallory", 1), ok("bob", 2)}, approvedBy: []string{"bob"}, ignored: []string{"mallory: not in spec.approval.approvers"}},
+		{name: "one rejection rejects, even after a quorum", ap: quorum2, votes: []vote{ok("alice", 1), ok("bob", 2), no("carol", 3)},
+			approvedBy: []string{"alice", "bob"}, rejectedBy: "carol"},
+		{name: "a Quorum rejection needs the quorum", ap: infrav1.ApprovalSpec{RequiredApprovals: 2, Rejection: infrav1.RejectByQuorum},
+			votes: []vote{no("alice", 1), ok("bob", 2)}, approvedBy: []string{"bob"}, needed: 1},
+		{name: "a Quorum rejection met", ap: infrav1.ApprovalSpec{RequiredApprovals: 2, Rejection: infrav1.RejectByQuorum},
+			votes: []vote{no("alice", 1), no("bob", 2)}, needed: 2, rejectedBy: "alice"},
+		{name: "a user's newest decision counts", ap: quorum2, votes: []vote{no("alice", 1), ok("alice", 2), ok("bob", 3)}, approvedBy: []string{"alice", "bob"}},
+		{name: "a user who approves then rejects rejects", votes: []vote{ok("alice", 1), no("alice", 2)}, needed: 1, rejectedBy: "alice"},
+		{name: "an unstamped approval counts under the default rule", votes: []vote{ok("", 1)}, approvedBy: []string{""}},
+		{name: "an unstamped approval does not count for a quorum", ap: quorum2, votes: []vote{ok("", 1), ok("bob", 2)},
+			approvedBy: []string{"bob"}, needed: 1, ignored: []string{": no user was stamped"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, rej := tally(tc.ap, tc.author, "sha256:d", tc.votes)
+			if diff := cmp.Diff(tc.approvedBy, got.ApprovedBy); diff != "" {
+				t.Errorf("approvedBy (-want +got):\n%s", diff)
+			}
+			if got.Needed != tc.needed {
+				t.Errorf("needed = %d, want %d", got.Needed, tc.needed)
+			}
+			switch {
+			case tc.rejectedBy == "" && rej != nil:
+				t.Errorf("rejected by %q, want not rejected", rej.user)
+			case tc.rejectedBy != "" && (rej == nil || rej.user != tc.rejectedBy):
+				t.Errorf("rejection = %+v, want by %q", rej, tc.rejectedBy)
+			}
+			var ignored []string
+			for _, ig := range got.Ignored {
+				ignored = append(ignored, ig.User+": "+ig.Reason)
+			}
+			if len(ignored) != len(tc.ignored) {
+				t.Fatalf("ignored = %q, want %q", ignored, tc.ignored)
+			}
+			for i := range ignored {
+				if !strings.HasPrefix(ignored[i], tc.ignored[i]) {
+					t.Errorf("ignored[%d] = %q, want prefix %q", i, ignored[i], tc.ignored[i])
+				}
+			}
+			if want := len(tc.approvedBy); got.Summary != itoa(int64(want))+"/"+itoa(int64(required(tc.ap))) {
+				t.Errorf("summary = %q", got.Summary)
+			}
+		})
+	}
+}

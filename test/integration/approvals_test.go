@@ -1,0 +1,271 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/yaml"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/test/envtestutil"
+)
+
+// Users are envtest users with their own client certificates; the API
+// server's real authenticator and RBAC authorizer decide what they may do,
+// and opr8r's admission policies stamp who they are.
+var (
+	usersMu sync.Mutex
+	users   = map[string]client.Client{}
+)
+
+// as returns a client that authenticates as user, in the given groups.
+func as(user string, groups ...string) client.Client {
+	usersMu.Lock()
+	defer usersMu.Unlock()
+	if c, ok := users[user]; ok {
+		return c
+	}
+	u, err := testEnv.ControlPlane.AddUser(envtest.User{Name: user, Groups: groups}, nil)
+	Expect(err).NotTo(HaveOccurred())
+	c, err := client.New(u.Config(), client.Options{Scheme: k8sClient.Scheme()})
+	Expect(err).NotTo(HaveOccurred())
+	users[user] = c
+	return c
+}
+
+// grant binds one of opr8r's user roles (config/rbac/users) to user in ns.
+func grant(ns, role, user string) {
+	ctx := context.Background()
+	b, err := os.ReadFile(filepath.Join(envtestutil.RepoRoot(), "config", "rbac", "users", role+".yaml"))
+	Expect(err).NotTo(HaveOccurred())
+	cr := &rbacv1.ClusterRole{}
+	Expect(yaml.Unmarshal(b, cr)).To(Succeed())
+	if err := k8sClient.Create(ctx, cr); err != nil && !apierrors.IsAlreadyExists(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: role + "-" + user, Namespace: ns},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
+	})).To(Succeed())
+}
+
+// decide creates a TerraformRunApproval as c, as kubectl tfrun does.
+func decide(c client.Client, ns, run, digest string, d infrav1.Decision, reason string) (*infrav1.TerraformRunApproval, error) {
+	a := &infrav1.TerraformRunApproval{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: run + "-", Namespace: ns},
+		Spec:       infrav1.TerraformRunApprovalSpec{RunName: run, PlanDigest: digest, Decision: d, Reason: reason},
+	}
+	return a, c.Create(context.Background(), a)
+}
+
+func approvals(ns, name string) func() string {
+	return func() string {
+		if a := getRun(ns, name).Status.Approvals; a != nil {
+			return a.Summary + " " + strings.Join(a.ApprovedBy, ",")
+		}
+		return ""
+	}
+}
+
+// Identity and the separation of the rights to edit and to approve do not
+// depend on the engine: they are the API server's (RBAC, admission).
+var _ = Describe("approval identity and rights", func() {
+	ctx := context.Background()
+
+	It("stamps the requesting user on a decision and refuses a forged one", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "id-alice")
+		alice := as("id-alice", "sre")
+		a, err := decide(alice, ns, "any", digestOf("x"), infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Expect(a.Spec.User).To(Equal("id-alice"))
+		Expect(a.Spec.Groups).To(ContainElements("sre", "system:authenticated"))
+
+		By("a user typed into spec.user that is not the requester is refused")
+		forged := &infrav1.TerraformRunApproval{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "any-", Namespace: ns},
+			Spec:       infrav1.TerraformRunApprovalSpec{RunName: "any", PlanDigest: digestOf("x"), User: "id-bob"},
+		}
+		err = alice.Create(ctx, forged)
+		Expect(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.user must be the requesting user, id-alice"))
+
+		By("a decision never changes")
+		patch := client.MergeFrom(a.DeepCopy())
+		a.Spec.Decision = infrav1.DecisionReject
+		err = k8sClient.Patch(ctx, a, patch)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec is immutable"))
+	})
+
+	It("stamps the author of a change and refuses a forged author", func() {
+		ns := newNamespace()
+		grant(ns, "editor", "id-carol")
+		carol := as("id-carol")
+		run := testRun("authored", ns)
+		Expect(carol.Create(ctx, run)).To(Succeed())
+		Expect(run.Annotations).To(HaveKeyWithValue(infrav1.SpecAuthorAnnotation, "id-carol"))
+
+		By("another writer's spec change makes them the author")
+		patchRun(ns, "authored", func(r *infrav1.TerraformRun) { r.Spec.History.KeepRecords = ptrTo(int32(3)) })
+		Expect(getRun(ns, "authored").Annotations[infrav1.SpecAuthorAnnotation]).NotTo(Equal("id-carol"))
+
+		By("an author typed by hand is refused")
+		got := getRun(ns, "authored")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Annotations[infrav1.SpecAuthorAnnotation] = "someone-else"
+		err := carol.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("metadata.annotations[infra.opr8r.io/spec-author] is stamped at admission"))
+	})
+
+	It("grants approving and editing apart: an approver cannot edit, an editor cannot approve", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "rights-approver")
+		grant(ns, "editor", "rights-editor")
+		approver, editor := as("rights-approver"), as("rights-editor")
+		run := testRun("split", ns)
+		Expect(editor.Create(ctx, run)).To(Succeed())
+
+		By("the approver decides, and cannot change the run")
+		_, err := decide(approver, ns, "split", digestOf("split"), infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		got := &infrav1.TerraformRun{}
+		Expect(approver.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.History.KeepRecords = ptrTo(int32(2))
+		Expect(apierrors.IsForbidden(approver.Patch(ctx, got, p))).To(BeTrue())
+		p = client.MergeFrom(got.DeepCopy())
+		got.Spec.Approval.ApprovedPlan = digestOf("split")
+		Expect(apierrors.IsForbidden(approver.Patch(ctx, got, p))).To(BeTrue())
+
+		By("the editor changes the run, and cannot decide by either path")
+		_, err = decide(editor, ns, "split", digestOf("split"), infrav1.DecisionApprove, "")
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(editor.Get(ctx, client.ObjectKeyFromObject(run), got)).To(Succeed())
+		p = client.MergeFrom(got.DeepCopy())
+		got.Spec.History.KeepRecords = ptrTo(int32(2))
+		Expect(editor.Patch(ctx, got, p)).To(Succeed())
+		p = client.MergeFrom(got.DeepCopy())
+		got.Spec.Approval.ApprovedPlan = digestOf("split")
+		err = editor.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("needs the right to create terraformrunapprovals in namespace " + ns))
+	})
+})
+
+func testRun(name, ns string) *infrav1.TerraformRun {
+	r := given{engines[0]}.run(name, ns).Obj()
+	r.Spec.Suspend = true
+	return r
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// approvalPolicy is the conformance suite's part on approvals: the policy
+// in spec.approval, counted from TerraformRunApprovals of real users.
+func approvalPolicy(g given) {
+	It("needs two distinct users for a quorum of two: one user twice is not enough", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "q-alice")
+		grant(ns, "approver", "q-bob")
+		digest := digestOf("quorum")
+		run := g.run("quorum", ns).Obj()
+		run.Spec.Approval.RequiredApprovals = 2
+		s := g.planned(ns, run, digest)
+		_, err := decide(as("q-alice"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		_, err = decide(as("q-alice"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(approvals(ns, run.Name), timeout, interval).Should(Equal("1/2 q-alice"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+		c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition)
+		Expect(c.Reason).To(Equal(infrav1.ReasonAwaitingApproval))
+		Expect(c.Message).To(ContainSubstring("1/2 approvals (q-alice), 1 more needed"))
+
+		_, err = decide(as("q-bob"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+		got := getRun(ns, run.Name)
+		Expect(got.Status.Approval.By).To(Equal("q-alice, q-bob"))
+		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByApproval))
+		Expect(got.Status.Approvals.Summary).To(Equal("2/2"))
+		_, msg, _ := s.Gate()
+		Expect(msg).To(ContainSubstring("q-alice, q-bob"))
+	})
+
+	It("bars the author of the change from approving it", func() {
+		ns := newNamespace()
+		for _, u := range []string{"a-dave", "a-erin"} {
+			grant(ns, "approver", u)
+			grant(ns, "editor", u)
+		}
+		digest := digestOf("author")
+		run := g.run("author", ns).Obj()
+		run.Spec.Approval.SelfApproval = infrav1.SelfApprovalForbidden
+		Expect(as("a-dave").Create(context.Background(), run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		s.Start()
+		s.Plan(1, 0, 0, digest)
+		s.Suspend(digest)
+		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+		Expect(getRun(ns, run.Name).Status.Run.Author).To(Equal("a-dave"))
+
+		_, err := decide(as("a-dave"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string {
+			return cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message
+		}, timeout, interval).Should(ContainSubstring("ignored a-dave's decision"))
+		got := getRun(ns, run.Name).Status.Approvals
+		Expect(got.Ignored).To(HaveLen(1))
+		Expect(got.Ignored[0].Reason).To(ContainSubstring("the author of the change may not approve it"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+
+		_, err = decide(as("a-erin"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		Expect(getRun(ns, run.Name).Status.Approval.By).To(Equal("a-erin"))
+	})
+
+	It("ignores and reports a user not listed, and one listed approver's rejection rejects", func() {
+		ns := newNamespace()
+		for _, u := range []string{"l-mallory", "l-frank"} {
+			grant(ns, "approver", u)
+		}
+		digest := digestOf("listed")
+		run := g.run("listed", ns).Obj()
+		run.Spec.Approval.Approvers = &infrav1.Approvers{Users: []string{"l-grace"}, Groups: []string{"l-sre"}}
+		s := g.planned(ns, run, digest)
+		_, err := decide(as("l-mallory"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string {
+			return cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message
+		}, timeout, interval).Should(ContainSubstring("ignored l-mallory's decision (TerraformRunApproval/listed-"))
+		Expect(cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring("not in spec.approval.approvers"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+
+		By("a member of a listed group rejects: the plan is rejected")
+		_, err = decide(as("l-frank", "l-sre"), ns, run.Name, digest, infrav1.DecisionReject, "opens port 22 to the world")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		s.CompleteAfterGate()
+		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
+		got := getRun(ns, run.Name)
+		Expect(got.Status.Approval.By).To(Equal("l-frank"))
+		Expect(got.Status.Approval.Reason).To(Equal("opens port 22 to the world"))
+		Expect(got.Status.History[0].Approval.By).To(Equal("l-frank"))
+	})
+}
