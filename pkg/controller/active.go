@@ -252,7 +252,7 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 		return r.finishSucceeded(ctx, run, st)
 	case infrav1.RunRejected:
 		if pr.Plan != nil {
-			r.recordGateDecision(run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
+			r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
 		}
 		reason := infrav1.ReasonRejected
 		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
@@ -273,7 +273,7 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 		r.recordApproval(run, infrav1.ApprovalStatus{Digest: pr.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 	}
 	if pr.Gate.State == engine.GateApproved && pr.Plan != nil {
-		r.recordGateDecision(run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
+		r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
 	}
 	if pr.OutputsExported {
 		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {

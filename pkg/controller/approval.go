@@ -33,7 +33,7 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	}
 	switch pr.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		r.recordGateDecision(run, st.eff.Spec.Approval, pr.Gate, digest)
+		r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, digest)
 		return ctrl.Result{}, nil
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
@@ -86,6 +86,17 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	return ctrl.Result{}, nil
 }
 
+// approvalSource is TerraformRunApproval when any approval came from one,
+// else TerraformRun (spec.approval.approvedPlan).
+func approvalSource(votes []vote) infrav1.ApprovalSource {
+	for _, v := range votes {
+		if v.approve && strings.HasPrefix(v.source, "TerraformRunApproval/") {
+			return infrav1.ApprovedByApproval
+		}
+	}
+	return infrav1.ApprovedBySpec
+}
+
 // runAuthor is the author of the active run's change ("" when unknown or
 // not trusted).
 func (r *TerraformRunReconciler) runAuthor(run *infrav1.TerraformRun) string {
@@ -113,11 +124,10 @@ func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.Terra
 	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by}); err != nil {
 		return err
 	}
-	src, via := infrav1.ApprovedBySpec, "spec.approval.approvedPlan"
-	for _, v := range votes {
-		if v.approve && strings.HasPrefix(v.source, "TerraformRunApproval/") {
-			src, via = infrav1.ApprovedByApproval, "TerraformRunApproval"
-		}
+	src := approvalSource(votes)
+	via := "spec.approval.approvedPlan"
+	if src == infrav1.ApprovedByApproval {
+		via = "TerraformRunApproval"
 	}
 	msg := "plan " + digest + " approved through " + via
 	if by != "" {
@@ -169,11 +179,12 @@ func gateErr(err error) (ctrl.Result, error) {
 }
 
 // recordGateDecision records a decision the engine shows and opr8r has not
-// recorded yet: someone ran `argo resume` or used the Argo UI. The engine
-// has already let the plan through, so an approval that spec.approval's
-// policy would not count is recorded as ApprovedOutsidePolicy, with a
-// Warning event naming the rule it broke.
-func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
+// recorded yet: someone ran `argo resume` or used the Argo UI. The resume
+// counts as one approval by the user the engine recorded, together with the
+// plan's other decisions. The engine has already let the plan through, so
+// an approval that spec.approval's policy would not count is recorded as
+// ApprovedOutsidePolicy, with a Warning event naming the rule it broke.
+func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
 	if a := run.Status.Approval; a != nil && a.Digest == digest {
 		return
 	}
@@ -192,9 +203,30 @@ func (r *TerraformRunReconciler) recordGateDecision(run *infrav1.TerraformRun, a
 		r.recordApproval(run, a, msg)
 		return
 	}
-	t, _ := tally(ap, r.runAuthor(run), digest, []vote{{user: g.By, approve: true, source: "engine"}})
+	votes, err := r.votes(ctx, run, ap, digest)
+	if err != nil {
+		votes = nil // judged on the resume alone
+	}
+	at0 := time.Time{}
+	if g.DecidedAt != nil {
+		at0 = g.DecidedAt.Time
+	}
+	// opr8r's own resume whose record a lost status write dropped: the
+	// decisions it counted are still there.
+	own := g.By == engine.ActorName || strings.HasPrefix(g.By, engine.ActorName+" (")
+	if !own {
+		votes = append(votes, vote{user: g.By, approve: true, source: "engine", at: at0})
+	}
+	t, _ := tally(ap, r.runAuthor(run), digest, votes)
 	run.Status.Approvals = &t
+	if own && t.Needed == 0 {
+		a.Source, a.By = approvalSource(votes), strings.Join(t.ApprovedBy, ", ")
+		r.recordApproval(run, a, "plan "+digest+" approved by "+a.By)
+		return
+	}
+	a.By = strings.Join(t.ApprovedBy, ", ")
 	if t.Needed > 0 {
+		a.By = g.By
 		a.Reason = "approved in the engine outside spec.approval: " + tallyMessage(t)
 		run.Status.Approval = &a
 		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApprovedOutsidePolicy,

@@ -93,6 +93,18 @@ func TestReconcileApproval(t *testing.T) {
 			gate: engine.Gate{State: engine.GateApproved, By: "mallory", DecidedAt: &decided}, hasChanges: true,
 			wantApproved: "True/ApprovedOutsidePolicy", wantSource: infrav1.ApprovedByEngine, wantBy: "mallory", wantMessage: "not in spec.approval.approvers",
 		},
+		"an Argo resume counts as one approval, with the other decisions": {
+			spec:      infrav1.ApprovalSpec{RequiredApprovals: 2},
+			approvals: []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true)},
+			gate:      engine.Gate{State: engine.GateApproved, By: "bob", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantBy: "alice, bob",
+		},
+		"opr8r's own resume whose record was lost is recorded from the decisions it counted": {
+			spec:      infrav1.ApprovalSpec{RequiredApprovals: 2},
+			approvals: []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", digest, "bob", true)},
+			gate:      engine.Gate{State: engine.GateApproved, By: "opr8r (alice, bob)", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantBy: "alice, bob",
+		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
 			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
