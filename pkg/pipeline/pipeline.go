@@ -260,8 +260,11 @@ var (
 )
 
 // Validate checks what the CRD schema cannot: map keys, which OpenAPI gives
-// no schema and CEL cannot check within its cost budget. The reconciler
-// reports its error as a Stalled condition before anything is created.
+// no schema and CEL in a CRD cannot check within its cost budget. The
+// admission policy opr8r-spec-rules (config/policy/spec-rules.yaml) refuses
+// the same at admission; this is the manager's own check for a cluster
+// without it or an object stored before it. The reconciler reports its
+// error as a Stalled condition before anything is created.
 func Validate(run *infrav1.TerraformRun) error {
 	if in := run.Spec.Source.Inline; in != nil {
 		for _, k := range SortedKeys(in.Files) {

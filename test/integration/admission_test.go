@@ -12,6 +12,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -100,17 +101,28 @@ var _ = Describe("admission", func() {
 		Expect(cond(getRun(ns, "toolarge"), infrav1.StalledCondition).Message).To(ContainSubstring("under 1 MiB together"))
 	})
 
-	It("stalls a run whose map keys the schema cannot check, before creating anything", func() {
+	It("refuses map keys the schema cannot check at admission, and never refuses a write that leaves them as stored", func() {
 		ns := newNamespace()
 		run := testutil.MakeRun("badkeys", ns).Obj()
 		run.UID = ""
 		run.Spec.Source.Inline.Files["../escape.tf"] = "x"
+		err := k8sClient.Create(ctx, run)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(`spec.source.inline.files: "../escape.tf" is not a plain file name`))
+		Expect(apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKeyFromObject(run), &infrav1.TerraformRun{}))).To(BeTrue())
+
+		By("a run with good keys takes a bad one only by a refused write; other writes pass")
+		run = testutil.MakeRun("goodkeys", ns).Obj()
+		run.UID = ""
+		run.Spec.Suspend = true
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
-		Eventually(condReason(ns, "badkeys", infrav1.StalledCondition), timeout, interval).Should(Equal("True/InvalidSpec"))
-		Expect(cond(getRun(ns, "badkeys"), infrav1.StalledCondition).Message).To(ContainSubstring(`spec.source.inline.files: "../escape.tf" is not a plain file name`))
-		for _, e := range engines {
-			Expect(e.children(ns)).To(BeEmpty())
-		}
+		patchRun(ns, "goodkeys", func(r *infrav1.TerraformRun) { r.Spec.History.KeepRecords = ptr.To[int32](4) })
+		got := getRun(ns, "goodkeys")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "k", "b": "k"}
+		err = k8sClient.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring(`spec.outputs.rename: "a" -> "k", "b" -> "k": two outputs renamed to the same Secret key`))
 	})
 
 	It("accepts every example", func() {
@@ -235,6 +247,21 @@ func malformed() []malformedCase {
 		{"rename to an invalid Secret key", func(r *infrav1.TerraformRun) {
 			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"}
 		}, "spec.outputs.rename"},
+		{"inline file name with a directory", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files["mod/main.tf"] = "x" }, `spec.source.inline.files: "mod/main.tf" is not a plain file name`},
+		{"hidden inline file name", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files[".vars.json"] = "{}" }, `spec.source.inline.files: ".vars.json" is not a plain file name`},
+		{"rename key that is not an output name", func(r *infrav1.TerraformRun) {
+			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"1st": "first"}
+		}, `spec.outputs.rename: "1st" is not a Terraform output name`},
+		{"two outputs renamed to the same key", func(r *infrav1.TerraformRun) {
+			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "same", "b": "same"}
+		}, `spec.outputs.rename: "a" -> "same", "b" -> "same": two outputs renamed to the same Secret key`},
+		{"no approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = -1 }, "spec.approval.requiredApprovals"},
+		{"too many approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = 11 }, "spec.approval.requiredApprovals"},
+		{"selfApproval typo", func(r *infrav1.TerraformRun) { r.Spec.Approval.SelfApproval = "Never" }, "spec.approval.selfApproval"},
+		{"rejection typo", func(r *infrav1.TerraformRun) { r.Spec.Approval.Rejection = "All" }, "spec.approval.rejection"},
+		{"a spec-author stamp typed by hand", func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.SpecAuthorAnnotation: "someone-else"}
+		}, "metadata.annotations[infra.opr8r.io/spec-author] is stamped at admission"},
 		{"keepFinished 0", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](0) }, "spec.history.keepFinished"},
 		{"keepFinished 1000", func(r *infrav1.TerraformRun) { r.Spec.History.KeepFinished = ptr.To[int32](1000) }, "spec.history.keepFinished"},
 		{"negative history TTL", func(r *infrav1.TerraformRun) {
