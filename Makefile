@@ -45,7 +45,7 @@ helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never e
 	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
 	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
 	cat config/rbac/users/approver.yaml <(echo ---) config/rbac/users/editor.yaml > deploy/opr8r/templates/user-roles.yaml
-	{ echo '{{- if .Values.admissionPolicies.enabled }}'; for f in config/policy/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || { cat $$f; echo "---"; }; done | sed '$$d'; echo '{{- end }}'; } > deploy/opr8r/templates/policy.yaml
+	{ echo '{{- if .Values.admissionPolicies.enabled }}'; for f in config/policy/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || { cat $$f; echo "---"; }; done | sed '$$d' | sed 's#^    namespace: opr8r-system$$#    namespace: {{ .Release.Namespace }}#'; echo '{{- end }}'; } > deploy/opr8r/templates/policy.yaml
 
 .PHONY: fmt
 fmt:

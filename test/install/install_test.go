@@ -130,8 +130,8 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 2 {
 		t.Errorf("want opr8r's 2 MutatingAdmissionPolicies (the identity stamps), got %d", n)
 	}
-	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 4 {
-		t.Errorf("want opr8r's 4 ValidatingAdmissionPolicies, got %d", n)
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 5 {
+		t.Errorf("want opr8r's 5 ValidatingAdmissionPolicies, got %d", n)
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {

@@ -11,6 +11,7 @@ import (
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,6 +27,66 @@ import (
 
 var _ = Describe("admission", func() {
 	ctx := context.Background()
+
+	It("lets the installer restrict runner service accounts and images per namespace", func() {
+		restricted, other := newNamespace(), newNamespace()
+		if err := k8sClient.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "opr8r-system"}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			Expect(err).NotTo(HaveOccurred())
+		}
+		mk := func(ns, name, sa, image string) *infrav1.TerraformRun {
+			r := testutil.MakeRun(name, ns).Obj()
+			r.UID = ""
+			r.Spec.Suspend = true
+			r.Spec.Runner.ServiceAccountName = sa
+			r.Spec.Terraform.Image = image
+			return r
+		}
+		By("a run stored before the restriction")
+		Expect(k8sClient.Create(ctx, mk(restricted, "before", "", "evil/miner:latest"))).To(Succeed())
+
+		policy := &corev1.ConfigMap{
+			ObjectMeta: metav1.ObjectMeta{Name: "runner-policy-" + restricted, Namespace: "opr8r-system", Labels: map[string]string{"opr8r.io/runner-policy": "true"}},
+			Data: map[string]string{
+				"namespaces":             "unrelated, " + restricted,
+				"allowedServiceAccounts": "runner-a, runner-b",
+				"allowedImages":          "registry\\.example\\.com/terraform:1\\.11\\.[0-9]+\n  hashicorp/terraform:1\\.11\\.4\n",
+			},
+		}
+		Expect(k8sClient.Create(ctx, policy)).To(Succeed())
+		DeferCleanup(func() { Expect(k8sClient.Delete(ctx, policy)).To(Succeed()) })
+
+		By("a service account not allowed is refused, naming the field and the rule")
+		Eventually(func() string {
+			err := k8sClient.Create(ctx, mk(restricted, "sa", "cluster-admin-sa", ""), client.DryRunAll)
+			if err == nil {
+				return ""
+			}
+			return err.Error()
+		}, timeout, interval).Should(ContainSubstring("spec.runner.serviceAccountName: cluster-admin-sa is not allowed in namespace " + restricted +
+			" by ConfigMap opr8r-system/runner-policy-" + restricted + " (allowedServiceAccounts: runner-a, runner-b)"))
+		err := k8sClient.Create(ctx, mk(restricted, "img", "", "evil/miner:latest"), client.DryRunAll)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("spec.terraform.image: evil/miner:latest is not allowed in namespace " + restricted))
+		Expect(err.Error()).To(ContainSubstring(`allowedImages: registry\.example\.com/terraform:1\.11\.[0-9]+, hashicorp/terraform:1\.11\.4`))
+		By("a pattern matches the whole image, not a part of it")
+		Expect(k8sClient.Create(ctx, mk(restricted, "img", "", "evil.io/registry.example.com/terraform:1.11.3"), client.DryRunAll)).NotTo(Succeed())
+
+		By("allowed choices, and unset ones (the installer's defaults), pass")
+		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "runner-b", "registry.example.com/terraform:1.11.3"), client.DryRunAll)).To(Succeed())
+		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "", "hashicorp/terraform:1.11.4"), client.DryRunAll)).To(Succeed())
+		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "", ""), client.DryRunAll)).To(Succeed())
+
+		By("a namespace the policy does not name is free")
+		Expect(k8sClient.Create(ctx, mk(other, "free", "anything", "evil/miner:latest"), client.DryRunAll)).To(Succeed())
+
+		By("a run stored before can still be changed and deleted, but not given another refused image")
+		patchRun(restricted, "before", func(r *infrav1.TerraformRun) { r.Spec.History.KeepRecords = ptr.To[int32](3) })
+		got := getRun(restricted, "before")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.Terraform.Image = "evil/miner:v2"
+		Expect(k8sClient.Patch(ctx, got, p)).NotTo(Succeed())
+		Expect(k8sClient.Delete(ctx, getRun(restricted, "before"))).To(Succeed())
+	})
 
 	It("rejects every malformed TerraformRun at admission with a message naming the field", func() {
 		accepted := 0
