@@ -9,12 +9,18 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
 
@@ -205,4 +211,89 @@ func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
 		}
 	}
 	t.Logf("runner Role: %d allowed and %d denied actions as expected", len(allowed), len(denied))
+}
+
+// TestNamespacedInstallWithRealAuthorizer renders the chart for a manager
+// that watches one namespace, creates its RBAC in envtest, and asks the real
+// authorizer, as the manager's service account, what it may do: Secrets and
+// children in its namespace, nothing in another, nothing cluster-wide.
+func TestNamespacedInstallWithRealAuthorizer(t *testing.T) {
+	h := tool(t, "OPR8R_HELM")
+	objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}"))
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test")
+	}
+	env, cfg, err := envtestutil.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer env.Stop()
+	ctx := context.Background()
+	s := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(s)
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{"opr8r-system", "team-a", "team-b"} {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sa := ""
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ClusterRoleBinding":
+			for _, sub := range convert[rbacv1.ClusterRoleBinding](t, o).Subjects {
+				if sub.Kind == "ServiceAccount" {
+					t.Errorf("a namespaced install binds its service account cluster-wide: ClusterRoleBinding %s", o.GetName())
+				}
+			}
+		case "Deployment":
+			sa = convert[appsv1.Deployment](t, o).Spec.Template.Spec.ServiceAccountName
+		}
+		if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") {
+			if err := c.Create(ctx, o); err != nil {
+				t.Fatalf("creating %s %s: %v", o.GetKind(), o.GetName(), err)
+			}
+		}
+	}
+	if sa == "" {
+		t.Fatal("no Deployment service account rendered")
+	}
+	acfg := rest.CopyConfig(cfg)
+	acfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:opr8r-system:" + sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:opr8r-system", "system:authenticated"}}
+	manager := kubernetes.NewForConfigOrDie(acfg)
+	may := func(ns, group, resource, verb string) bool {
+		r, err := manager.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: verb},
+		}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.Status.Allowed
+	}
+	cases := []struct {
+		ns, group, resource, verb string
+		want                      bool
+	}{
+		{"team-a", "", "secrets", "get", true},
+		{"team-a", "", "secrets", "create", true},
+		{"team-a", "argoproj.io", "workflows", "create", true},
+		{"team-a", "tekton.dev", "pipelineruns", "create", true},
+		{"team-a", "infra.opr8r.io", "terraformruns", "watch", true},
+		{"team-b", "", "secrets", "get", false},
+		{"team-b", "", "secrets", "create", false},
+		{"team-b", "", "secrets", "list", false},
+		{"team-b", "argoproj.io", "workflows", "create", false},
+		{"team-b", "batch", "jobs", "create", false},
+		{"team-b", "infra.opr8r.io", "terraformruns", "list", false},
+		{"", "", "secrets", "list", false}, // all namespaces
+		{"", "infra.opr8r.io", "terraformruns", "list", false},
+	}
+	for _, tc := range cases {
+		if got := may(tc.ns, tc.group, tc.resource, tc.verb); got != tc.want {
+			t.Errorf("%s %s.%s in %q: allowed=%v, want %v", tc.verb, tc.resource, tc.group, tc.ns, got, tc.want)
+		}
+	}
 }
