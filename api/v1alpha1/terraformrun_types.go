@@ -433,9 +433,14 @@ type ApprovalSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.include) || !has(self.exclude) || !self.include.exists(n, n in self.exclude)",message="spec.outputs: a name may not be both included and excluded"
 type OutputsSpec struct {
 	// SecretName is the Secret the outputs are written to. It defaults to
-	// <run name>-outputs.
+	// <run name>-outputs. It may not be a name that opr8r or Terraform's
+	// kubernetes backend gives its own Secrets (a run's <child>-plan and
+	// <child>-tfoutputs, the state's tfstate-*). A Secret of that name that
+	// belongs to something else is never overwritten: the run stalls and
+	// says so.
 	// +kubebuilder:validation:MaxLength=253
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('tfstate-') && !self.matches('^.+-([a-z]+-)?[0-9]+-(plan|tfoutputs)$')",message="spec.outputs.secretName names one of the Secrets opr8r or the kubernetes backend write themselves (a run's <child>-plan or <child>-tfoutputs, the state's tfstate-*); choose another name, e.g. <run name>-outputs"
 	// +optional
 	SecretName string `json:"secretName,omitempty"`
 

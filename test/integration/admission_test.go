@@ -180,10 +180,12 @@ var _ = Describe("admission", func() {
 		patchRun(ns, "goodkeys", func(r *infrav1.TerraformRun) { r.Spec.History.KeepRecords = ptr.To[int32](4) })
 		got := getRun(ns, "goodkeys")
 		p := client.MergeFrom(got.DeepCopy())
-		got.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "k", "b": "k"}
+		got.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "k", "b": "k", "c": "other"}
 		err = k8sClient.Patch(ctx, got, p)
 		Expect(err).To(HaveOccurred())
-		Expect(err.Error()).To(ContainSubstring(`spec.outputs.rename: "a" -> "k", "b" -> "k": two outputs renamed to the same Secret key`))
+		// The keys come in the map's order.
+		Expect(err.Error()).To(And(ContainSubstring(`spec.outputs.rename: "`), ContainSubstring(`"a" -> "k"`), ContainSubstring(`"b" -> "k"`),
+			ContainSubstring(`: two outputs renamed to the same Secret key`), Not(ContainSubstring(`"c"`))))
 	})
 
 	It("accepts every example", func() {
@@ -308,6 +310,9 @@ func malformed() []malformedCase {
 		{"rename to an invalid Secret key", func(r *infrav1.TerraformRun) {
 			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"id": "no spaces"}
 		}, "spec.outputs.rename"},
+		{"outputs into the state Secret", func(r *infrav1.TerraformRun) { r.Spec.Outputs.SecretName = "tfstate-default-bad" }, "spec.outputs.secretName names one of the Secrets opr8r"},
+		{"outputs into a run's plan Secret", func(r *infrav1.TerraformRun) { r.Spec.Outputs.SecretName = "bad-3-plan" }, "spec.outputs.secretName names one of the Secrets opr8r"},
+		{"outputs into a destroy run's raw outputs", func(r *infrav1.TerraformRun) { r.Spec.Outputs.SecretName = "other-destroy-2-tfoutputs" }, "spec.outputs.secretName names one of the Secrets opr8r"},
 		{"inline file name with a directory", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files["mod/main.tf"] = "x" }, `spec.source.inline.files: "mod/main.tf" is not a plain file name`},
 		{"hidden inline file name", func(r *infrav1.TerraformRun) { r.Spec.Source.Inline.Files[".vars.json"] = "{}" }, `spec.source.inline.files: ".vars.json" is not a plain file name`},
 		{"rename key that is not an output name", func(r *infrav1.TerraformRun) {
@@ -315,7 +320,10 @@ func malformed() []malformedCase {
 		}, `spec.outputs.rename: "1st" is not a Terraform output name`},
 		{"two outputs renamed to the same key", func(r *infrav1.TerraformRun) {
 			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "same", "b": "same"}
-		}, `spec.outputs.rename: "a" -> "same", "b" -> "same": two outputs renamed to the same Secret key`},
+		}, `"a" -> "same"`},
+		{"two outputs renamed to the same key (the rule)", func(r *infrav1.TerraformRun) {
+			r.Spec.Outputs.Rename = map[string]infrav1.SecretDataKey{"a": "same", "b": "same", "c": "other"}
+		}, `": two outputs renamed to the same Secret key would overwrite each other`},
 		{"no approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = -1 }, "spec.approval.requiredApprovals"},
 		{"too many approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = 11 }, "spec.approval.requiredApprovals"},
 		{"selfApproval typo", func(r *infrav1.TerraformRun) { r.Spec.Approval.SelfApproval = "Never" }, "spec.approval.selfApproval"},

@@ -121,7 +121,7 @@ func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
 	for _, f := range opts {
 		f(&o)
 	}
-	_, err = manager.Setup(mgr, o)
+	r, err := manager.Setup(mgr, o)
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel
@@ -131,6 +131,16 @@ func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
 		defer close(mgrDone)
 		Expect(mgr.Start(ctx)).To(Succeed())
 	}()
+	// The manager watches an engine's children once it sees the engine's
+	// CRD, and its cache lists them a moment later. A child made and deleted
+	// in that moment would never be seen, and nothing else wakes a run whose
+	// status a spec wrote by hand; so specs start once every engine's
+	// children are watched and listed.
+	for _, e := range o.Engines {
+		Eventually(func() bool { return r.Available.IsAvailable(e.Name()) }, 30*time.Second, 50*time.Millisecond).Should(BeTrue(), "engine %s", e.Name())
+		_, err := mgr.GetCache().GetInformer(ctx, e.NewChild())
+		Expect(err).NotTo(HaveOccurred())
+	}
 }
 
 func stopManager() {
