@@ -94,7 +94,19 @@ func allowed(a *infrav1.Approvers, user string, groups []string) bool {
 func tally(ap infrav1.ApprovalSpec, author, digest string, votes []vote) (infrav1.ApprovalTally, *vote) {
 	need := required(ap)
 	t := infrav1.ApprovalTally{Digest: digest, Required: need}
-	sort.SliceStable(votes, func(i, j int) bool { return votes[i].at.Before(votes[j].at) })
+	// Creation times have a resolution of one second: decisions of the same
+	// second are ordered by user, and a user's approval and rejection in
+	// the same second count as the rejection.
+	sort.SliceStable(votes, func(i, j int) bool {
+		a, b := votes[i], votes[j]
+		if !a.at.Equal(b.at) {
+			return a.at.Before(b.at)
+		}
+		if a.user != b.user {
+			return a.user < b.user
+		}
+		return a.approve && !b.approve
+	})
 	latest := map[string]int{}
 	var order []string
 	for i, v := range votes {

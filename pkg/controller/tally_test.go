@@ -55,6 +55,8 @@ func TestTally(t *testing.T) {
 			votes: []vote{no("alice", 1), no("bob", 2)}, needed: 2, rejectedBy: "alice"},
 		{name: "a user's newest decision counts", ap: quorum2, votes: []vote{no("alice", 1), ok("alice", 2), ok("bob", 3)}, approvedBy: []string{"alice", "bob"}},
 		{name: "a user who approves then rejects rejects", votes: []vote{ok("alice", 1), no("alice", 2)}, needed: 1, rejectedBy: "alice"},
+		{name: "decisions of the same second are ordered by user", ap: quorum2, votes: []vote{ok("bob", 1), ok("alice", 1)}, approvedBy: []string{"alice", "bob"}},
+		{name: "a user's approval and rejection in the same second reject", votes: []vote{no("alice", 1), ok("alice", 1)}, needed: 1, rejectedBy: "alice"},
 		{name: "an unstamped approval counts under the default rule", votes: []vote{ok("", 1)}, approvedBy: []string{""}},
 		{name: "an unstamped approval does not count for a quorum", ap: quorum2, votes: []vote{ok("", 1), ok("bob", 2)},
 			approvedBy: []string{"bob"}, needed: 1, ignored: []string{": no user was stamped"}},
