@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -229,5 +230,26 @@ func TestReconcileSupersede(t *testing.T) {
 				t.Errorf("Approved = %s, want False/Superseded", condOf(run, infrav1.ApprovedCondition))
 			}
 		})
+	}
+}
+
+// TestEngineForBeforeTheFirstLook: just after a (re)start, before the
+// EngineWatcher has looked for the engines' CRDs, a run is not marked
+// EngineUnavailable; once it has looked, a missing engine is.
+func TestEngineForBeforeTheFirstLook(t *testing.T) {
+	r, _ := newReconciler(t, &fakeEngine{})
+	r.Available = NewAvailability()
+	if _, err := r.engineFor(fakeName); !errors.Is(err, errEnginesUnknown) {
+		t.Fatalf("before the first look: err = %v, want errEnginesUnknown", err)
+	}
+	r.Available.MarkChecked()
+	_, err := r.engineFor(fakeName)
+	var w *WaitingError
+	if !errors.As(err, &w) || w.Reason != infrav1.ReasonEngineUnavailable {
+		t.Fatalf("after the first look: err = %v, want EngineUnavailable", err)
+	}
+	r.Available.Set(fakeName, true)
+	if e, err := r.engineFor(fakeName); err != nil || e == nil {
+		t.Fatalf("available: %v %v", e, err)
 	}
 }

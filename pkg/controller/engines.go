@@ -25,8 +25,25 @@ import (
 // Availability records which engines' CRDs are served. The reconciler reads
 // it; the EngineWatcher writes it.
 type Availability struct {
-	mu    sync.RWMutex
-	avail map[infrav1.EngineName]bool
+	mu      sync.RWMutex
+	avail   map[infrav1.EngineName]bool
+	checked bool
+}
+
+// Checked says whether the EngineWatcher has looked for every engine's CRD
+// once since the manager started; until then an engine not yet available
+// is not known to be missing.
+func (a *Availability) Checked() bool {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.checked
+}
+
+// MarkChecked records that every engine's CRD has been looked for once.
+func (a *Availability) MarkChecked() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.checked = true
 }
 
 // NewAvailability returns an Availability with no engine available.
@@ -111,6 +128,7 @@ func (w *EngineWatcher) Start(ctx context.Context) error {
 			log.Info("engine available", "engine", e.Name(), "kind", gvk.Kind)
 			w.wakeRuns(ctx)
 		}
+		w.Available.MarkChecked()
 		select {
 		case <-ctx.Done():
 			return nil

@@ -94,3 +94,8 @@ func withSuffix(err error, suffix string) error {
 var errStaleCache = errors.New("the cached TerraformRun is older than its status on the API server")
 
 const staleCacheRetry = 200 * time.Millisecond
+
+// errEnginesUnknown says the manager has just started and has not yet
+// looked for the engines' CRDs: the pass writes nothing (no
+// EngineUnavailable for an engine that is installed) and looks again soon.
+var errEnginesUnknown = errors.New("the engines' CRDs have not been looked for yet")

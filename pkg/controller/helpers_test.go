@@ -118,6 +118,7 @@ func newReconciler(t *testing.T, e engine.Engine, objs ...client.Object) (*Terra
 		t.Fatal(err)
 	}
 	avail := NewAvailability()
+	avail.MarkChecked()
 	avail.Set(e.Name(), true)
 	return &TerraformRunReconciler{
 		Client: c, APIReader: c, Engines: reg, Available: avail, DefaultEngine: e.Name(),

@@ -137,7 +137,7 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 	base := run.DeepCopy()
 	st := r.newPassState(run)
 	defer func() {
-		if errors.Is(retErr, errStaleCache) {
+		if errors.Is(retErr, errStaleCache) || errors.Is(retErr, errEnginesUnknown) {
 			res, retErr = ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 			return
 		}
@@ -229,6 +229,9 @@ func (r *TerraformRunReconciler) engineFor(name infrav1.EngineName) (engine.Engi
 			"engine %q is not enabled in this manager (enabled: %v); set spec.engine or start the manager with --engines", name, r.Engines.Names())
 	}
 	if !r.Available.IsAvailable(name) {
+		if !r.Available.Checked() {
+			return nil, errEnginesUnknown
+		}
 		gvk := e.ChildGVK()
 		return nil, waiting(infrav1.ReasonEngineUnavailable, DefaultEngineRetryPeriod,
 			"engine %q is unavailable: the %s CRD (%s) is not installed in the cluster; install the engine and the run will continue", name, gvk.Kind, gvk.GroupVersion())
