@@ -206,7 +206,7 @@ var _ = Describe("chaos", Serial, func() {
 				w = w.Auto()
 			}
 			Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
-			s := g.active(ns, name)
+			s := g.activeWithin(ns, name, long)
 			s.Start()
 			digest := digestOf(name)
 			s.Plan(1, 0, 0, digest)
@@ -227,7 +227,7 @@ var _ = Describe("chaos", Serial, func() {
 					}
 					return r.Status.Run.Type
 				}, long, interval).Should(Equal(infrav1.RunDestroy))
-				g.active(ns, name).SucceedDestroy()
+				g.activeWithin(ns, name, long).SucceedDestroy()
 				Eventually(gone(ns, name), long, interval).Should(BeTrue())
 			}
 		}

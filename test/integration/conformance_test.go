@@ -113,7 +113,11 @@ func (g given) childCount(ns string) func() int {
 }
 
 // active waits for the run's current child and returns its simulator.
-func (g given) active(ns, name string) engineSim {
+func (g given) active(ns, name string) engineSim { return g.activeWithin(ns, name, timeout) }
+
+// activeWithin is active with its own time limit (the chaos suite's runs
+// start through manager crashes and API faults).
+func (g given) activeWithin(ns, name string, timeout time.Duration) engineSim {
 	var id string
 	Eventually(func() string {
 		run := getRun(ns, name)
