@@ -109,7 +109,7 @@ const (
 	// ManagedByValue is the value of ManagedByLabel.
 	ManagedByValue = "opr8r"
 	// ComponentLabel says what an opr8r-made Secret or ConfigMap holds:
-	// inputs, raw-outputs, plan or outputs.
+	// inputs, raw-outputs, plan, check or outputs.
 	ComponentLabel = "infra.opr8r.io/component"
 	// ComponentInputs labels a child's input ConfigMap.
 	ComponentInputs = "inputs"
@@ -119,6 +119,8 @@ const (
 	// ComponentPlan labels the Secret the plan step writes the readable
 	// plan to.
 	ComponentPlan = "plan"
+	// ComponentCheck labels the Secret a check step writes its output to.
+	ComponentCheck = "check"
 	// ComponentOutputs labels the user's outputs Secret.
 	ComponentOutputs = "outputs"
 )

@@ -142,6 +142,72 @@ type TerraformRunSpec struct {
 	// of a branch or a pull request.
 	// +optional
 	PlanOnly bool `json:"planOnly,omitempty"`
+
+	// Checks run after the plan and before the approval gate, each in an
+	// image of the user's choice, with the plan as JSON (terraform show
+	// -json) at /workspace/plan/plan.json and the readable plan at
+	// /workspace/plan/plan.txt (also in $OPR8R_PLAN_JSON and
+	// $OPR8R_PLAN_TEXT). A check that exits non-zero fails the run before
+	// anyone is asked to approve: nothing is applied, and the run's status
+	// names the check and its last line of output. Checks run in apply runs
+	// and planOnly runs with changes to plan; not in drift checks or
+	// destroy runs. Each check's output is kept in the Secret
+	// <child>-check-<name> (kubectl tfrun checks).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=8
+	// +optional
+	Checks []Check `json:"checks,omitempty"`
+}
+
+// Check is a user's check of a plan, such as a policy (conftest, OPA,
+// checkov) that must pass before the plan may be approved or applied.
+// It runs in the same hardened pod as the plan step (non-root, read-only
+// root file system, no privilege escalation), with the run's service
+// account and none of spec.terraform's environment Secrets or files; the
+// workspace is mounted read-only and /tmp is writable.
+type Check struct {
+	// Name of the check; its step is shown as check-<name>.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=40
+	Name string `json:"name"`
+
+	// Image runs the check.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image"`
+
+	// Command is the check's command and arguments, run in the module's
+	// directory. It passes by exiting 0.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	Command []string `json:"command"`
+
+	// Env are plain environment variables (no Secret references: checks
+	// get no credentials of their own).
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Env []CheckEnvVar `json:"env,omitempty"`
+
+	// ConfigMapRef names a ConfigMap in the run's namespace (policies, for
+	// example) mounted read-only at /opr8r/check.
+	// +optional
+	ConfigMapRef *LocalObjectReference `json:"configMapRef,omitempty"`
+}
+
+// CheckEnvVar is a plain environment variable of a check.
+type CheckEnvVar struct {
+	// Name of the variable. Names starting with OPR8R_ are opr8r's.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('OPR8R_')",message="check env names starting with OPR8R_ are set by opr8r; choose another name"
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+	// Value of the variable.
+	// +kubebuilder:validation:MaxLength=4096
+	// +optional
+	Value string `json:"value,omitempty"`
 }
 
 // Source is where the Terraform module comes from. Exactly one field is set.

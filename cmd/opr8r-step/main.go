@@ -3,6 +3,7 @@
 //	opr8r-step install --dest DIR
 //	opr8r-step clone --source=git|dir ...
 //	opr8r-step init|plan|apply|destroy|export-outputs|cleanup --module-dir DIR ...
+//	opr8r-step check --name NAME ... -- COMMAND [ARGS...]
 //
 // On failure it prints a one-line summary (terraform's own diagnostic, with
 // secrets redacted), writes it to the termination log, where Argo and
@@ -35,7 +36,7 @@ func main() {
 
 func run(args []string, out io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup [flags]")
+		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup|check [flags] [-- command]")
 		return 2
 	}
 	cmd := args[0]
@@ -64,7 +65,8 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
-	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes")
+	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
+		(cmd == "check" && o.outputSecret != "")
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
 		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
 	}
@@ -78,7 +80,7 @@ func run(args []string, out io.Writer) int {
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
 		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
-	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt}
+	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt, CheckInputDir: o.checkInputDir}
 
 	var err error
 	switch cmd {
@@ -96,6 +98,8 @@ func run(args []string, out io.Writer) int {
 		err = r.Destroy(ctx, mod, plan)
 	case "export-outputs":
 		_, err = r.ExportOutputs(ctx, mod, o.outputsSecret)
+	case "check":
+		err = r.Check(ctx, step.CheckOptions{Name: o.checkName, Dir: o.moduleDir, PlanJSON: o.planJSON, OutputSecret: o.outputSecret, Command: fs.Args()})
 	case "cleanup":
 		if o.holderPrefix == "" {
 			o.holderPrefix = o.ownerName
@@ -157,7 +161,7 @@ func truncate(s string, n int) string {
 
 var knownSteps = map[string]bool{
 	"install": true, "clone": true, "init": true, "plan": true, "apply": true,
-	"destroy": true, "export-outputs": true, "cleanup": true,
+	"destroy": true, "export-outputs": true, "cleanup": true, "check": true,
 }
 
 // options are every step's flags.
@@ -169,6 +173,7 @@ type options struct {
 	resultsDir, resultsFile, kubeconfig                     string
 	namespace, terraformBin                                 string
 	termLog, holderPrefix, inputsSalt                       string
+	checkInputDir, checkName, outputSecret, planJSON        string
 	destroy                                                 bool
 	envFiles, varsDirs                                      multi
 }
@@ -195,6 +200,10 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")
 	fs.StringVar(&o.approved, "approved-digest", "", "apply: the approved plan digest")
 	fs.StringVar(&o.inputsSalt, "inputs-salt", "", "plan: salt of the inputs digest (the TerraformRun's uid)")
+	fs.StringVar(&o.checkInputDir, "check-input-dir", "", "plan: directory for plan.json and plan.txt, which the run's checks read")
+	fs.StringVar(&o.checkName, "name", "", "check: the check's name")
+	fs.StringVar(&o.outputSecret, "output-secret", "", "check: Secret for the check's output")
+	fs.StringVar(&o.planJSON, "plan-json", "/workspace/plan/plan.json", "check: the plan the check reads; the check does not start without it")
 	fs.StringVar(&o.outputsSecret, "outputs-secret", "", "export-outputs: Secret for terraform's outputs")
 	fs.StringVar(&o.ownerName, "owner-name", "", "the child that owns written Secrets")
 	fs.StringVar(&o.ownerUID, "owner-uid", "", "the child's uid")

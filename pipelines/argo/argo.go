@@ -1,6 +1,6 @@
 // Package argo runs TerraformRun pipelines as Argo Workflows Workflows.
 //
-// The Workflow is a DAG clone → init → plan → approve → apply →
+// The Workflow is a DAG clone → init → plan → check-* → approve → apply →
 // export-outputs, with an onExit cleanup. The approval gate is a suspend
 // template; approving it through the TerraformRun resumes the node exactly
 // the way `argo resume` does (workflow/util.ResumeWorkflow in Argo v3.7).
@@ -148,6 +148,15 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 		{Name: pipeline.StepInit, Template: pipeline.StepInit, Depends: pipeline.StepClone},
 		{Name: pipeline.StepPlan, Template: pipeline.StepPlan, Depends: pipeline.StepInit},
 	}
+	// Checks run side by side once the plan has changes; the gate (or
+	// apply) waits for all of them. A failed check leaves the gate and
+	// apply omitted and fails the Workflow. ("check" alone in depends is
+	// Succeeded, Skipped or Daemoned.)
+	afterPlan := pipeline.StepPlan
+	for _, c := range p.Checks() {
+		tasks = append(tasks, wfv1.DAGTask{Name: c.Name, Template: c.Name, Depends: pipeline.StepPlan, When: hasChanges})
+		afterPlan += " && " + c.Name
+	}
 	if pipeline.PlanOnly(p.Type) {
 		return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
 	}
@@ -157,7 +166,7 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 		tasks = append(tasks, wfv1.DAGTask{
 			Name:     pipeline.StepApprove,
 			Template: pipeline.StepApprove,
-			Depends:  pipeline.StepPlan,
+			Depends:  afterPlan,
 			When:     hasChanges,
 			Arguments: wfv1.Arguments{Parameters: []wfv1.Parameter{
 				{Name: "digest", Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
@@ -171,7 +180,7 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 		// still exported.
 		exportDepends = pipeline.StepApply + ".Succeeded || " + pipeline.StepApprove + ".Skipped"
 	} else {
-		applyTask.Depends = pipeline.StepPlan
+		applyTask.Depends = afterPlan
 		applyTask.When = hasChanges
 		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))}}
 	}
@@ -226,7 +235,7 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 		t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}
 	}
 	c := s.Container("main", p, replacer)
-	c.VolumeMounts = append([]corev1.VolumeMount{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}}, c.VolumeMounts...)
+	c.VolumeMounts = append([]corev1.VolumeMount{s.WorkspaceMount()}, c.VolumeMounts...)
 	t.Container = &c
 	if s.Name == pipeline.StepApply {
 		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}

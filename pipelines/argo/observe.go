@@ -2,6 +2,7 @@ package argo
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
@@ -18,6 +19,36 @@ import (
 var stepOrder = []string{
 	pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
 	pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup,
+}
+
+// checkNames are the names of the check steps the Workflow has scheduled,
+// in order: the cached Workflow has no spec, so they come from its nodes.
+func checkNames(ns wfv1.Nodes) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, n := range ns {
+		if pipeline.IsCheck(n.DisplayName) && !seen[n.DisplayName] {
+			seen[n.DisplayName] = true
+			out = append(out, n.DisplayName)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// withChecks places check steps after plan in a step order.
+func withChecks(order, checks []string) []string {
+	if len(checks) == 0 {
+		return order
+	}
+	out := make([]string, 0, len(order)+len(checks))
+	for _, s := range order {
+		out = append(out, s)
+		if s == pipeline.StepPlan {
+			out = append(out, checks...)
+		}
+	}
+	return out
 }
 
 // nodes returns the Workflow's nodes, decompressed. Offloaded node status
@@ -106,7 +137,7 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 		Message:    wf.Status.Message,
 	}
 	var failedMsg string
-	for _, name := range stepOrder {
+	for _, name := range withChecks(stepOrder, checkNames(ns)) {
 		n, found := stepNode(wf, ns, name)
 		if !found {
 			continue

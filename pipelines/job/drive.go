@@ -69,7 +69,21 @@ func dueStep(v runView, pr engine.Progress) (string, string) {
 		return "", ""
 	}
 	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected
-	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded || v.planOnly() {
+	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded {
+		return pipeline.StepCleanup, ""
+	}
+	if len(v.checks()) > 0 && pr.Plan.HasChanges {
+		checks := v.jobs[stepChecks]
+		switch {
+		case checks == nil:
+			return stepChecks, ""
+		case !jobDone(checks):
+			return "", ""
+		case !v.checksPassed(pr.Steps):
+			return pipeline.StepCleanup, ""
+		}
+	}
+	if v.planOnly() {
 		return pipeline.StepCleanup, ""
 	}
 	if pr.Plan.HasChanges {
@@ -176,17 +190,17 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, chil
 	if err := json.Unmarshal([]byte(full.Annotations[annoSteps]), &later); err != nil {
 		return fmt.Errorf("job %s has no readable %s annotation: %w", child.Name, annoSteps, err)
 	}
-	var st *pipeline.Step
-	for i := range later.Steps {
-		if later.Steps[i].Name == step {
-			st = &later.Steps[i]
+	var steps []pipeline.Step
+	for _, s := range later.Steps {
+		if s.Name == step || (step == stepChecks && pipeline.IsCheck(s.Name)) {
+			steps = append(steps, s)
 		}
 	}
-	if st == nil {
+	if len(steps) == 0 {
 		return fmt.Errorf("job %s carries no %s step", child.Name, step)
 	}
 	p := pipelineOf(full, later.Volumes)
-	tmpl := podTemplate(p, replacer(child.Name), step, installImage(full), *st)
+	tmpl := podTemplate(p, replacer(child.Name), step, installImage(full), steps...)
 	setEnv(&tmpl.Spec, corev1.EnvVar{Name: envOwnerUID, Value: string(child.UID)}, corev1.EnvVar{Name: envApprovedDigest, Value: digest})
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -229,7 +243,14 @@ func installImage(child *batchv1.Job) string {
 	return ""
 }
 
+// setEnv sets env in every step container (the checks Job runs all but
+// the last check as init containers), not in the installer of opr8r-step.
 func setEnv(spec *corev1.PodSpec, env ...corev1.EnvVar) {
+	for i := range spec.InitContainers {
+		if spec.InitContainers[i].Name != "install-opr8r-step" {
+			spec.InitContainers[i].Env = append(spec.InitContainers[i].Env, env...)
+		}
+	}
 	for i := range spec.Containers {
 		spec.Containers[i].Env = append(spec.Containers[i].Env, env...)
 	}

@@ -73,8 +73,11 @@ func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 // have a Job of their own; each container is named after its step.
 func (Engine) StepLogs(child, step string) (string, string) {
 	job := step
-	if step == pipeline.StepClone || step == pipeline.StepInit {
+	switch {
+	case step == pipeline.StepClone || step == pipeline.StepInit:
 		job = pipeline.StepPlan
+	case pipeline.IsCheck(step):
+		job = stepChecks
 	}
 	return ChildLabel + "=" + child + "," + infrav1.StepLabel + "=" + job, step
 }

@@ -4,6 +4,7 @@
 // A run is a sequence of Jobs that opr8r itself drives (engine.Driver):
 //
 //	<child>          the child: init containers clone and init, container plan
+//	<child>-checks   spec.checks, a container each, after a plan with changes
 //	<child>-apply    once the plan is approved (at once with Auto approval)
 //	<child>-export   export-outputs, after apply or a plan without changes
 //	<child>-cleanup  always, last
@@ -60,6 +61,10 @@ const (
 	annoGateMessage = "infra.opr8r.io/gate-message"
 	annoCancelled   = "infra.opr8r.io/cancelled"
 	annoWorkspace   = "infra.opr8r.io/workspace"
+	annoChecks      = "infra.opr8r.io/checks"
+
+	// stepChecks labels the Job that runs spec.checks, one container each.
+	stepChecks = "checks"
 
 	approvalManual  = "manual"
 	decisionApprove = "approve"
@@ -109,6 +114,9 @@ var stepJobs = []struct{ step, suffix string }{
 
 // stepJobName is the name of a step's Job; the plan Job is the child.
 func stepJobName(child, step string) string {
+	if step == stepChecks {
+		return child + "-" + stepChecks
+	}
 	for _, s := range stepJobs {
 		if s.step == step {
 			return child + "-" + s.suffix
@@ -130,7 +138,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		return nil, err
 	}
 	r := replacer(p.Name)
-	var later []pipeline.Step
+	later := p.Checks()
 	for _, s := range stepJobs {
 		if st, ok := p.StepNamed(s.step); ok {
 			later = append(later, st)
@@ -153,12 +161,20 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	if p.ManualApproval {
 		approval = approvalManual
 	}
+	annotations := map[string]string{annoSteps: string(steps), annoApproval: approval, annoWorkspace: string(ws),
+		"infra.opr8r.io/description": fmt.Sprintf("terraform %s %s/%s", p.Type, req.Run.Namespace, req.Run.Name)}
+	if checks := p.Checks(); len(checks) > 0 {
+		names := make([]string, len(checks))
+		for i, c := range checks {
+			names[i] = c.Name
+		}
+		annotations[annoChecks] = strings.Join(names, ",")
+	}
 	j := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name: p.Name, Namespace: p.Namespace, Labels: jobLabels(p, req.Name, pipeline.StepPlan),
-			Annotations: map[string]string{annoSteps: string(steps), annoApproval: approval, annoWorkspace: string(ws),
-				"infra.opr8r.io/description": fmt.Sprintf("terraform %s %s/%s", p.Type, req.Run.Namespace, req.Run.Name)},
+			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},
 		Spec: jobSpec(tmpl),
@@ -217,7 +233,7 @@ func podTemplate(p *pipeline.Pipeline, r *strings.Replacer, step, stepImage stri
 			cs = append(cs, pipeline.InstallStepContainer(p, stepImage, s.Resources))
 		}
 		c := s.Container(s.Name, p, r)
-		c.VolumeMounts = append([]corev1.VolumeMount{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}}, c.VolumeMounts...)
+		c.VolumeMounts = append([]corev1.VolumeMount{s.WorkspaceMount()}, c.VolumeMounts...)
 		c.TerminationMessagePolicy = corev1.TerminationMessageReadFile
 		cs = append(cs, c)
 	}

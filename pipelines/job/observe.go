@@ -79,6 +79,43 @@ func (v runView) planOnly() bool {
 	return pipeline.PlanOnly(infrav1.RunType(v.child.Labels[infrav1.RunTypeLabel]))
 }
 
+// checks are the step names of the run's checks, which the child carries.
+func (v runView) checks() []string {
+	if a := v.child.Annotations[annoChecks]; a != "" {
+		return strings.Split(a, ",")
+	}
+	return nil
+}
+
+// checksPassed says whether every check succeeded.
+func (v runView) checksPassed(steps []infrav1.StepStatus) bool {
+	for _, c := range v.checks() {
+		if stepPhase(steps, c) != infrav1.StepSucceeded {
+			return false
+		}
+	}
+	return true
+}
+
+// checkSteps reads the checks: from the checks Job's pod, or Skipped when
+// the plan had no changes or the run ended before them.
+func (v runView) checkSteps(pr engine.Progress) []infrav1.StepStatus {
+	if pr.Plan == nil && v.jobs[pipeline.StepCleanup] == nil {
+		return nil
+	}
+	var out []infrav1.StepStatus
+	for _, c := range v.checks() {
+		switch {
+		case v.jobs[stepChecks] != nil:
+			st, _ := v.step(stepChecks, c)
+			out = append(out, st)
+		case (pr.Plan != nil && !pr.Plan.HasChanges) || v.jobs[pipeline.StepCleanup] != nil:
+			out = append(out, infrav1.StepStatus{Name: c, Phase: infrav1.StepSkipped})
+		}
+	}
+	return out
+}
+
 // container returns the state of one container of a step's pod.
 func (v runView) container(step, name string) (corev1.ContainerStatus, bool) {
 	pod := v.pods[step]
@@ -121,7 +158,12 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 			return engine.Progress{}, err
 		}
 	}
-	pr.Gate = v.gate(pr.Plan)
+	for _, st := range v.checkSteps(pr) {
+		add(st)
+	}
+	if pr.Plan == nil || !pr.Plan.HasChanges || v.checksPassed(pr.Steps) {
+		pr.Gate = v.gate(pr.Plan)
+	}
 	if gs, ok := gateStep(pr.Gate); ok {
 		add(gs)
 	}
@@ -360,8 +402,15 @@ func (v runView) phase(pr *engine.Progress, failed []string) {
 	sort.SliceStable(pr.Steps, func(i, j int) bool { return order(pr.Steps[i].Name) < order(pr.Steps[j].Name) })
 }
 
-// order is a step's place in the pipeline.
+// order is a step's place in the pipeline; checks come after plan.
 func order(step string) int {
+	if pipeline.IsCheck(step) {
+		return 2*indexOfStep(pipeline.StepPlan) + 1
+	}
+	return 2 * indexOfStep(step)
+}
+
+func indexOfStep(step string) int {
 	for i, s := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
 		pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup} {
 		if s == step {

@@ -3,6 +3,7 @@ package tekton
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
@@ -46,6 +47,18 @@ func (Engine) Related(ctx context.Context, c client.Reader, child client.Object)
 		out = append(out, &crs.Items[i])
 	}
 	return out, nil
+}
+
+// sortedTrue are the keys whose value is true, in order.
+func sortedTrue(m map[string]bool) []string {
+	var out []string
+	for k, v := range m {
+		if v {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // Observe implements engine.Engine.
@@ -95,6 +108,22 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 				return engine.Progress{}, err
 			}
 			out.Plan = plan
+		}
+	}
+	// Checks, from their TaskRuns and the skipped tasks (the cached
+	// PipelineRun has no spec), in order of name.
+	checks := map[string]bool{}
+	for task := range taskRuns {
+		checks[task] = pipeline.IsCheck(task)
+	}
+	for task := range skipped {
+		checks[task] = checks[task] || pipeline.IsCheck(task)
+	}
+	for _, task := range sortedTrue(checks) {
+		if tr := taskRuns[task]; tr != nil {
+			addStep(stepStatus(tr, task, task))
+		} else {
+			addStep(infrav1.StepStatus{Name: task, Phase: infrav1.StepSkipped})
 		}
 	}
 	switch {

@@ -112,6 +112,16 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		TaskSpec:   taskSpec(p, req.Config.StepImage, stepResults(steps[pipeline.StepClone], steps[pipeline.StepPlan]), steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
 	}
 	tasks := []tektonv1.PipelineTask{planTask}
+	// Checks run side by side after a plan with changes, a pod each; the
+	// gate (or apply) runs after all of them, and a failed check fails
+	// the PipelineRun before it.
+	for _, c := range p.Checks() {
+		tasks = append(tasks, tektonv1.PipelineTask{
+			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: ws,
+			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
+			When:     tektonv1.WhenExpressions{hasChanges()},
+		})
+	}
 	if !pipeline.PlanOnly(p.Type) {
 		tasks = laterTasks(p, req, tasks)
 	}
@@ -168,7 +178,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 // Terraform image are preceded by a step that installs opr8r-step.
 func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
 	ts := tektonv1.TaskSpec{
-		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir}},
+		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir, ReadOnly: steps[0].WorkspaceReadOnly}},
 		Volumes:    append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
 	}
 	for _, r := range append(results, pipeline.ResultError) {
@@ -207,7 +217,11 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		steps[s.Name] = s
 	}
 	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
-	hasChanges := tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
+	hasChanges := hasChanges()
+	afterPlan := []string{taskPlan}
+	for _, c := range p.Checks() {
+		afterPlan = append(afterPlan, c.Name)
+	}
 	applyTask := tektonv1.PipelineTask{
 		Name:       taskApply,
 		Workspaces: ws,
@@ -218,7 +232,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 	if p.ManualApproval {
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name:     taskApprove,
-			RunAfter: []string{taskPlan},
+			RunAfter: afterPlan,
 			TaskRef:  &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
 			When:     tektonv1.WhenExpressions{hasChanges},
 			Params: tektonv1.Params{
@@ -234,7 +248,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		applyTask.When = append(applyTask.When, tektonv1.WhenExpression{Input: "$(tasks.approve.results." + resultDecision + ")", Operator: selection.In, Values: []string{"approve"}})
 		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.approve.results." + resultApprovedDigest + ")")}}
 	} else {
-		applyTask.RunAfter = []string{taskPlan}
+		applyTask.RunAfter = afterPlan
 		applyTask.Params = tektonv1.Params{{Name: resultApprovedDigest, Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")}}
 	}
 	tasks = append(tasks, applyTask)
@@ -248,6 +262,11 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		})
 	}
 	return tasks
+}
+
+// hasChanges is the condition of the tasks that run only for a plan with changes.
+func hasChanges() tektonv1.WhenExpression {
+	return tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
 }
 
 // stepResults are the results the given steps write.

@@ -37,7 +37,15 @@ const (
 	StepApply   = "apply"
 	StepExport  = "export-outputs"
 	StepCleanup = "cleanup"
+	// CheckPrefix begins the step name of each of spec.checks.
+	CheckPrefix = "check-"
 )
+
+// CheckStep is the step name of the check with that name.
+func CheckStep(name string) string { return CheckPrefix + name }
+
+// IsCheck says whether a step is one of spec.checks.
+func IsCheck(step string) bool { return strings.HasPrefix(step, CheckPrefix) }
 
 // Result names written by steps (the wire format is pkg/results).
 const (
@@ -64,6 +72,13 @@ const (
 	BackendDir      = "/opr8r/secrets/backend"
 	VarsFromDir     = "/opr8r/vars"
 	EnvSecretsDir   = "/opr8r/secrets/env"
+	// CheckInputDir holds what checks read: the plan as JSON and the
+	// readable plan, written by the plan step when a run has checks.
+	CheckInputDir = WorkspaceDir + "/plan"
+	PlanJSONFile  = CheckInputDir + "/plan.json"
+	PlanTextFile  = CheckInputDir + "/plan.txt"
+	// CheckConfigDir is where a check's configMapRef is mounted.
+	CheckConfigDir = "/opr8r/check"
 )
 
 // Volume names the engines create themselves.
@@ -138,6 +153,8 @@ type Step struct {
 	// VolumeMounts of Secret and ConfigMap volumes (the workspace, tmp and
 	// step-binary volumes are added by engines).
 	VolumeMounts []corev1.VolumeMount
+	// WorkspaceReadOnly mounts the shared workspace read-only (checks).
+	WorkspaceReadOnly bool `json:",omitempty"`
 	// Results are the names of the small results the step writes.
 	Results []string
 	// NeedsStepBinary is true when the image lacks opr8r-step, so engines
@@ -164,6 +181,9 @@ const VarsKey = ".vars.json"
 // RawOutputsSecretName is the Secret the export step writes terraform's
 // outputs to, owned by the child; the operator projects it.
 func RawOutputsSecretName(child string) string { return child + "-tfoutputs" }
+
+// CheckSecretName is the Secret a check step writes its output to.
+func CheckSecretName(child, check string) string { return child + "-check-" + check }
 
 // PlanSecretName is the Secret the plan step writes the readable plan to.
 func PlanSecretName(child string) string { return child + "-plan" }
@@ -243,8 +263,9 @@ func SpecHash(run *infrav1.TerraformRun) string {
 		Mode      infrav1.ApprovalMode
 		Outputs   infrav1.OutputsSpec
 		Runner    infrav1.RunnerSpec
-		PlanOnly  bool `json:",omitempty"`
-	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner, s.PlanOnly}
+		PlanOnly  bool            `json:",omitempty"`
+		Checks    []infrav1.Check `json:",omitempty"`
+	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner, s.PlanOnly, s.Checks}
 	b, err := json.Marshal(hashed)
 	if err != nil {
 		// Marshalling plain API types cannot fail; a panic here is a bug.
@@ -331,6 +352,8 @@ func Build(req engine.Request) (*Pipeline, error) {
 		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
 	}
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
+	p.Steps = append(p.Steps, b.checks()...)
+	p.Volumes = b.volumes // with the checks' ConfigMaps
 	if PlanOnly(req.Type) {
 		p.Cleanup = b.cleanup()
 		return p, nil
@@ -344,6 +367,25 @@ func Build(req engine.Request) (*Pipeline, error) {
 	}
 	p.Cleanup = b.cleanup()
 	return p, nil
+}
+
+// HasChecks says whether runs of a type run spec.checks: apply runs and
+// the runs of a planOnly TerraformRun. Drift checks compare, they do not
+// propose; a destroy run follows a deletion, which a policy on the plan
+// should not be able to block.
+func HasChecks(t infrav1.RunType) bool {
+	return t == infrav1.RunApply || t == infrav1.RunPlan
+}
+
+// Checks returns the pipeline's check steps, in order.
+func (p *Pipeline) Checks() []Step {
+	var out []Step
+	for _, s := range p.Steps {
+		if IsCheck(s.Name) {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 // PlanOnly says whether runs of a type stop after the plan: scheduled
@@ -645,6 +687,9 @@ func (b *builder) plan() Step {
 		args = append(args, "--destroy")
 	}
 	args = append(args, "--plan-secret="+PlanSecretName(b.req.Name), "--inputs-salt="+string(b.run.UID))
+	if len(b.run.Spec.Checks) > 0 && HasChecks(b.req.Type) {
+		args = append(args, "--check-input-dir="+CheckInputDir)
+	}
 	args = append(args, b.ownerArgs()...)
 	args = append(args, PhResults)
 	s := b.terraformStep(StepPlan, args...)
@@ -652,6 +697,46 @@ func (b *builder) plan() Step {
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
 	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs}
 	return s
+}
+
+// checks are spec.checks' steps: each runs the user's command in the
+// user's image through opr8r-step check, which keeps its output in a
+// Secret and reports its last line when it fails. A check mounts the
+// workspace read-only and its ConfigMap, and none of the Secrets the
+// terraform steps mount.
+func (b *builder) checks() []Step {
+	if !HasChecks(b.req.Type) {
+		return nil
+	}
+	var out []Step
+	for _, c := range b.run.Spec.Checks {
+		s := b.stepBase(CheckStep(c.Name))
+		s.Image = c.Image
+		s.WorkspaceReadOnly = true
+		s.Args = []string{"check", "--name=" + c.Name, "--module-dir=" + ModuleDir(b.run), "--plan-json=" + PlanJSONFile,
+			"--output-secret=" + CheckSecretName(b.req.Name, c.Name)}
+		s.Args = append(s.Args, b.ownerArgs()...)
+		s.Args = append(s.Args, "--termination-log="+PhErrorFile, "--")
+		s.Args = append(s.Args, c.Command...)
+		s.Env = []corev1.EnvVar{
+			{Name: "HOME", Value: TmpDir},
+			{Name: "OPR8R_CHECK", Value: c.Name},
+			{Name: "OPR8R_PLAN_JSON", Value: PlanJSONFile},
+			{Name: "OPR8R_PLAN_TEXT", Value: PlanTextFile},
+			{Name: "OPR8R_MODULE_DIR", Value: ModuleDir(b.run)},
+		}
+		for _, e := range c.Env {
+			s.Env = append(s.Env, corev1.EnvVar{Name: e.Name, Value: e.Value})
+		}
+		if c.ConfigMapRef != nil {
+			name := "check-" + c.Name
+			b.addVolume(configMapVolume(name, c.ConfigMapRef.Name, false))
+			s.VolumeMounts = []corev1.VolumeMount{{Name: name, MountPath: CheckConfigDir, ReadOnly: true}}
+			s.Env = append(s.Env, corev1.EnvVar{Name: "OPR8R_CHECK_CONFIG", Value: CheckConfigDir})
+		}
+		out = append(out, s)
+	}
+	return out
 }
 
 func (b *builder) apply() Step {
@@ -776,6 +861,11 @@ func (s Step) Container(name string, p *Pipeline, r *strings.Replacer) corev1.Co
 		Resources:       s.Resources,
 		SecurityContext: s.SecurityContext,
 	}
+}
+
+// WorkspaceMount is how a step mounts the shared workspace.
+func (s Step) WorkspaceMount() corev1.VolumeMount {
+	return corev1.VolumeMount{Name: WorkspaceVolume, MountPath: WorkspaceDir, ReadOnly: s.WorkspaceReadOnly}
 }
 
 // ScratchVolumes are the per-pod volumes every step mounts: /tmp, and the

@@ -101,6 +101,9 @@ type PlanOptions struct {
 	Destroy bool
 	// PlanSecret receives the readable plan, when set.
 	PlanSecret string
+	// CheckInputDir, when set, receives plan.json (terraform show -json)
+	// and plan.txt (the readable plan) for the run's checks.
+	CheckInputDir string
 	// InputsSalt salts the inputs digest (the TerraformRun's uid), so equal
 	// values in two TerraformRuns give different digests.
 	InputsSalt string
@@ -140,13 +143,20 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 		return nil, err
 	}
 	sum.HasChanges = code == 2
-	if o.PlanSecret != "" && r.Kube != nil {
-		text, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile)
-		if err != nil {
+	var text []byte
+	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" {
+		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
 			return nil, err
 		}
+	}
+	if o.PlanSecret != "" && r.Kube != nil {
 		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
 		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, infrav1.ComponentPlan, data); err != nil {
+			return nil, err
+		}
+	}
+	if o.CheckInputDir != "" {
+		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
 			return nil, err
 		}
 	}
@@ -162,6 +172,25 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	}
 	r.logf("plan: %s (replace %d), has changes: %v, digest %s", res.Short(), sum.Replace, sum.HasChanges, sum.Digest)
 	return sum, nil
+}
+
+// writeCheckInput writes what the run's checks read: the plan as JSON and
+// the readable plan, in a directory of the workspace.
+func (r *Runner) writeCheckInput(ctx context.Context, m Module, o PlanOptions, text []byte) error {
+	js, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", o.PlanFile)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(o.CheckInputDir, 0o755); err != nil {
+		return fmt.Errorf("creating %s for the checks: %w", o.CheckInputDir, err)
+	}
+	for name, b := range map[string][]byte{"plan.json": js, "plan.txt": text} {
+		if err := os.WriteFile(filepath.Join(o.CheckInputDir, name), b, 0o644); err != nil {
+			return fmt.Errorf("writing the checks' %s: %w", name, err)
+		}
+	}
+	r.logf("plan: wrote plan.json (%d bytes) and plan.txt for the checks to %s", len(js), o.CheckInputDir)
+	return nil
 }
 
 // TruncatePlan caps a readable plan at max bytes with a clear marker.

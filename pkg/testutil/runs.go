@@ -104,6 +104,16 @@ func (w *RunWrapper) Outputs(rename map[string]string, exclude ...string) *RunWr
 	return w
 }
 
+// Check adds one of spec.checks; a non-empty configMap is mounted at /opr8r/check.
+func (w *RunWrapper) Check(name, image, configMap string, command ...string) *RunWrapper {
+	c := infrav1.Check{Name: name, Image: image, Command: command}
+	if configMap != "" {
+		c.ConfigMapRef = &infrav1.LocalObjectReference{Name: configMap}
+	}
+	w.Spec.Checks = append(w.Spec.Checks, c)
+	return w
+}
+
 // GoldenCase is a spec whose engine objects are kept as golden files.
 type GoldenCase struct {
 	Run  *RunWrapper
@@ -121,5 +131,10 @@ func GoldenCases() map[string]GoldenCase {
 		"destroy":          {MakeRun("net", "team-a").Var("name", `"demo"`), infrav1.RunDestroy},
 		"drift-check":      {MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "main", "stacks/vpc", "git-creds").VarsFrom("Secret", "db-vars"), infrav1.RunDrift},
 		"plan-only":        {MakeRun("preview", "team-a").Git("https://git.example.com/infra/modules.git", "pr-42", "", ""), infrav1.RunPlan},
+		"checks": {MakeRun("net", "team-a").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").
+			Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json").
+			Check("cost", "registry.example.com/infracost:1", "", "sh", "-c", "infracost breakdown --path $OPR8R_PLAN_JSON"), infrav1.RunApply},
+		"checks-auto":      {MakeRun("dns", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunApply},
+		"checks-plan-only": {MakeRun("preview", "team-a").Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunPlan},
 	}
 }
