@@ -177,6 +177,7 @@ var _ = Describe("engine conformance", func() {
 			runIdentity(given{e})
 			continuous(given{e})
 			approvalPolicy(given{e})
+			userChecks(given{e})
 		})
 	}
 })

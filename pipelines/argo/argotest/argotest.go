@@ -267,3 +267,24 @@ func (a Sim) SucceedDestroy() {
 		wf.Status.FinishedAt = metav1.Now()
 	})
 }
+
+// PassChecks implements enginetest.Sim: each check's pod node succeeds.
+func (a Sim) PassChecks(checks ...string) {
+	a.Update(func(wf *wfv1.Workflow) {
+		for _, c := range checks {
+			SetNode(wf, c, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		}
+	})
+}
+
+// FailCheck implements enginetest.Sim: the check's node fails with its
+// termination message; the gate and apply are omitted and the exit
+// handler runs.
+func (a Sim) FailCheck(check, msg string, passed ...string) {
+	a.PassChecks(passed...)
+	a.Update(func(wf *wfv1.Workflow) {
+		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+	})
+	a.Fail(check, msg)
+}

@@ -333,3 +333,30 @@ func (s Sim) updateJob(name string, fn func(*batchv1.Job)) {
 	})).To(Succeed())
 	s.env.Writes.Add(1)
 }
+
+// PassChecks implements enginetest.Sim: the driver creates the checks Job,
+// each check's container exits 0 and the Job completes.
+func (s Sim) PassChecks(checks ...string) {
+	name := s.stepJob("checks")
+	states := map[string]corev1.ContainerState{"install-opr8r-step": enginetest.Terminated(0, "")}
+	for _, c := range checks {
+		states[c] = enginetest.Terminated(0, "")
+	}
+	s.runPod(name, states)
+	s.finishJob(name, true, "")
+}
+
+// FailCheck implements enginetest.Sim: in the checks Job's pod the passed
+// checks exit 0 and the check exits 1 with its summary as termination
+// message; the Job fails and cleanup runs.
+func (s Sim) FailCheck(check, msg string, passed ...string) {
+	name := s.stepJob("checks")
+	states := map[string]corev1.ContainerState{"install-opr8r-step": enginetest.Terminated(0, "")}
+	for _, c := range passed {
+		states[c] = enginetest.Terminated(0, "")
+	}
+	states[check] = enginetest.Terminated(1, msg)
+	s.runPod(name, states)
+	s.finishJob(name, false, "BackoffLimitExceeded")
+	s.CompleteAfterGate()
+}

@@ -354,3 +354,22 @@ func (c Sim) SucceedDestroy() {
 func runtimeTypeMeta(kind string) runtime.TypeMeta {
 	return runtime.TypeMeta{APIVersion: "tekton.dev/v1", Kind: kind}
 }
+
+// PassChecks implements enginetest.Sim: each check's TaskRun succeeds.
+func (c Sim) PassChecks(checks ...string) {
+	for _, ch := range checks {
+		c.taskRun(ch, succeededTask("install-opr8r-step", ch))
+	}
+}
+
+// FailCheck implements enginetest.Sim: the check's TaskRun fails with the
+// error result; Tekton skips the tasks after it and the PipelineRun fails.
+func (c Sim) FailCheck(check, msg string, passed ...string) {
+	c.PassChecks(passed...)
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		for _, t := range []string{"approve", "apply", "export-outputs"} {
+			pr.Status.SkippedTasks = append(pr.Status.SkippedTasks, tektonv1.SkippedTask{Name: t, Reason: tektonv1.StoppingSkip})
+		}
+	})
+	c.Fail(check, msg)
+}

@@ -85,6 +85,12 @@ type Sim interface {
 	FinishApply(outputsJSON string)
 	// Fail fails a step with terraform's message and completes the child.
 	Fail(step, msg string)
+	// PassChecks runs the given check steps (check-<name>) to success.
+	PassChecks(checks ...string)
+	// FailCheck fails a check step with opr8r-step's summary (its last
+	// line of output), after the passed ones succeeded, and completes the
+	// child as failed.
+	FailCheck(check, msg string, passed ...string)
 	// CompleteAfterGate completes a child whose gate was rejected (or that
 	// was stopped while it waited).
 	CompleteAfterGate()
