@@ -132,7 +132,7 @@ func NewCommand(o *Options) *cobra.Command {
 		Use: "logs NAME", Short: "Show a step's logs", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.logs(cmd.Context(), args[0], step) },
 	}
-	logs.Flags().StringVar(&step, "step", pipeline.StepPlan, "The step: clone, init, plan, apply, export-outputs or cleanup")
+	logs.Flags().StringVar(&step, "step", pipeline.StepPlan, "The step: clone, init, plan, check-<name>, apply, export-outputs or cleanup")
 
 	root.AddCommand(list,
 		&cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan", Args: cobra.ExactArgs(1),
@@ -140,6 +140,8 @@ func NewCommand(o *Options) *cobra.Command {
 		approve, reject,
 		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
+		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return o.checks(cmd.Context(), args[0]) }},
 		outputs, newRenderCommand(o), logs, newHistoryCommand(o))
 	return root
 }
@@ -301,6 +303,67 @@ func (o *Options) plan(ctx context.Context, name string) error {
 	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", run.Status.Plan.Digest, run.Status.Plan.Summary, run.Status.Plan.RunID)
 	_, err = o.Out.Write(sec.Data["plan.txt"])
 	return err
+}
+
+// CheckResult is one check of a run, as `kubectl tfrun checks` shows it.
+type CheckResult struct {
+	Name     string `json:"name"`
+	Phase    string `json:"phase"`
+	Message  string `json:"message,omitempty"`
+	ExitCode string `json:"exitCode,omitempty"`
+	Output   string `json:"output,omitempty"`
+}
+
+// checks shows the current run's checks: their step phase and message,
+// and the output each kept in its Secret.
+func (o *Options) checks(ctx context.Context, name string) error {
+	run, _, cs, err := o.get(ctx, name)
+	if err != nil {
+		return err
+	}
+	if len(run.Spec.Checks) == 0 {
+		return fmt.Errorf("TerraformRun %s has no spec.checks", name)
+	}
+	if run.Status.Run == nil {
+		return fmt.Errorf("TerraformRun %s has not run yet", name)
+	}
+	var out []CheckResult
+	for _, st := range run.Status.Run.Steps {
+		if !pipeline.IsCheck(st.Name) {
+			continue
+		}
+		r := CheckResult{Name: strings.TrimPrefix(st.Name, pipeline.CheckPrefix), Phase: string(st.Phase), Message: st.Message}
+		sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.CheckSecretName(run.Status.Run.ID, r.Name), metav1.GetOptions{})
+		switch {
+		case err == nil:
+			r.ExitCode, r.Output = string(sec.Data["exit-code"]), string(sec.Data["output.txt"])
+		case !apierrors.IsNotFound(err):
+			return err
+		}
+		out = append(out, r)
+	}
+	if len(out) == 0 {
+		return fmt.Errorf("run %s of TerraformRun %s has run no check yet (phase %s; checks run only for a plan with changes)", run.Status.Run.ID, name, run.Status.Run.Phase)
+	}
+	if done, err := o.print(out); done {
+		return err
+	}
+	for _, r := range out {
+		fmt.Fprintf(o.Out, "# check %s: %s", r.Name, r.Phase)
+		if r.ExitCode != "" {
+			fmt.Fprintf(o.Out, " (exit code %s)", r.ExitCode)
+		}
+		fmt.Fprintln(o.Out)
+		if r.Output == "" && r.Message != "" {
+			fmt.Fprintln(o.Out, r.Message)
+		}
+		fmt.Fprint(o.Out, r.Output)
+		if r.Output != "" && !strings.HasSuffix(r.Output, "\n") {
+			fmt.Fprintln(o.Out)
+		}
+		fmt.Fprintln(o.Out)
+	}
+	return nil
 }
 
 func childKind(run *infrav1.TerraformRun) string {

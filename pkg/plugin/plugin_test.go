@@ -189,6 +189,43 @@ func TestPluginCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("checks", func(t *testing.T) {
+		ctx := context.Background()
+		r := testutil.MakeRun("checked", ns).Check("policy", "conftest:1", "", "conftest", "test").Check("cost", "infracost:1", "", "infracost").Obj()
+		r.UID = ""
+		if err := k8s.Create(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		r.Status = infrav1.TerraformRunStatus{Run: &infrav1.RunStatus{ID: "checked-1", Type: "apply", Engine: "argo", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunFailed,
+			Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "checked-1"},
+			Steps: []infrav1.StepStatus{{Name: "plan", Phase: "Succeeded"}, {Name: "check-cost", Phase: "Succeeded"},
+				{Name: "check-policy", Phase: "Failed", Message: "FAIL - main - terraform_data.x would be destroyed (exit code 1)"}}}}
+		if err := k8s.Status().Update(ctx, r); err != nil {
+			t.Fatal(err)
+		}
+		if err := k8s.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "checked-1-check-policy", Namespace: ns},
+			Data: map[string][]byte{"output.txt": []byte("FAIL - main - terraform_data.x would be destroyed\n1 test, 0 passed, 1 failure\n"), "exit-code": []byte("1")}}); err != nil {
+			t.Fatal(err)
+		}
+		out, _, err := tfrun(ns, "checks", "checked")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, want := range []string{"# check cost: Succeeded", "# check policy: Failed (exit code 1)", "1 test, 0 passed, 1 failure"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("checks output lacks %q:\n%s", want, out)
+			}
+		}
+		js, _, err := tfrun(ns, "checks", "checked", "-o", "json")
+		var res []plugin.CheckResult
+		if err != nil || json.Unmarshal([]byte(js), &res) != nil || len(res) != 2 || res[1].Name != "policy" || res[1].ExitCode != "1" {
+			t.Errorf("checks -o json: %v\n%s", err, js)
+		}
+		if _, _, err := tfrun(ns, "checks", "done"); err == nil || !strings.Contains(err.Error(), "has no spec.checks") {
+			t.Errorf("checks of a run without checks: %v", err)
+		}
+	})
+
 	t.Run("errors are clear", func(t *testing.T) {
 		for args, want := range map[string]string{
 			"approve missing":                    `TerraformRun "missing" not found in namespace "` + ns + `"`,
