@@ -2,6 +2,7 @@ package argo
 
 import (
 	"fmt"
+	"strings"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,8 +26,9 @@ var (
 func (Engine) AddToScheme(s *runtime.Scheme) error { return wfv1.AddToScheme(s) }
 
 // SlimForCache implements engine.CacheSlimmer. Of a Workflow the engine
-// reads its labels, spec.shutdown (Cancel) and the parts of its status that
-// Observe and Approve read (slimWorkflowStatus).
+// reads its labels, spec.shutdown (Cancel), the gate annotations
+// (PublishGate, who resumed) and the parts of its status that Observe and
+// Approve read (slimWorkflowStatus).
 func (Engine) SlimForCache(obj any) bool {
 	wf, ok := obj.(*wfv1.Workflow)
 	if !ok {
@@ -34,7 +36,16 @@ func (Engine) SlimForCache(obj any) bool {
 	}
 	wf.Spec = wfv1.WorkflowSpec{Shutdown: wf.Spec.Shutdown}
 	wf.Status = slimWorkflowStatus(wf.Status)
-	wf.Annotations = nil
+	var gate map[string]string
+	for k, v := range wf.Annotations {
+		if strings.HasPrefix(k, AnnoGatePrefix) {
+			if gate == nil {
+				gate = map[string]string{}
+			}
+			gate[k] = v
+		}
+	}
+	wf.Annotations = gate
 	return true
 }
 

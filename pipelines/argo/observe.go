@@ -216,10 +216,10 @@ func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
 		g.State = engine.GateSkipped
 	case wfv1.NodeFailed, wfv1.NodeError:
 		g.State = engine.GateRejected
-		g.By = resumedBy(wf, n.Message)
+		g.By, g.ByGroups = resumedBy(wf, n.Message), stampedGroups(wf)
 	case wfv1.NodeSucceeded:
 		g.Digest = outputParam(n, paramApprovedDigest)
-		g.By = resumedBy(wf, n.Message)
+		g.By, g.ByGroups = resumedBy(wf, n.Message), stampedGroups(wf)
 		if outputParam(n, paramDecision) == decisionReject {
 			g.State = engine.GateRejected
 			if g.Message == "" {
@@ -232,9 +232,22 @@ func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
 	return g
 }
 
-// resumedBy says who decided: Argo's actor label when the Argo Server did it,
-// otherwise the "Resumed by:" part of the node message.
+// stampedGroups are the groups of the person whose resume the API server
+// stamped.
+func stampedGroups(wf *wfv1.Workflow) []string {
+	if wf.Annotations[AnnoGateDecidedBy] == "" || wf.Annotations[AnnoGateGroupsOf] == "" {
+		return nil
+	}
+	return strings.Split(wf.Annotations[AnnoGateGroupsOf], "\n")
+}
+
+// resumedBy says who decided: the user the API server stamped at admission
+// (opr8r-argo-resume, on a person's resume), else Argo's actor label when
+// the Argo Server did it, else the "Resumed by:" part of the node message.
 func resumedBy(wf *wfv1.Workflow, msg string) string {
+	if u := wf.Annotations[AnnoGateDecidedBy]; u != "" {
+		return u
+	}
 	if a := wf.Labels[actorLabel]; a != "" {
 		return a
 	}

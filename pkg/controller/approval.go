@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"sort"
 	"strings"
 	"time"
 
@@ -63,6 +65,11 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	}
 	t, rejection := tally(ap, r.runAuthor(run), digest, votes)
 	run.Status.Approvals = &t
+	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && t.Needed > 0 {
+		if err := pub.PublishGate(ctx, r.Client, st.child, gatePolicy(ap, r.runAuthor(run), t)); err != nil {
+			return gateErr(err)
+		}
+	}
 	switch {
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
@@ -84,6 +91,22 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// gatePolicy is who may still pass the gate in the engine: spec.approval's
+// approvers, less the author (selfApproval Forbidden) and those who have
+// approved this plan already, and how many approvals it still needs.
+func gatePolicy(ap infrav1.ApprovalSpec, author string, t infrav1.ApprovalTally) engine.GatePolicy {
+	p := engine.GatePolicy{Digest: t.Digest, Needed: t.Needed, Barred: append([]string{}, t.ApprovedBy...)}
+	if ap.Approvers != nil {
+		p.Users = append([]string{}, ap.Approvers.Users...)
+		p.Groups = append([]string{}, ap.Approvers.Groups...)
+	}
+	if ap.SelfApproval == infrav1.SelfApprovalForbidden && author != "" && !slices.Contains(p.Barred, author) {
+		p.Barred = append(p.Barred, author)
+	}
+	sort.Strings(p.Barred)
+	return p
 }
 
 // approvalSource is TerraformRunApproval when any approval came from one,
@@ -215,7 +238,7 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 	// decisions it counted are still there.
 	own := g.By == engine.ActorName || strings.HasPrefix(g.By, engine.ActorName+" (")
 	if !own {
-		votes = append(votes, vote{user: g.By, approve: true, source: "engine", at: at0})
+		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at0})
 	}
 	t, _ := tally(ap, r.runAuthor(run), digest, votes)
 	run.Status.Approvals = &t

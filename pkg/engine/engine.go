@@ -73,6 +73,32 @@ type Approver interface {
 	Reject(ctx context.Context, c client.Client, child client.Object, d Decision) error
 }
 
+// GatePublisher is an optional interface that engines implement when people
+// can pass the gate in the engine itself (Argo's RESUME button, argo
+// resume), where an admission policy judges each resume against the rule
+// opr8r publishes on the child while its gate waits (Argo: the
+// opr8r-argo-resume policy in config/policy/argo-resume.yaml).
+type GatePublisher interface {
+	// PublishGate writes the rule onto the child unless it is there.
+	PublishGate(ctx context.Context, c client.Client, child client.Object, p GatePolicy) error
+}
+
+// GatePolicy is who may still pass a waiting gate in the engine, under
+// spec.approval and the decisions counted so far.
+type GatePolicy struct {
+	// Digest is the plan waiting.
+	Digest string
+	// Users may decide; nil means anyone.
+	Users []string
+	// Groups may decide (members of any).
+	Groups []string
+	// Barred are users whose resume would not count: the change's author
+	// under selfApproval Forbidden, and users who approved already.
+	Barred []string
+	// Needed is how many more approvals the plan needs; a resume is one.
+	Needed int32
+}
+
 // Canceller is an optional interface that engines implement when a running
 // child can be stopped while still running its cleanup step.
 type Canceller interface {
@@ -258,6 +284,8 @@ type Gate struct {
 	Digest string
 	// By is who decided, as the engine recorded it.
 	By string
+	// ByGroups are By's groups, where the API server stamped them.
+	ByGroups []string
 	// Message is the engine's message on the gate.
 	Message string
 }

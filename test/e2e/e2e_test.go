@@ -9,8 +9,9 @@
 // approved with `kubectl tfrun approve` (and, on Argo, with `argo resume`),
 // a reverted spec planning again, a no-change rerun, a reject, `kubectl
 // tfrun history`, the outputs Secret checked against the state terraform
-// wrote, destroy on delete, and terraform's own error text for a failing
-// module.
+// wrote, destroy on delete, terraform's own error text for a failing
+// module, and a real conftest policy check passing one plan and blocking
+// another.
 package e2e
 
 import (
@@ -409,6 +410,7 @@ func TestEngines(t *testing.T) {
 			t.Parallel()
 			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
 			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
+			t.Run("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
 		})
 	}
 }

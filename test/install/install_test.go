@@ -127,11 +127,11 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 			t.Errorf("the installed CRD %s differs from the generated one (-generated +installed):\n%s", u.GetName(), diff)
 		}
 	}
-	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 2 {
-		t.Errorf("want opr8r's 2 MutatingAdmissionPolicies (the identity stamps), got %d", n)
+	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 3 {
+		t.Errorf("want opr8r's 3 MutatingAdmissionPolicies (the identity stamps), got %d", n)
 	}
-	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 5 {
-		t.Errorf("want opr8r's 5 ValidatingAdmissionPolicies, got %d", n)
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 6 {
+		t.Errorf("want opr8r's 6 ValidatingAdmissionPolicies, got %d", n)
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {

@@ -13,6 +13,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
@@ -25,23 +26,32 @@ import (
 // server's real authenticator and RBAC authorizer decide what they may do,
 // and opr8r's admission policies stamp who they are.
 var (
-	usersMu sync.Mutex
-	users   = map[string]client.Client{}
+	usersMu     sync.Mutex
+	users       = map[string]client.Client{}
+	userConfigs = map[string]*rest.Config{}
 )
 
 // as returns a client that authenticates as user, in the given groups.
 func as(user string, groups ...string) client.Client {
+	asConfig(user, groups...)
 	usersMu.Lock()
 	defer usersMu.Unlock()
-	if c, ok := users[user]; ok {
+	return users[user]
+}
+
+// asConfig returns the REST config of user (made on first use, with groups).
+func asConfig(user string, groups ...string) *rest.Config {
+	usersMu.Lock()
+	defer usersMu.Unlock()
+	if c, ok := userConfigs[user]; ok {
 		return c
 	}
 	u, err := testEnv.ControlPlane.AddUser(envtest.User{Name: user, Groups: groups}, nil)
 	Expect(err).NotTo(HaveOccurred())
 	c, err := client.New(u.Config(), client.Options{Scheme: k8sClient.Scheme()})
 	Expect(err).NotTo(HaveOccurred())
-	users[user] = c
-	return c
+	users[user], userConfigs[user] = c, u.Config()
+	return u.Config()
 }
 
 // grant binds one of opr8r's user roles (config/rbac/users) to user in ns.

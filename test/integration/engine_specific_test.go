@@ -20,6 +20,7 @@ import (
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -54,6 +55,72 @@ var _ = Describe("Argo specifics", func() {
 		Expect(got.Status.Approval.Digest).To(Equal(digest))
 		_, _, approved := a.Gate()
 		Expect(approved).To(Equal(digest), "argo resume fills the supplied output from its default: the gate's plan digest")
+	})
+
+	It("judges a person's argo resume by spec.approval at admission: stamps who, refuses outsiders, the author, a second resume by one user and a quorum short of one", func() {
+		ns := newNamespace()
+		digest := digestOf("resume-policy")
+		Expect(k8sClient.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "argo-resumer", Namespace: ns},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"workflows"}, Verbs: []string{"get", "list", "watch", "update", "patch"}}}})).To(Succeed())
+		for _, u := range []string{"ar-alice", "ar-bob", "ar-carol", "ar-mallory"} {
+			grant(ns, "approver", u)
+			grant(ns, "editor", u)
+			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "argo-resumer-" + u, Namespace: ns},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "argo-resumer"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: u}}})).To(Succeed())
+		}
+		run := argoEngine.run("resume-policy", ns).Obj()
+		run.Spec.Approval.RequiredApprovals = 2
+		run.Spec.Approval.SelfApproval = infrav1.SelfApprovalForbidden
+		run.Spec.Approval.Approvers = &infrav1.Approvers{Users: []string{"ar-alice", "ar-carol"}, Groups: []string{"ar-reviewers"}}
+		Expect(as("ar-carol").Create(ctx, run)).To(Succeed())
+		a := argoEngine.active(ns, run.Name).(argotest.Sim)
+		a.Start()
+		a.Plan(1, 0, 0, digest)
+		a.Suspend(digest)
+		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+		Eventually(func() map[string]string { return a.Get().Annotations }, timeout, interval).Should(And(
+			HaveKeyWithValue("infra.opr8r.io/gate-needed", "2"), HaveKeyWithValue("infra.opr8r.io/gate-digest", digest),
+			HaveKeyWithValue("infra.opr8r.io/gate-users", "ar-alice\nar-carol"), HaveKeyWithValue("infra.opr8r.io/gate-barred", "ar-carol")))
+
+		resume := func(user string, groups ...string) error {
+			wfc := wfclientset.NewForConfigOrDie(asConfig(user, groups...))
+			return argoutil.ResumeWorkflow(ctx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.Key().Name, "")
+		}
+		By("an outsider, the author, and an approver while two approvals are needed are refused; the gate stays suspended")
+		for user, want := range map[string]string{
+			"ar-mallory": "ar-mallory may not decide plans of TerraformRun resume-policy: not in its spec.approval.approvers",
+			"ar-carol":   "ar-carol may not approve plan " + digest + " of TerraformRun resume-policy again or as the author of the change",
+			"ar-alice":   "needs 2 more approvals and a resume counts as one: approve with kubectl tfrun approve resume-policy first",
+		} {
+			err := resume(user)
+			Expect(err).To(HaveOccurred(), "resume by %s", user)
+			Expect(err.Error()).To(ContainSubstring(want))
+		}
+		Expect(a.GateNode().Phase).To(Equal(wfv1.NodeRunning))
+
+		By("a stamp typed by hand is refused")
+		wf := a.Get()
+		wf.Annotations["infra.opr8r.io/gate-decided-by"] = "ar-alice"
+		err := as("ar-mallory").Update(ctx, wf)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("is stamped by the API server when a person resumes"))
+
+		By("after ar-alice's approval one more is needed: her resume is refused, a group member's passes and is stamped")
+		_, err = decide(as("ar-alice"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() map[string]string { return a.Get().Annotations }, timeout, interval).Should(And(
+			HaveKeyWithValue("infra.opr8r.io/gate-needed", "1"), HaveKeyWithValue("infra.opr8r.io/gate-barred", "ar-alice\nar-carol")))
+		err = resume("ar-alice")
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("ar-alice may not approve plan " + digest))
+		Expect(resume("ar-bob", "ar-reviewers")).To(Succeed())
+		Expect(a.Get().Annotations).To(HaveKeyWithValue("infra.opr8r.io/gate-decided-by", "ar-bob"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+		got := getRun(ns, run.Name)
+		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
+		Expect(got.Status.Approval.By).To(Equal("ar-alice, ar-bob"))
+		Expect(got.Status.Approvals.Summary).To(Equal("2/2"))
 	})
 
 	It("resumes the suspend node as argo resume does: supplied outputs, finishedAt, Resume label", func() {
