@@ -6,6 +6,7 @@
 #   containerd  containerd, containerd-shim-runc-v2, ctr
 #   Argo        workflow-controller, argoexec, argo (the CLI)
 #   Tekton      controller, webhook, entrypoint, nop, workingdirinit
+#   conftest    conftest, the policy tool the plan-check scenario runs
 #   provider    terraform-provider-kubernetes, for real drift of a real
 #               ConfigMap (baked into the e2e Terraform image as a local
 #               provider mirror; terraform downloads nothing)
@@ -150,5 +151,14 @@ if [ "${what}" = all ] || [ "${what}" = provider ]; then
   build tfprovider-kubernetes github.com/hashicorp/terraform-provider-kubernetes "${TFK_VERSION}" "" \
     "replace vbom.ml/util => github.com/fvbommel/util v0.0.0-20160121211510-db5cfe13f5cc" \
     github.com/hashicorp/terraform-provider-kubernetes
+fi
+if [ "${what}" = all ] || [ "${what}" = conftest ]; then
+  # conftest, for the plan-check scenario (spec.checks, docs/checks.md): a
+  # real Rego policy against a real plan. v0.56.0 is the newest release the
+  # module proxy serves with a checksum-database entry.
+  CONFTEST_VERSION="${CONFTEST_VERSION:-0.56.0}"
+  build conftest github.com/open-policy-agent/conftest "${CONFTEST_VERSION}" \
+    "-X github.com/open-policy-agent/conftest/internal/commands.version=${CONFTEST_VERSION}" "" \
+    github.com/open-policy-agent/conftest
 fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -144,5 +145,41 @@ func policyCheck(t *testing.T, e *env, engine string) {
 		if !strings.Contains(out, want) {
 			t.Fatalf("kubectl tfrun checks lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// argoResumePolicy: the real `argo resume` as two people, judged at
+// admission by opr8r-argo-resume against the run's spec.approval: bob,
+// not listed, is refused and the gate stays suspended; alice passes it and
+// is recorded as the approver.
+func argoResumePolicy(t *testing.T, e *env) {
+	name := "resume-policy"
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
+	})
+	m := strings.Replace(manifest(name, "argo", "Hello resume"), "  approval: {mode: Manual, timeout: 30m}\n",
+		"  approval: {mode: Manual, timeout: 30m, approvers: {users: [opr8r-e2e-alice]}, selfApproval: Forbidden}\n", 1)
+	e.sh(t, m, e.kubectl, "apply", "-f", "-")
+	run := e.waitFor(t, name, "the plan awaiting approval", 5*time.Minute, awaiting(""))
+	wf := run.Status.Run.Child.Name
+	e.waitFor(t, name, "the rule published on the Workflow", time.Minute, func(*infrav1.TerraformRun) bool {
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", "workflow", wf, "-n", ns,
+			"-o", `jsonpath={.metadata.annotations.infra\.opr8r\.io/gate-needed}`).CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "1"
+	})
+
+	out, err := e.shAsErr("bob", e.argo, "resume", wf, "-n", ns)
+	if err == nil || !strings.Contains(out, "opr8r-e2e-bob may not decide plans of TerraformRun "+name) {
+		t.Fatalf("argo resume as bob: err = %v, want refused by opr8r-argo-resume:\n%s", err, out)
+	}
+	time.Sleep(3 * time.Second)
+	if run = e.get(t, name); runPhase(run) != infrav1.RunAwaitingApproval {
+		t.Fatalf("after bob's refused resume the run is %s, want AwaitingApproval", runPhase(run))
+	}
+
+	e.shAs(t, "alice", e.argo, "resume", wf, "-n", ns)
+	run = e.waitFor(t, name, "the plan applied after alice's resume", 5*time.Minute, ready)
+	if a := run.Status.Approval; a == nil || a.Source != infrav1.ApprovedByEngine || a.By != "opr8r-e2e-alice" {
+		t.Fatalf("approval = %+v, want by opr8r-e2e-alice through the engine", a)
 	}
 }

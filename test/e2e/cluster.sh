@@ -33,6 +33,8 @@ ABIN="${CACHE}/e2e/argo-${ARGO_VERSION}"
 TBIN="${CACHE}/e2e/tekton-${TEKTON_VERSION}"
 TFK_VERSION="${TFK_VERSION:-1.13.4}"
 PBIN="${CACHE}/e2e/tfprovider-kubernetes-${TFK_VERSION}"
+CONFTEST_VERSION="${CONFTEST_VERSION:-0.56.0}"
+FBIN="${CACHE}/e2e/conftest-${CONFTEST_VERSION}"
 APISERVER="${CACHE}/k8s/${KUBE_VERSION}/kube-apiserver"
 IMAGES="${ROOT}/bin/e2e/images"
 KUBECTL="${KBIN}/kubectl"
@@ -46,6 +48,7 @@ TERRAFORM_IMAGE="localhost/opr8r/terraform:${E2E_IMAGE_TAG}"
 PAUSE_IMAGE="registry.k8s.io/pause:3.10"
 STOCK_TERRAFORM_IMAGE="docker.io/hashicorp/terraform:$(terraform version -json 2>/dev/null | jq -r '.terraform_version' | cut -d. -f1,2)"
 SHELL_IMAGE="localhost/opr8r/busybox:${E2E_IMAGE_TAG}"
+CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION}"
 
 t0=$(date +%s)
 log() { echo "e2e-cluster [$(( $(date +%s) - t0 ))s] $*" >&2; }
@@ -112,6 +115,8 @@ build_images() {
   image terraform "${TERRAFORM_IMAGE}" -file "$(command -v terraform):/bin/terraform" "${bbl[@]}" \
     -file "${PBIN}/terraform-provider-kubernetes:/usr/local/share/terraform/plugins/registry.terraform.io/hashicorp/kubernetes/${TFK_VERSION}/linux_amd64/terraform-provider-kubernetes_v${TFK_VERSION}" \
     -entrypoint /bin/terraform
+  # The plan-check scenario's policy tool (spec.checks), with sh for scripts.
+  image conftest "${CONFTEST_IMAGE}" -file "${FBIN}/conftest:/bin/conftest" "${bbl[@]}" -entrypoint /bin/conftest -user 65532:65532
   image opr8r "${OPR8R_IMAGE}" -file "${ROOT}/bin/e2e/opr8r/manager:/manager" -file "${ROOT}/bin/e2e/opr8r/opr8r-step:/opr8r-step" \
     -entrypoint /manager -user 65532:65532
 }
@@ -368,6 +373,12 @@ opr8r_up() {
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  # They may also resume Workflows (argo resume), which opr8r-argo-resume
+  # judges against each run's spec.approval at admission.
+  kc create role argo-resumer --verb=get,list,watch,update,patch --resource=workflows.argoproj.io -n e2e \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc create rolebinding e2e-argo-resumers --role=argo-resumer --group=e2e-approvers -n e2e \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
 }
 

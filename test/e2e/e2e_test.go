@@ -142,6 +142,14 @@ func (e *env) shAs(t *testing.T, user, name string, args ...string) string {
 	return string(out)
 }
 
+// shAsErr is shAs for a command that may fail: its output and error.
+func (e *env) shAsErr(user, name string, args ...string) (string, error) {
+	cmd := exec.Command(name, args...)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig"))
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 func (e *env) get(t *testing.T, name string) *infrav1.TerraformRun {
 	t.Helper()
 	run := &infrav1.TerraformRun{}
@@ -411,6 +419,9 @@ func TestEngines(t *testing.T) {
 			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
 			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
 			t.Run("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
+			if engine == "argo" {
+				t.Run("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
+			}
 		})
 	}
 }
