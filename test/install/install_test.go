@@ -130,8 +130,8 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 3 {
 		t.Errorf("want opr8r's 3 MutatingAdmissionPolicies (the identity stamps), got %d", n)
 	}
-	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 6 {
-		t.Errorf("want opr8r's 6 ValidatingAdmissionPolicies, got %d", n)
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 7 {
+		t.Errorf("want opr8r's 7 ValidatingAdmissionPolicies, got %d", n)
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {

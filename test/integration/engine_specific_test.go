@@ -222,6 +222,33 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 		Eventually(succeeded(cr), timeout, interval).Should(Equal("False/" + tekton.ReasonCustomRunTimedOut))
 	})
 
+	It("refuses a person's write that decides the gate: only opr8r decides it, under spec.approval", func() {
+		ns := newNamespace()
+		cr := newGate(ns, "g5", nil, ours)
+		Eventually(succeeded(cr), timeout, interval).Should(Equal("Unknown/AwaitingApproval"))
+		Expect(k8sClient.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "customrun-writer", Namespace: ns},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"tekton.dev"}, Resources: []string{"customruns", "customruns/status"}, Verbs: []string{"get", "update", "patch"}}}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "customrun-writer", Namespace: ns},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "customrun-writer"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tg-mallory"}}})).To(Succeed())
+		got := &tektonv1beta1.CustomRun{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cr), got)).To(Succeed())
+		got.Status.MarkCustomRunSucceeded("Approved", "approved by alice")
+		err := as("tg-mallory").Status().Update(ctx, got)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("tg-mallory may not decide opr8r's approval gate g5 by writing its status"))
+		Expect(err.Error()).To(ContainSubstring("kubectl tfrun approve|reject r"))
+		Consistently(succeeded(cr), time.Second, interval).Should(Equal("Unknown/AwaitingApproval"))
+
+		By("a write that leaves the decision alone passes")
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cr), got)).To(Succeed())
+		if got.Annotations == nil {
+			got.Annotations = map[string]string{}
+		}
+		got.Annotations["note"] = "looked at it"
+		Expect(as("tg-mallory").Update(ctx, got)).To(Succeed())
+	})
+
 	It("leaves other custom tasks alone", func() {
 		ns := newNamespace()
 		cr := newGate(ns, "g4", nil, &tektonv1beta1.TaskRef{APIVersion: "example.dev/v1", Kind: "Wait"})
