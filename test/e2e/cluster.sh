@@ -376,8 +376,17 @@ opr8r_up() {
     --dry-run=client -o yaml | kc apply -f - >/dev/null
   # They may also resume Workflows (argo resume), which opr8r-argo-resume
   # judges against each run's spec.approval at admission.
-  kc create role argo-resumer --verb=get,list,watch,update,patch --resource=workflows.argoproj.io -n e2e \
-    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  # (YAML, not kubectl create role: that looks the resource up, and Argo's
+  # CRDs may not be served yet.)
+  kc apply -f - >/dev/null <<'ROLE'
+apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: argo-resumer, namespace: e2e}
+rules:
+  - apiGroups: [argoproj.io]
+    resources: [workflows]
+    verbs: [get, list, watch, update, patch]
+ROLE
   kc create rolebinding e2e-argo-resumers --role=argo-resumer --group=e2e-approvers -n e2e \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
 }
