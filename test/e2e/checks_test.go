@@ -169,6 +169,7 @@ func argoResumePolicy(t *testing.T, e *env) {
 	})
 
 	out, err := e.shAsErr("bob", e.argo, "resume", wf, "-n", ns)
+	t.Logf("$ (as bob) argo resume %s -n %s\n%s(%v)", wf, ns, out, err)
 	if err == nil || !strings.Contains(out, "opr8r-e2e-bob may not decide plans of TerraformRun "+name) {
 		t.Fatalf("argo resume as bob: err = %v, want refused by opr8r-argo-resume:\n%s", err, out)
 	}
