@@ -3,6 +3,7 @@ package install
 import (
 	"context"
 	"fmt"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"os"
 	"path/filepath"
 	"sort"
@@ -219,7 +220,28 @@ func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
 // children in its namespace, nothing in another, nothing cluster-wide.
 func TestNamespacedInstallWithRealAuthorizer(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
-	objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}"))
+	k := tool(t, "OPR8R_KUSTOMIZE")
+	for name, args := range map[string][]string{
+		"helm":      {h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}"},
+		"kustomize": {k, "build", "config/namespaced"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := objects(t, run(t, args[0], args[1:]...))
+			for _, o := range objs {
+				if o.GetKind() == "Deployment" {
+					if a := strings.Join(convert[appsv1.Deployment](t, o).Spec.Template.Spec.Containers[0].Args, " "); !strings.Contains(a, "--watch-namespaces=team-a") {
+						t.Errorf("the manager does not watch team-a only: args %s", a)
+					}
+				}
+			}
+			namespacedRights(t, objs)
+		})
+	}
+}
+
+// namespacedRights creates a rendering's RBAC in envtest and asks the real
+// authorizer, as the manager's service account, what it may do.
+func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test")
 	}
