@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -122,6 +123,10 @@ type PlanSummary struct {
 // Plan runs terraform plan -out with -detailed-exitcode, stores the readable
 // plan and writes the results has-changes, digest and summary.
 func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummary, error) {
+	// A new plan may be applied once more.
+	if err := os.Remove(ApplyMarker(o.PlanFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("removing the apply marker of the previous plan: %w", err)
+	}
 	args := []string{"plan", "-input=false", "-no-color", "-detailed-exitcode", "-out=" + o.PlanFile}
 	if o.Destroy {
 		args = append(args, "-destroy")
@@ -330,7 +335,38 @@ func (r *Runner) Apply(ctx context.Context, m Module, planFile, approvedDigest s
 	if got != approvedDigest {
 		return fmt.Errorf("%w: the approved plan is %s but the plan file is %s; refusing to apply", ErrDigestMismatch, approvedDigest, got)
 	}
+	if err := markApplyStarted(planFile); err != nil {
+		return err
+	}
 	_, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", planFile)
+	return err
+}
+
+// ErrApplyStarted refuses a second apply of one saved plan: an engine that
+// starts the apply step again (a pod re-created after it was deleted, a
+// retry) must not apply the plan twice.
+var ErrApplyStarted = errors.New("the apply of this plan already started once")
+
+// ApplyMarker is the file, next to the saved plan in the run's workspace,
+// that records that its apply started.
+func ApplyMarker(planFile string) string { return planFile + ".apply-started" }
+
+// markApplyStarted records, once, that the plan's apply starts; it fails
+// when an earlier attempt of this run's apply step started already.
+func markApplyStarted(planFile string) error {
+	f, err := os.OpenFile(ApplyMarker(planFile), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if errors.Is(err, os.ErrExist) {
+		before, _ := os.ReadFile(ApplyMarker(planFile))
+		return fmt.Errorf("%w (%s): opr8r never applies a plan twice; if the first attempt was interrupted, cleanup releases its state lock, and kubectl tfrun rerun plans again from the state terraform saved", ErrApplyStarted, strings.TrimSpace(string(before)))
+	}
+	if err != nil {
+		return fmt.Errorf("recording the start of the apply: %w", err)
+	}
+	host, _ := os.Hostname()
+	_, err = fmt.Fprintf(f, "started by %s at %s\n", host, time.Now().UTC().Format(time.RFC3339))
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
 	return err
 }
 

@@ -248,6 +248,16 @@ func TestTerraformJourneys(t *testing.T) {
 			if err := r.Apply(ctx, mod, planFile, digest); err != nil {
 				t.Fatalf("apply: %v\n%s", err, out.String())
 			}
+
+			t.Log("the apply step started again (a re-created pod, a retry) never applies the plan twice")
+			before := strings.Count(out.String(), " apply -input=false")
+			err = r.Apply(ctx, mod, planFile, digest)
+			if !errors.Is(err, step.ErrApplyStarted) || !strings.Contains(err.Error(), "kubectl tfrun rerun") {
+				t.Fatalf("second apply of one plan: err = %v, want ErrApplyStarted", err)
+			}
+			if after := strings.Count(out.String(), " apply -input=false"); after != before {
+				t.Fatalf("terraform apply ran again (%d runs logged, was %d)", after, before)
+			}
 			names, err := r.ExportOutputs(ctx, mod, "run-1-tfoutputs")
 			if err != nil {
 				t.Fatalf("export: %v", err)
