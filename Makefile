@@ -118,6 +118,10 @@ e2e-down: ## Stop the e2e cluster and remove every trace of it.
 e2e: ## Real end-to-end on that cluster: both engines, real pods, real terraform (E2E_KEEP=1 keeps the cluster).
 	test/e2e/run.sh
 
+.PHONY: chaos
+chaos: ## Faults on the real cluster (docs/reliability.md): a step pod killed mid-apply, the manager killed in each phase, the engines' controllers restarted; writes the fault table to bin/e2e/chaos-table.md.
+	OPR8R_E2E_CHAOS=1 test/e2e/run.sh
+
 BENCH_SIZES ?= 100,1000,5000
 .PHONY: bench
 bench: envtest-assets ## Scale benchmark (docs/performance.md): throughput, latency, writes and memory at BENCH_SIZES runs.

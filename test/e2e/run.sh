@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # make e2e: bring the from-source cluster up, run the e2e scenarios on both
 # engines, dump diagnostics on failure, and tear the cluster down
-# (E2E_KEEP=1 leaves it running; `make e2e-down` removes it).
+# (E2E_KEEP=1 leaves it running; `make e2e-down` removes it). E2E_RUN=regex
+# runs only the matching tests (go test -run).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 S="${E2E_STATE:-/var/lib/opr8r-e2e}"
@@ -50,7 +51,8 @@ OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
 OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
 OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
 OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
-  go test -tags e2e -count=1 -timeout 45m -v ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
+OPR8R_E2E_CHAOS="${OPR8R_E2E_CHAOS:-}" OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \
+  go test -tags e2e -count=1 -timeout 45m -v -run "${E2E_RUN:-${OPR8R_E2E_CHAOS:+^TestChaos\$}}" ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
   | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|e2e_test.go:[0-9]+: [a-z-]+: .* after ' || true
 grep -q '^ok ' "${ROOT}/bin/e2e/last-run.log" || { tail -n 80 "${ROOT}/bin/e2e/last-run.log"; exit 1; }
 phase "e2e scenarios passed"
