@@ -91,7 +91,7 @@ $(TOFU):
 
 .PHONY: test
 test: envtest-assets tofu tools ## Unit, golden, step-runner (real git, terraform, OpenTofu), install and envtest integration tests.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test $(GO_TEST_FLAGS) ./...
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test -timeout 30m $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench-checks
 bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.
@@ -100,7 +100,7 @@ bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md):
 
 .PHONY: test-integration
 test-integration: envtest-assets ## Only the envtest integration suite.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test $(GO_TEST_FLAGS) ./test/integration/... -ginkgo.v
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) go test -timeout 30m $(GO_TEST_FLAGS) ./test/integration/... -ginkgo.v
 
 .PHONY: docs
 docs: ## Regenerate docs/api-reference.md from the CRD.
@@ -115,12 +115,12 @@ e2e-down: ## Stop the e2e cluster and remove every trace of it.
 	test/e2e/cluster.sh down
 
 .PHONY: e2e
-e2e: ## Real end-to-end on that cluster: both engines, real pods, real terraform (E2E_KEEP=1 keeps the cluster).
+e2e: ## Real end-to-end on that cluster: every engine, real pods, real terraform, then the faults of make chaos (E2E_KEEP=1 keeps the cluster; E2E_RUN=regex focuses).
 	test/e2e/run.sh
 
 .PHONY: chaos
-chaos: ## Faults on the real cluster (docs/reliability.md): a step pod killed mid-apply, the manager killed in each phase, the engines' controllers restarted; writes the fault table to bin/e2e/chaos-table.md.
-	OPR8R_E2E_CHAOS=1 test/e2e/run.sh
+chaos: ## Faults on the real cluster (docs/reliability.md): a step pod killed mid-apply, the manager killed in each phase, the engines' controllers and the API server restarted; writes the fault table to bin/e2e/chaos-table.md.
+	E2E_SCENARIOS=chaos test/e2e/run.sh
 
 BENCH_SIZES ?= 100,1000,5000
 .PHONY: bench
