@@ -340,3 +340,26 @@ var _ = Describe("stacks across namespaces", Serial, func() {
 		Expect(cond(getRun(infra, "network"), infrav1.StalledCondition).Message).To(ContainSubstring(team + "/app"))
 	})
 })
+
+// A stack whose layers run on different engines: each producer on one
+// engine, its consumer on the next.
+var _ = Describe("stacks across engines", func() {
+	for i := range engines {
+		producer, consumer := given{engines[i]}, given{engines[(i+1)%len(engines)]}
+		It(fmt.Sprintf("runs a %s dependent of a %s dependency, and plans it again when the outputs change", consumer.e.name, producer.e.name), func() {
+			ctx := context.Background()
+			ns := newNamespace()
+			Expect(k8sClient.Create(ctx, producer.layer(ns, "network").Obj())).To(Succeed())
+			Expect(k8sClient.Create(ctx, consumer.layer(ns, "app", "network").Obj())).To(Succeed())
+			n1 := producer.applyNext(ns, "network", "", outputJSON("vpc_id", "vpc-1", false))
+			a1 := consumer.applyNext(ns, "app", "", `{}`)
+			Expect(consumer.childJSON(ns, "app")).To(ContainSubstring("network-outputs"))
+			patchRun(ns, "network", func(r *infrav1.TerraformRun) {
+				r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "new"}
+			})
+			n2 := producer.applyNext(ns, "network", n1, outputJSON("vpc_id", "vpc-2", false))
+			consumer.applyNext(ns, "app", a1, `{}`)
+			Expect(getRun(ns, "app").Status.Run.TriggerDetail).To(ContainSubstring(n2))
+		})
+	}
+})
