@@ -158,7 +158,7 @@ func (r *TerraformRunReconciler) resolveDependencies(ctx context.Context, run *i
 			continue
 		}
 		if !lenient {
-			if why := notReady(dep); why != "" {
+			if why := notReady(dep, ns == run.Namespace); why != "" {
 				if ds.wait == "" {
 					ds.wait = fmt.Sprintf("waiting for dependency %s: %s", name, why)
 				}
@@ -220,8 +220,11 @@ func (r *TerraformRunReconciler) watchHint(ns string) string {
 // notReady says why a dependency is not Ready for its current spec, or ""
 // when it is: Ready (drift a check reported still counts: its outputs are
 // those of its current spec), every generation handled, no run active, not
-// being deleted, and not planOnly (which never applies).
-func notReady(dep *infrav1.TerraformRun) string {
+// being deleted, and not planOnly (which never applies). The Ready
+// condition's message (terraform's error text, for a failed run) is quoted
+// only with detail, for a dependency in the same namespace: another
+// namespace's tenant sees its reason only.
+func notReady(dep *infrav1.TerraformRun, detail bool) string {
 	cur := dep.Status.Run
 	ready := findCondition(dep, infrav1.ReadyCondition)
 	switch {
@@ -235,8 +238,10 @@ func notReady(dep *infrav1.TerraformRun) string {
 		return "it has not run its current spec yet"
 	case ready == nil:
 		return "it has not finished a run yet"
-	case ready.Status != metav1True && ready.Reason != infrav1.ReasonDriftDetected:
+	case ready.Status != metav1True && ready.Reason != infrav1.ReasonDriftDetected && detail:
 		return fmt.Sprintf("it is not Ready (%s: %s)", ready.Reason, truncate(ready.Message, 300))
+	case ready.Status != metav1True && ready.Reason != infrav1.ReasonDriftDetected:
+		return fmt.Sprintf("it is not Ready (%s)", ready.Reason)
 	case cur == nil || cur.Type != infrav1.RunApply:
 		return "it has not applied yet"
 	}

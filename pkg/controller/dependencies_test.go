@@ -71,9 +71,12 @@ func TestNotReady(t *testing.T) {
 			if tc.change != nil {
 				tc.change(p)
 			}
-			got := notReady(p)
+			got := notReady(p, true)
 			if (tc.want == "") != (got == "") || !strings.Contains(got, tc.want) {
 				t.Fatalf("notReady = %q, want %q", got, tc.want)
+			}
+			if other := notReady(p, false); strings.Contains(other, "boom") {
+				t.Errorf("another namespace's dependent sees its Ready message: %q", other)
 			}
 		})
 	}
