@@ -109,6 +109,24 @@ func specFrom(name string, choice uint8, a, b, c string, jsonVal []byte, n uint8
 	return r
 }
 
+// depsFrom are resolved dependencies as the reconciler passes them, from
+// fuzz input: one in the run's namespace (mounted), one in another (read
+// through the API), with outputs named as a producer's Secret keys may be.
+func depsFrom(ns string, choice uint8, a, b string) []engine.Dependency {
+	if choice&2 == 0 {
+		return nil
+	}
+	key := strings.TrimLeft(clean(b, keyRune, 60, "out"), ".")
+	if key == "" {
+		key = "out"
+	}
+	v := "v_" + clean(a, nameRune, 20, "x")
+	return []engine.Dependency{
+		{Name: "net", Namespace: ns, SecretName: "net-outputs", Vars: []engine.DependencyVar{{Output: key, Variable: "o" + key}, {Output: "id", Variable: v, Sensitive: choice&4 != 0}}},
+		{Name: "db", Namespace: ns + "-db", SecretName: "db-outputs", Vars: []engine.DependencyVar{{Output: key, Variable: "d" + key, Sensitive: true}}},
+	}
+}
+
 // FuzzTranslate checks that every admission-valid spec translates, for every
 // engine and run type, into an object the engine's own validator accepts,
 // without panicking. make test runs the seed corpus; make fuzz runs it
@@ -122,13 +140,14 @@ func FuzzTranslate(f *testing.F) {
 	f.Add("", uint8(0x96), "", "", "", []byte{}, uint8(0))
 	f.Fuzz(func(t *testing.T, name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) {
 		run := specFrom(name, choice, a, b, c, jsonVal, n)
+		deps := depsFrom(run.Namespace, choice, a, b)
 		for _, kit := range pipelinestest.Kits() {
 			e := kit.Engine
 			eff := pipeline.Defaults(run, e.Name(), testutil.Config)
 			eff.Spec.Engine = e.Name()
 			hash := pipeline.SpecHash(eff)
 			for _, typ := range []infrav1.RunType{infrav1.RunApply, infrav1.RunDestroy} {
-				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 				if err != nil {
 					t.Fatalf("%s %s: Build refused an admission-valid spec: %v\n%+v", e.Name(), typ, err, run.Spec)
 				}

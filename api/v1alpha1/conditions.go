@@ -29,6 +29,12 @@ const (
 	// source), False when it found none. Absent before the first check.
 	// Polarity: abnormal-true.
 	DriftedCondition = "Drifted"
+	// DependenciesReadyCondition is True when every TerraformRun of
+	// spec.dependsOn exists and is Ready for its current spec, False
+	// (DependencyNotReady, DependencyNotFound, DependencyCycle,
+	// CrossNamespaceDependency) naming the first one that is not. Absent
+	// without spec.dependsOn. Polarity: normal-true.
+	DependenciesReadyCondition = "DependenciesReady"
 )
 
 // Condition reasons. Reasons are PascalCase and never carry secrets.
@@ -63,6 +69,24 @@ const (
 	ReasonSourceChanged         = "SourceChanged"
 	ReasonQueued                = "Queued"
 	ReasonPlannedOnly           = "PlannedOnly"
+	// ReasonDependencyNotReady: a dependency is not Ready for its current
+	// spec; no run starts until it is.
+	ReasonDependencyNotReady = "DependencyNotReady"
+	// ReasonDependencyNotFound: a dependency does not exist (or is not in
+	// a namespace the manager watches).
+	ReasonDependencyNotFound = "DependencyNotFound"
+	// ReasonDependencyCycle: spec.dependsOn leads back to this TerraformRun.
+	ReasonDependencyCycle = "DependencyCycle"
+	// ReasonCrossNamespaceDependency: a dependency in another namespace,
+	// which the manager does not allow (--allow-cross-namespace-dependencies).
+	ReasonCrossNamespaceDependency = "CrossNamespaceDependency"
+	// ReasonDependencyOutputs: the outputs spec.dependsOn selects cannot be
+	// given (a missing output, two dependencies giving one variable).
+	ReasonDependencyOutputs = "DependencyOutputs"
+	// ReasonDependentsExist: deletion waits for the TerraformRuns that
+	// depend on this one to be gone before destroying.
+	ReasonDependentsExist   = "DependentsExist"
+	ReasonDependenciesReady = "DependenciesReady"
 )
 
 // Results of a scheduled check (status.drift.result).
@@ -84,6 +108,14 @@ const (
 	// SkipDestroyAnnotation, set to "true", is the escape hatch for a stuck
 	// deletion: the finalizer is removed without destroying anything.
 	SkipDestroyAnnotation = "infra.opr8r.io/skip-destroy"
+	// IgnoreDependentsAnnotation, set to "true", lets a TerraformRun being
+	// deleted destroy without waiting for the TerraformRuns that depend on
+	// it (spec.dependsOn) to be gone first.
+	IgnoreDependentsAnnotation = "infra.opr8r.io/ignore-dependents"
+	// OutputsDigestKeyAnnotation on an outputs Secret holds the random key
+	// of the HMAC in status.outputsDigest. Whoever can read it can read the
+	// values anyway.
+	OutputsDigestKeyAnnotation = "infra.opr8r.io/outputs-digest-key"
 	// SpecAuthorAnnotation names the user who last changed the spec. The
 	// API server stamps it at admission (MutatingAdmissionPolicy
 	// opr8r-spec-author) and refuses any other value.

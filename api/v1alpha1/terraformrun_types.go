@@ -158,6 +158,85 @@ type TerraformRunSpec struct {
 	// +kubebuilder:validation:MaxItems=8
 	// +optional
 	Checks []Check `json:"checks,omitempty"`
+
+	// DependsOn lists the TerraformRuns this one depends on: a run starts
+	// only once every dependency is Ready for its current spec, a
+	// dependency's outputs may be taken as variables (outputs), a change of
+	// those outputs plans this one again (trigger DependencyChange), and a
+	// dependency waits for its dependents to be gone before it destroys.
+	// Dependencies are in this TerraformRun's namespace unless namespace is
+	// set, which the manager allows only when started with
+	// --allow-cross-namespace-dependencies. Cycles are refused.
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:XValidation:rule="self.all(d, self.exists_one(e, e.name == d.name && (has(e.__namespace__) ? e.__namespace__ : '') == (has(d.__namespace__) ? d.__namespace__ : '')))",message="spec.dependsOn names the same TerraformRun twice; list each dependency once"
+	// +listType=atomic
+	// +optional
+	DependsOn []Dependency `json:"dependsOn,omitempty"`
+}
+
+// Dependency is a TerraformRun that this one depends on, and the outputs of
+// it that this one takes as variables.
+type Dependency struct {
+	// Name is the TerraformRun's name.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
+	Name string `json:"name"`
+
+	// Namespace is the TerraformRun's namespace; empty means this
+	// TerraformRun's own. Another namespace needs the manager's
+	// --allow-cross-namespace-dependencies, and its outputs are read by the
+	// step pods through the API, so the runner's service account needs the
+	// right to get that TerraformRun's outputs Secret there (docs/stacks.md).
+	// +kubebuilder:validation:MaxLength=63
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+
+	// Outputs selects the dependency's outputs (the keys of its outputs
+	// Secret, as its status.outputs lists them) that become variables of
+	// this run. Unset: the dependency only orders runs. Values are read
+	// from the outputs Secret by the step pods and never copied into this
+	// TerraformRun or its engine objects. Variables from dependencies come
+	// before spec.terraform.vars and varsFrom, which win over them.
+	// +optional
+	Outputs *DependencyOutputs `json:"outputs,omitempty"`
+}
+
+// DependencyOutputs selects a dependency's outputs: all of them, each as
+// the variable of the same name, or the listed ones.
+//
+// +kubebuilder:validation:XValidation:rule="(has(self.all) && self.all ? 1 : 0) + (has(self.select) ? 1 : 0) == 1",message="spec.dependsOn[].outputs must set exactly one of all: true or select"
+type DependencyOutputs struct {
+	// All takes every output of the dependency, each as the variable of the
+	// same name. A module that declares no such variable gets Terraform's
+	// warning about an undeclared variable, not an error.
+	// +optional
+	All bool `json:"all,omitempty"`
+
+	// Select takes the listed outputs, each as a variable named by as (or
+	// the output's own name). Each output is listed once; two that give
+	// one variable are refused by the manager.
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=64
+	// +listType=map
+	// +listMapKey=output
+	// +optional
+	Select []OutputVariable `json:"select,omitempty"`
+}
+
+// OutputVariable maps one output of a dependency to a variable.
+type OutputVariable struct {
+	// Output is the key of the dependency's outputs Secret (its
+	// status.outputs), after its own spec.outputs.rename.
+	// +kubebuilder:validation:Pattern=`^[-._a-zA-Z0-9]+$`
+	// +kubebuilder:validation:MaxLength=253
+	Output string `json:"output"`
+	// As is the variable's name; empty means the output's name.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_-]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	As string `json:"as,omitempty"`
 }
 
 // Check is a user's check of a plan, such as a policy (conftest, OPA,
@@ -673,6 +752,10 @@ const (
 	// TriggerDrift is an apply run that repairs drift a check found
 	// (driftRemediation Apply).
 	TriggerDrift RunTrigger = "Drift"
+	// TriggerDependencyChange is an apply run for a dependency (see
+	// spec.dependsOn) whose outputs changed since this TerraformRun's last
+	// run; the detail names it and the run that changed them.
+	TriggerDependencyChange RunTrigger = "DependencyChange"
 )
 
 // StepPhase is the phase of one pipeline step.
@@ -783,6 +866,12 @@ type RunStatus struct {
 	// step pods.
 	// +optional
 	Inputs string `json:"inputs,omitempty"`
+	// Dependencies are the dependencies whose outputs the run took as
+	// variables, with the digest of their outputs when it started: a
+	// dependency whose outputsDigest differs later starts a new run.
+	// +listType=atomic
+	// +optional
+	Dependencies []DependencyRun `json:"dependencies,omitempty"`
 	// Steps are the pipeline's steps in order.
 	// +optional
 	Steps []StepStatus `json:"steps,omitempty"`
@@ -790,6 +879,22 @@ type RunStatus struct {
 	// carries terraform's own error text.
 	// +optional
 	Message string `json:"message,omitempty"`
+}
+
+// DependencyRun is a dependency whose outputs a run took, as they were
+// when it started.
+type DependencyRun struct {
+	// Name is the dependency's name.
+	Name string `json:"name"`
+	// Namespace is the dependency's namespace, when not the run's own.
+	// +optional
+	Namespace string `json:"namespace,omitempty"`
+	// OutputsDigest is the dependency's status.outputsDigest.
+	// +optional
+	OutputsDigest string `json:"outputsDigest,omitempty"`
+	// RunID is the dependency's run that wrote those outputs.
+	// +optional
+	RunID string `json:"runID,omitempty"`
 }
 
 // PlanStatus summarizes the plan of the latest run.
@@ -1006,6 +1111,20 @@ type TerraformRunStatus struct {
 	// +optional
 	OutputsSecretName string `json:"outputsSecretName,omitempty"`
 
+	// SensitiveOutputs lists the outputs Terraform marks sensitive (names
+	// only): a dependent that takes one as a variable must declare that
+	// variable sensitive.
+	// +optional
+	SensitiveOutputs []string `json:"sensitiveOutputs,omitempty"`
+
+	// OutputsDigest changes when, and only when, the values in the outputs
+	// Secret change: an HMAC of them under a random key kept in the
+	// Secret's annotations, so it says nothing about the values to whoever
+	// cannot read the Secret. Dependents compare it with the digest their
+	// last run used.
+	// +optional
+	OutputsDigest string `json:"outputsDigest,omitempty"`
+
 	// Phase is a one-word summary for people; conditions are the source of truth.
 	// +optional
 	Phase string `json:"phase,omitempty"`
@@ -1029,6 +1148,7 @@ type TerraformRunStatus struct {
 // +kubebuilder:printcolumn:name="Drifted",type=string,JSONPath=`.status.conditions[?(@.type=="Drifted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 // +kubebuilder:validation:XValidation:rule="size(self.metadata.name) <= 40",message="metadata.name must be at most 40 characters so that engine object names fit in 63"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec.dependsOn) || self.spec.dependsOn.all(d, has(d.__namespace__) || d.name != self.metadata.name)",message="spec.dependsOn names this TerraformRun itself; a run cannot depend on itself"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.spec.engine) || !has(self.spec.engine) || oldSelf.spec.engine == self.spec.engine || !has(oldSelf.status.run) || oldSelf.status.run.phase in ['Succeeded', 'Failed', 'Rejected']",message="spec.engine cannot change while a run is active; wait for it to finish (or reject its plan) first"
 type TerraformRun struct {
 	metav1.TypeMeta   `json:",inline"`

@@ -39,7 +39,7 @@ type settings struct {
 	destroyTimeout, progressTimeout    time.Duration
 	maxActiveRuns                      int
 	minCheckInterval                   time.Duration
-	admissionPolicies                  bool
+	admissionPolicies, crossNSDeps     bool
 	cfg                                engine.Config
 }
 
@@ -66,6 +66,7 @@ func main() {
 	flag.IntVar(&s.maxActiveRuns, "max-active-runs", 100, "Engine children (runs and scheduled checks) active at once across the manager; more wait, runs people asked for before scheduled checks (0: no cap).")
 	flag.DurationVar(&s.minCheckInterval, "min-check-interval", controller.DefaultMinCheckInterval, "The shortest spec.interval honoured; shorter intervals are raised to it.")
 	flag.BoolVar(&s.admissionPolicies, "admission-policies", true, "opr8r's admission policies (config/policy) are installed, so the users they stamp on approvals and spec changes are trusted; false (a cluster without MutatingAdmissionPolicy): every decision counts as by an unknown user, and approval rules that need to know who decided cannot be met.")
+	flag.BoolVar(&s.crossNSDeps, "allow-cross-namespace-dependencies", false, "Let spec.dependsOn name TerraformRuns in other namespaces (off by default: a TerraformRun could otherwise order itself after, and read the outputs of, another tenant's runs; their step pods still need RBAC to read those outputs).")
 	flag.DurationVar(&s.progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -131,6 +132,7 @@ func run(s settings) error {
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
 		MaxActiveRuns: s.maxActiveRuns, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
+		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList,
 	}); err != nil {
 		return err
 	}

@@ -8,6 +8,8 @@ import (
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"sigs.k8s.io/yaml"
+
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // TestTranslatorsCallRealSubcommands parses every opr8r-step invocation in
@@ -31,6 +33,11 @@ func TestTranslatorsCallRealSubcommands(t *testing.T) {
 			t.Errorf("%s: opr8r-step check without the user's command after --", where)
 		case args[0] != "check" && fs.NArg() != 0:
 			t.Errorf("%s: stray arguments %v", where, fs.Args())
+		}
+		for _, v := range o.depVars {
+			if _, err := results.ParseDependencyVar(v); err != nil {
+				t.Errorf("%s: %v", where, err)
+			}
 		}
 		seen[args[0]] = true
 	}

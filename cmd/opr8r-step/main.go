@@ -22,6 +22,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/opr8r/opr8r/pkg/results"
 	"github.com/opr8r/opr8r/pkg/step"
 )
 
@@ -65,7 +66,7 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
-	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
+	needsKube := (cmd == "plan" && (o.planSecret != "" || crossNamespace(o.depVars))) || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
 		(cmd == "check" && o.outputSecret != "")
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
 		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
@@ -81,6 +82,13 @@ func run(args []string, out io.Writer) int {
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
 		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
 	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt, CheckInputDir: o.checkInputDir}
+	for _, v := range o.depVars {
+		d, err := results.ParseDependencyVar(v)
+		if err != nil {
+			return fail(err)
+		}
+		plan.DependencyVars = append(plan.DependencyVars, d)
+	}
 
 	var err error
 	switch cmd {
@@ -175,7 +183,7 @@ type options struct {
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
 	destroy                                                 bool
-	envFiles, varsDirs                                      multi
+	envFiles, varsDirs, depVars                             multi
 }
 
 // newFlags declares the flags of a step.
@@ -196,6 +204,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.planFile, "plan-file", "", "the saved plan")
 	fs.StringVar(&o.varsFile, "vars-file", "", "plan: JSON variables")
 	fs.Var(&o.varsDirs, "vars-dir", "plan: a mounted Secret or ConfigMap of variables (repeatable)")
+	fs.Var(&o.depVars, "dependency-var", "plan: VAR,run=RUN,output=KEY,file=PATH|secret=NS/NAME[,sensitive]: a variable from a dependency's outputs (repeatable)")
 	fs.BoolVar(&o.destroy, "destroy", false, "plan: plan a destroy")
 	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")
 	fs.StringVar(&o.approved, "approved-digest", "", "apply: the approved plan digest")
@@ -218,6 +227,17 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.termLog, "termination-log", "/dev/termination-log", "where the failure summary goes")
 	fs.Var(&o.envFiles, "env-file", "NAME=PATH: terraform's env var NAME from a mounted Secret file (repeatable)")
 	return fs
+}
+
+// crossNamespace says whether a dependency variable is read through the
+// API (a dependency in another namespace).
+func crossNamespace(depVars []string) bool {
+	for _, v := range depVars {
+		if d, err := results.ParseDependencyVar(v); err == nil && d.Secret != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // serviceAccountNamespaceFile holds the pod's namespace in every pod with a

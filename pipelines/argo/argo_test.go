@@ -17,11 +17,11 @@ import (
 )
 
 // BuildGolden builds the Workflow of a golden case.
-func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *wfv1.Workflow {
+func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *wfv1.Workflow {
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -31,7 +31,7 @@ func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *
 func TestGoldenWorkflows(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			wf := buildGolden(t, tc.Run.Obj(), tc.Type)
+			wf := buildGolden(t, tc.Run.Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			got, err := yaml.Marshal(wf)
 			if err != nil {
 				t.Fatal(err)

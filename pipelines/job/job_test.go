@@ -23,11 +23,11 @@ import (
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
 
-func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *batchv1.Job {
+func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *batchv1.Job {
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineJob, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -37,7 +37,7 @@ func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *batchv
 func TestGoldenJobs(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			j := build(t, tc.Run.Engine(infrav1.EngineJob).Obj(), tc.Type)
+			j := build(t, tc.Run.Engine(infrav1.EngineJob).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			if err := jobtest.Validate(j); err != nil {
 				t.Fatalf("the %s Job is not valid: %v", name, err)
 			}

@@ -15,11 +15,11 @@ import (
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
 
-func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType) *tektonv1.PipelineRun {
+func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *tektonv1.PipelineRun {
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineTekton, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -41,7 +41,7 @@ func validate(pr *tektonv1.PipelineRun) error {
 func TestGoldenPipelineRuns(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type)
+			pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			got, err := yaml.Marshal(pr)
 			if err != nil {
 				t.Fatal(err)
@@ -112,7 +112,7 @@ func TestPipelineRunShape(t *testing.T) {
 // TestStepPodsAreHardened checks every step container and the pod template.
 func TestStepPodsAreHardened(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
-		pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type)
+		pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 		pod := pr.Spec.TaskRunTemplate.PodTemplate
 		if pod == nil || pod.SecurityContext == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" {
 			t.Errorf("%s: pod security context is not hardened: %+v", name, pod)

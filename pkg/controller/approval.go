@@ -278,7 +278,8 @@ func (r *TerraformRunReconciler) recordApproval(run *infrav1.TerraformRun, a inf
 }
 
 // reconcileSupersede stops an active run whose plan waits for approval when
-// the spec changed or a rerun was requested: the new spec needs a new plan.
+// the spec changed, a rerun was requested or a dependency's outputs changed:
+// the new inputs need a new plan.
 // The run's cleanup still runs; the next run starts once it has stopped.
 // Sets Approved False (Superseded) and Reconciling (Superseded), and ends
 // the pass.
@@ -286,7 +287,8 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 	if !st.active || st.child == nil || st.progress.Gate.State != engine.GatePending {
 		return ctrl.Result{}, nil
 	}
-	if _, _, want := r.wantRun(run, st); !want {
+	trigger, detail, want := r.wantRun(run, st)
+	if !want {
 		return ctrl.Result{}, nil
 	}
 	c, ok := st.engine.(engine.Canceller)
@@ -294,10 +296,14 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 		return ctrl.Result{}, nil
 	}
 	cur := run.Status.Run
-	if err := c.Cancel(ctx, r.Client, st.child, "superseded by a spec change"); err != nil {
+	why := "a spec change"
+	if trigger == infrav1.TriggerDependencyChange {
+		why = detail
+	}
+	if err := c.Cancel(ctx, r.Client, st.child, "superseded by "+why); err != nil {
 		return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
 	}
-	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by a spec change before approval")
+	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by "+why+" before approval")
 	r.setProgressing(run, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
 	st.stop = true
 	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil

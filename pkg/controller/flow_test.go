@@ -204,7 +204,7 @@ func TestOutputsOfAnEarlierIncarnationAreAdopted(t *testing.T) {
 				sec.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(tc.owner, infrav1.GroupVersion.WithKind("TerraformRun"))}
 			}
 			r, c := newReconciler(t, &fakeEngine{}, sec)
-			err := r.writeOutputsSecret(ctx(), run, "a-outputs", map[string][]byte{"x": []byte("new")})
+			_, err := r.writeOutputsSecret(ctx(), run, "a-outputs", map[string][]byte{"x": []byte("new")})
 			if (err != nil) != tc.wantErr {
 				t.Fatalf("err = %v, want an error: %v", err, tc.wantErr)
 			}

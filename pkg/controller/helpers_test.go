@@ -112,7 +112,8 @@ func testScheme(t *testing.T) *runtime.Scheme {
 func newReconciler(t *testing.T, e engine.Engine, objs ...client.Object) (*TerraformRunReconciler, client.Client) {
 	t.Helper()
 	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&infrav1.TerraformRun{}).WithObjects(objs...).
-		WithIndex(&infrav1.TerraformRunApproval{}, ApprovalRunIndex, approvalRun).Build()
+		WithIndex(&infrav1.TerraformRunApproval{}, ApprovalRunIndex, approvalRun).
+		WithIndex(&infrav1.TerraformRun{}, DependsOnIndex, dependsOnKeys).Build()
 	reg, err := engine.NewRegistry(e)
 	if err != nil {
 		t.Fatal(err)

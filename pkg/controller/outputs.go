@@ -2,6 +2,10 @@ package controller
 
 import (
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -108,28 +112,81 @@ func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *i
 			return generic("ReadOutputs", err, "reading outputs of run %s", child)
 		}
 	}
-	data, err := SelectOutputs(eff.Spec.Outputs, raw.Data[RawOutputsKey])
+	outs, err := Outputs(eff.Spec.Outputs, raw.Data[RawOutputsKey])
 	if err != nil {
 		r.transition(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonOutputsFailed, err.Error())
 		return &StallingError{Reason: infrav1.ReasonOutputsFailed, Err: err}
 	}
+	data := map[string][]byte{}
+	keys := make([]string, 0, len(outs))
+	var sensitive []string
+	for _, o := range outs {
+		data[o.Key] = o.Value
+		keys = append(keys, o.Key)
+		if o.Sensitive {
+			sensitive = append(sensitive, o.Key)
+		}
+	}
 	name := pipeline.OutputsSecretName(eff)
-	if err := r.writeOutputsSecret(ctx, run, name, data); err != nil {
+	digest, err := r.writeOutputsSecret(ctx, run, name, data)
+	if err != nil {
 		return err
 	}
+	run.Status.Outputs = keys
+	run.Status.SensitiveOutputs = sensitive
+	run.Status.OutputsSecretName = name
+	run.Status.OutputsDigest = digest
+	return nil
+}
+
+// OutputsDigest is status.outputsDigest of an outputs Secret's data: an
+// HMAC-SHA256 under key of every key and value, sorted by key. Unlike a
+// hash salted with something public (the uid), it lets no one who lacks the
+// key test a guessed value against it; the key is kept on the Secret, so
+// only those who may read the values may read it.
+func OutputsDigest(key []byte, data map[string][]byte) string {
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte("opr8r outputs v1\x00"))
+	for _, k := range SortedDataKeys(data) {
+		fmt.Fprintf(mac, "%s\x00%d\x00", k, len(data[k]))
+		mac.Write(data[k])
+	}
+	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
+}
+
+// SortedDataKeys returns a Secret's data keys in order.
+func SortedDataKeys(data map[string][]byte) []string {
 	keys := make([]string, 0, len(data))
 	for k := range data {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
-	run.Status.Outputs = keys
-	run.Status.OutputsSecretName = name
-	return nil
+	return keys
 }
 
-// writeOutputsSecret creates or updates the outputs Secret, owned by the run.
-// A Secret of that name that opr8r does not own is never overwritten.
-func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, name string, data map[string][]byte) error {
+// digestKey is the outputs digest key kept on a Secret, or nil.
+func digestKey(s *corev1.Secret) []byte {
+	k, err := hex.DecodeString(s.Annotations[infrav1.OutputsDigestKeyAnnotation])
+	if err != nil || len(k) < 16 {
+		return nil
+	}
+	return k
+}
+
+// newDigestKey is a fresh random outputs digest key, hex encoded.
+func newDigestKey() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
+
+// writeOutputsSecret creates or updates the outputs Secret, owned by the run,
+// and returns the outputs digest. A Secret of that name that opr8r does not
+// own is never overwritten. The digest key is made with the Secret and kept
+// as long as it exists.
+func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, name string, data map[string][]byte) (string, error) {
 	want := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: map[string]string{
 			infrav1.ManagedByLabel: infrav1.ManagedByValue,
@@ -140,38 +197,56 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		Data: data,
 	}
 	if err := controllerutil.SetControllerReference(run, want, r.Scheme()); err != nil {
-		return err
+		return "", err
 	}
 	got := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
 	if apierrors.IsNotFound(err) {
+		key, kerr := newDigestKey()
+		if kerr != nil {
+			return "", kerr
+		}
+		want.Annotations = map[string]string{infrav1.OutputsDigestKeyAnnotation: key}
 		err = r.Create(ctx, want)
 		if err == nil {
 			r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("wrote %d outputs to Secret %s", len(data), name))
-			return nil
+			return OutputsDigest(digestKey(want), data), nil
 		}
 		if !apierrors.IsAlreadyExists(err) {
-			return err
+			return "", err
 		}
 		// The cache lags, or the Secret is not ours (not labelled, so not
 		// cached): read it directly to tell which.
 		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), got)
 	}
 	if err != nil {
-		return err
+		return "", err
 	}
 	earlier := earlierIncarnation(got, run)
 	if !metav1.IsControlledBy(got, run) && !earlier {
-		return stalling(infrav1.ReasonOutputsFailed, "Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)
+		return "", stalling(infrav1.ReasonOutputsFailed, "Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)
 	}
-	if !earlier && apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
-		return nil
+	key := digestKey(got)
+	if !earlier && key != nil && apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
+		return OutputsDigest(key, data), nil
 	}
 	if earlier {
 		// A TerraformRun of this name was deleted and created again before
 		// the garbage collector removed its outputs: they are this one's now.
 		got.OwnerReferences = want.OwnerReferences
 	}
+	if key == nil || earlier {
+		hexKey, err := newDigestKey()
+		if err != nil {
+			return "", err
+		}
+		if got.Annotations == nil {
+			got.Annotations = map[string]string{}
+		}
+		got.Annotations[infrav1.OutputsDigestKeyAnnotation] = hexKey
+		key = digestKey(got)
+	}
+	restored := !apiequality.Semantic.DeepEqual(got.Data, want.Data)
 	got.Data = want.Data
 	for k, v := range want.Labels {
 		if got.Labels == nil {
@@ -180,10 +255,12 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		got.Labels[k] = v
 	}
 	if err := r.Update(ctx, got); err != nil {
-		return generic("WriteOutputs", err, "updating Secret %s", name)
+		return "", generic("WriteOutputs", err, "updating Secret %s", name)
 	}
-	r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(data), name))
-	return nil
+	if restored {
+		r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(data), name))
+	}
+	return OutputsDigest(key, data), nil
 }
 
 // reconcileOutputs rewrites the outputs Secret of the latest successful run

@@ -48,7 +48,7 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 	if check != nil {
 		r.finishCheck(run, st, check, pr)
 	}
-	if run.Spec.Interval == nil || run.Spec.Suspend || st.active || st.requested != nil {
+	if run.Spec.Interval == nil || run.Spec.Suspend || st.active || st.requested != nil || !st.deps.ready() {
 		return ctrl.Result{}, nil
 	}
 	if _, _, want := r.wantRun(run, st); want || !r.checkable(run, st) {

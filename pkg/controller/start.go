@@ -43,6 +43,13 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 		setStatus(run, infrav1.ReconcilingCondition, metav1False, infrav1.ReasonSuspended, "spec.suspend is true: no new run starts")
 		return ctrl.Result{}, nil
 	}
+	if st.deps.blocked != nil {
+		return ctrl.Result{}, st.deps.blocked
+	}
+	if !st.deps.ready() {
+		r.setProgressing(run, infrav1.ReasonDependencyNotReady, fmt.Sprintf("run not started (%s): %s", n.trigger, st.deps.wait))
+		return ctrl.Result{}, nil
+	}
 	e, err := r.engineFor(st.eff.Spec.Engine)
 	if err != nil {
 		return ctrl.Result{}, err
@@ -70,6 +77,8 @@ func (r *TerraformRunReconciler) wantRun(run *infrav1.TerraformRun, st *passStat
 		return infrav1.TriggerSpecChange, fmt.Sprintf("spec hash %s -> %s", cur.SpecHash, st.hash), true
 	case request != "" && request != run.Status.LastHandledRunRequest:
 		return infrav1.TriggerRerunRequest, request, true
+	case st.deps.change != nil:
+		return st.deps.change.trigger, st.deps.change.detail, true
 	}
 	return "", "", false
 }
@@ -127,10 +136,11 @@ func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *pass
 	}
 	run.Status.Run = &infrav1.RunStatus{
 		ID: name, Number: number, Trigger: n.trigger, TriggerDetail: n.detail, Type: n.typ, Engine: e.Name(), SpecHash: st.hash, Attempt: attempt,
-		Child:     infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: name},
-		Phase:     infrav1.RunPending,
-		StartedAt: &now,
-		Author:    author(run, st.hash),
+		Child:        infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: name},
+		Phase:        infrav1.RunPending,
+		StartedAt:    &now,
+		Author:       author(run, st.hash),
+		Dependencies: st.deps.used,
 	}
 	run.Status.LastRunNumber = number
 	if n.trigger == infrav1.TriggerRerunRequest {
@@ -214,7 +224,15 @@ func (r *TerraformRunReconciler) mayAdopt(ctx context.Context, run *infrav1.Terr
 // the cache was read is adopted if it is this run's, and skipped otherwise
 // (the next pass claims the next number).
 func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType, name string, number int64) (client.Object, error) {
-	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config})
+	deps := st.deps.resolved
+	if t == infrav1.RunDestroy {
+		ds, err := r.resolveDependencies(ctx, run, true)
+		if err != nil {
+			return nil, err
+		}
+		deps = ds.resolved
+	}
+	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps})
 	if err != nil {
 		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %w", err)
 	}

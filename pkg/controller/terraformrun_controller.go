@@ -76,6 +76,12 @@ type TerraformRunReconciler struct {
 	Limiter *Limiter
 	// MinCheckInterval is the shortest spec.interval honoured.
 	MinCheckInterval time.Duration
+	// AllowCrossNamespaceDependencies lets spec.dependsOn name TerraformRuns
+	// in other namespaces (--allow-cross-namespace-dependencies).
+	AllowCrossNamespaceDependencies bool
+	// WatchNamespaces are the namespaces the manager watches (empty: all),
+	// for messages about dependencies it cannot see.
+	WatchNamespaces []string
 	// UntrustedIdentity: opr8r's admission policies are not installed, so
 	// the users stamped on decisions and specs are not trusted.
 	UntrustedIdentity bool
@@ -104,6 +110,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 	return []subReconciler{
 		r.reconcileActive,
 		r.reconcileDrive,
+		r.reconcileDependencies,
 		r.reconcileSupersede,
 		r.reconcileApproval,
 		r.reconcileProgress,
@@ -120,6 +127,7 @@ func (r *TerraformRunReconciler) deleteFlow() []subReconciler {
 		r.reconcileRelease,
 		r.reconcileActive,
 		r.reconcileDrive,
+		r.reconcileDependents,
 		r.reconcileDelete,
 	}
 }
@@ -246,6 +254,9 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &infrav1.TerraformRunApproval{}, ApprovalRunIndex, approvalRun); err != nil {
 		return nil, err
 	}
+	if err := mgr.GetFieldIndexer().IndexField(context.Background(), &infrav1.TerraformRun{}, DependsOnIndex, dependsOnKeys); err != nil {
+		return nil, err
+	}
 	b := ctrl.NewControllerManagedBy(mgr).
 		For(&infrav1.TerraformRun{}, builder.WithPredicates(predicate.Or(
 			predicate.GenerationChangedPredicate{},
@@ -253,7 +264,8 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 			deletionPredicate{},
 		))).
 		Owns(&corev1.Secret{}).
-		Watches(&infrav1.TerraformRunApproval{}, handler.EnqueueRequestsFromMapFunc(approvalRequests))
+		Watches(&infrav1.TerraformRunApproval{}, handler.EnqueueRequestsFromMapFunc(approvalRequests)).
+		Watches(&infrav1.TerraformRun{}, handler.EnqueueRequestsFromMapFunc(r.relatedRuns), builder.WithPredicates(dependencyPredicate{}))
 	for _, w := range wake {
 		b = b.WatchesRawSource(source.Channel(w, &handler.EnqueueRequestForObject{}))
 	}
@@ -297,6 +309,8 @@ type passState struct {
 	// requested is a run a finished check asks for (a moved source, drift
 	// to repair).
 	requested *newRun
+	// deps is what reconcileDependencies learned of spec.dependsOn.
+	deps depState
 	// persisted is the status as stored when the pass began: what a
 	// deletion may rely on having been recorded.
 	persisted infrav1.TerraformRunStatus

@@ -225,6 +225,31 @@ type Request struct {
 	SpecHash string
 	// Config is the manager-wide configuration.
 	Config Config
+	// Dependencies are the run's dependencies (spec.dependsOn) whose
+	// outputs it takes as variables, resolved by the reconciler from their
+	// status: names only, never values.
+	Dependencies []Dependency
+}
+
+// Dependency is a TerraformRun whose outputs a run takes as variables.
+type Dependency struct {
+	// Name and Namespace are the dependency's.
+	Name, Namespace string
+	// SecretName is the dependency's outputs Secret.
+	SecretName string
+	// Vars are the variables taken from it.
+	Vars []DependencyVar
+}
+
+// DependencyVar is one output of a dependency taken as a variable.
+type DependencyVar struct {
+	// Output is the key of the dependency's outputs Secret.
+	Output string
+	// Variable is the variable's name.
+	Variable string
+	// Sensitive is true when Terraform marked the output sensitive: the
+	// variable must be declared sensitive too.
+	Sensitive bool
 }
 
 // Progress is what an engine observed of a child, in engine-neutral terms.

@@ -58,6 +58,12 @@ type Options struct {
 	MinCheckInterval time.Duration
 	// EnginePollPeriod is how often missing engine CRDs are looked for.
 	EnginePollPeriod time.Duration
+	// AllowCrossNamespaceDependencies lets spec.dependsOn name TerraformRuns
+	// in other namespaces.
+	AllowCrossNamespaceDependencies bool
+	// WatchNamespaces are the namespaces the manager watches (empty: all),
+	// as given to CacheOptions.
+	WatchNamespaces []string
 	// NoAdmissionPolicies says opr8r's admission policies are not installed:
 	// no user stamp on a decision or a spec can be trusted.
 	NoAdmissionPolicies bool
@@ -307,6 +313,8 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, freed)
 	r.MinCheckInterval = o.MinCheckInterval
 	r.UntrustedIdentity = o.NoAdmissionPolicies
+	r.AllowCrossNamespaceDependencies = o.AllowCrossNamespaceDependencies
+	r.WatchNamespaces = o.WatchNamespaces
 	if r.MinCheckInterval == 0 {
 		r.MinCheckInterval = controller.DefaultMinCheckInterval
 	}

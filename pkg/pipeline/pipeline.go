@@ -72,6 +72,9 @@ const (
 	BackendDir      = "/opr8r/secrets/backend"
 	VarsFromDir     = "/opr8r/vars"
 	EnvSecretsDir   = "/opr8r/secrets/env"
+	// DependenciesDir holds, in one directory per dependency, the outputs
+	// of spec.dependsOn a run takes as variables (same namespace only).
+	DependenciesDir = "/opr8r/deps"
 	// CheckInputDir holds what checks read: the plan as JSON and the
 	// readable plan, written by the plan step when a run has checks.
 	CheckInputDir = WorkspaceDir + "/plan"
@@ -263,9 +266,10 @@ func SpecHash(run *infrav1.TerraformRun) string {
 		Mode      infrav1.ApprovalMode
 		Outputs   infrav1.OutputsSpec
 		Runner    infrav1.RunnerSpec
-		PlanOnly  bool            `json:",omitempty"`
-		Checks    []infrav1.Check `json:",omitempty"`
-	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner, s.PlanOnly, s.Checks}
+		PlanOnly  bool                 `json:",omitempty"`
+		Checks    []infrav1.Check      `json:",omitempty"`
+		DependsOn []infrav1.Dependency `json:",omitempty"`
+	}{s.Engine, s.Source, s.Terraform, s.Backend, s.Approval.Mode, s.Outputs, s.Runner, s.PlanOnly, s.Checks, s.DependsOn}
 	b, err := json.Marshal(hashed)
 	if err != nil {
 		// Marshalling plain API types cannot fail; a panic here is a bug.
@@ -509,6 +513,8 @@ type builder struct {
 	gitMount     *corev1.VolumeMount
 	backendMount *corev1.VolumeMount
 	varsMounts   []corev1.VolumeMount
+	depMounts    []corev1.VolumeMount
+	depArgs      []string
 	tfMounts     []corev1.VolumeMount // env and file secrets for every terraform step
 	tfEnvArgs    []string
 	tfEnv        []corev1.EnvVar
@@ -548,6 +554,8 @@ func (b *builder) collectVolumes() {
 		b.varsMounts = append(b.varsMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", VarsFromDir, i), ReadOnly: true})
 	}
 
+	b.collectDependencies()
+
 	// Env from Secrets: one volume per Secret, holding only the keys used.
 	keysBySecret := map[string][]string{}
 	var secretOrder []string
@@ -577,6 +585,43 @@ func (b *builder) collectVolumes() {
 				p = path.Join(p, f.Key)
 			}
 			b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: f.EnvName, Value: p})
+		}
+	}
+}
+
+// collectDependencies mounts, for each dependency in the run's namespace,
+// the keys of its outputs Secret that the run takes, each as a file named
+// after its variable; a dependency in another namespace is read by the
+// step through the API. The volumes are optional: a Secret gone by the
+// time the pod starts (a destroy after the dependency was force-deleted)
+// is the step's to report, not a pod that never starts.
+func (b *builder) collectDependencies() {
+	for i, d := range b.req.Dependencies {
+		if len(d.Vars) == 0 {
+			continue
+		}
+		run := d.Name
+		local := d.Namespace == "" || d.Namespace == b.run.Namespace
+		if !local {
+			run = d.Namespace + "/" + d.Name
+		}
+		name := fmt.Sprintf("dep-%d", i)
+		dir := fmt.Sprintf("%s/%d", DependenciesDir, i)
+		var items []corev1.KeyToPath
+		for _, v := range d.Vars {
+			arg := results.DependencyVar{Variable: v.Variable, Run: run, Output: v.Output, Sensitive: v.Sensitive}
+			if local {
+				arg.File = dir + "/" + v.Variable
+				items = append(items, corev1.KeyToPath{Key: v.Output, Path: v.Variable})
+			} else {
+				arg.Secret = d.Namespace + "/" + d.SecretName
+			}
+			b.depArgs = append(b.depArgs, "--dependency-var="+arg.String())
+		}
+		if local {
+			src := &corev1.SecretVolumeSource{SecretName: d.SecretName, DefaultMode: ptr.To[int32](0o440), Optional: ptr.To(true), Items: items}
+			b.addVolume(corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: src}})
+			b.depMounts = append(b.depMounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
 		}
 	}
 }
@@ -683,6 +728,7 @@ func (b *builder) plan() Step {
 	for _, m := range b.varsMounts {
 		args = append(args, "--vars-dir="+m.MountPath)
 	}
+	args = append(args, b.depArgs...)
 	if b.req.Type == infrav1.RunDestroy {
 		args = append(args, "--destroy")
 	}
@@ -695,6 +741,7 @@ func (b *builder) plan() Step {
 	s := b.terraformStep(StepPlan, args...)
 	s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
+	s.VolumeMounts = append(s.VolumeMounts, b.depMounts...)
 	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs}
 	return s
 }

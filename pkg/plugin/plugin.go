@@ -95,7 +95,7 @@ func NewCommand(o *Options) *cobra.Command {
 		o.Flags = genericclioptions.NewConfigFlags(true)
 	}
 	o.Flags.AddFlags(root.PersistentFlags())
-	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "Output format: json or yaml (default: human)")
+	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "Output format: json or yaml (default: human); graph also takes dot")
 
 	var allNamespaces bool
 	list := &cobra.Command{
@@ -142,7 +142,7 @@ func NewCommand(o *Options) *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
 		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.checks(cmd.Context(), args[0]) }},
-		outputs, newRenderCommand(o), logs, newHistoryCommand(o))
+		outputs, newRenderCommand(o), logs, newHistoryCommand(o), newGraphCommand(o))
 	return root
 }
 

@@ -89,9 +89,13 @@ func Render(out io.Writer, ro RenderOptions) error {
 	}
 	hash := pipeline.SpecHash(eff)
 	name := pipeline.ChildName(run.Name, typ, 1)
-	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: hash, Config: ro.Config})
+	deps, notes := offlineDependencies(eff)
+	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: hash, Config: ro.Config, Dependencies: deps})
 	if err != nil {
 		return err
+	}
+	for _, n := range notes {
+		fmt.Fprintln(out, "# "+n)
 	}
 	docs := []any{child}
 	if ro.All {
@@ -117,4 +121,37 @@ func Render(out io.Writer, ro RenderOptions) error {
 		}
 	}
 	return nil
+}
+
+// offlineDependencies resolves spec.dependsOn as far as the file allows:
+// the selected outputs, assumed to be in the dependency's default outputs
+// Secret (<name>-outputs) and not sensitive. The manager reads both from
+// the dependency's status; notes say what was assumed or left out.
+func offlineDependencies(run *infrav1.TerraformRun) ([]engine.Dependency, []string) {
+	var deps []engine.Dependency
+	var notes []string
+	for _, d := range run.Spec.DependsOn {
+		if d.Outputs == nil {
+			continue
+		}
+		ns := d.Namespace
+		if ns == "" {
+			ns = run.Namespace
+		}
+		if d.Outputs.All {
+			notes = append(notes, fmt.Sprintf("dependsOn %s: outputs.all cannot be resolved offline (the manager takes the outputs listed in its status); no variables from it are shown", d.Name))
+			continue
+		}
+		dep := engine.Dependency{Name: d.Name, Namespace: ns, SecretName: d.Name + "-outputs"}
+		for _, o := range d.Outputs.Select {
+			v := o.As
+			if v == "" {
+				v = o.Output
+			}
+			dep.Vars = append(dep.Vars, engine.DependencyVar{Output: o.Output, Variable: v})
+		}
+		notes = append(notes, fmt.Sprintf("dependsOn %s: its outputs are assumed to be in Secret %s and not sensitive (the manager reads both from its status)", d.Name, dep.SecretName))
+		deps = append(deps, dep)
+	}
+	return deps, notes
 }

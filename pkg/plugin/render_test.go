@@ -69,3 +69,24 @@ func TestRenderErrors(t *testing.T) {
 		})
 	}
 }
+
+// TestRenderResolvesSelectedDependencyOutputs: offline, the outputs a run
+// selects from its dependencies are shown as the manager would pass them,
+// with what render had to assume said in comments.
+func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
+	var out bytes.Buffer
+	ro := plugin.RenderOptions{File: "../../examples/stack-app.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: pipelines.All()}
+	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+	if err := plugin.Render(&out, ro); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"# dependsOn network: its outputs are assumed to be in Secret network-outputs and not sensitive",
+		"--dependency-var=db_secret,run=network,output=db_password,file=/opr8r/deps/0/db_secret",
+		"secretName: network-outputs",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("render lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -14,11 +14,16 @@ import (
 )
 
 // InputsDigest is the digest of a plan's variables: the vars file and every
-// varsFrom value, by name, salted with o.InputsSalt. Scheduled checks compare
+// varsFrom value, by name (and, in a plan, the values taken from
+// dependencies), salted with o.InputsSalt. Scheduled checks compare
 // it with the last apply's to tell changed inputs (a new desired state) from
 // drift. The values themselves never leave the pod; the salt keeps the
 // digest of a value from being compared across TerraformRuns.
-func InputsDigest(o PlanOptions) (string, error) {
+func InputsDigest(o PlanOptions) (string, error) { return inputsDigest(o, nil) }
+
+// inputsDigest is InputsDigest with the values of the variables taken from
+// dependencies, by variable.
+func inputsDigest(o PlanOptions, deps map[string]string) (string, error) {
 	h := sha256.New()
 	h.Write([]byte("opr8r inputs v1\x00" + o.InputsSalt + "\x00"))
 	if o.VarsFile != "" {
@@ -30,6 +35,15 @@ func InputsDigest(o PlanOptions) (string, error) {
 		if err := hashDir(h, fmt.Sprintf("varsFrom/%d", i), dir); err != nil {
 			return "", err
 		}
+	}
+	names := make([]string, 0, len(deps))
+	for n := range deps {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		fmt.Fprintf(h, "%s\x00%d\x00", "dependency/"+n, len(deps[n]))
+		h.Write([]byte(deps[n]))
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }

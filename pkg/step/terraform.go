@@ -108,6 +108,9 @@ type PlanOptions struct {
 	// InputsSalt salts the inputs digest (the TerraformRun's uid), so equal
 	// values in two TerraformRuns give different digests.
 	InputsSalt string
+	// DependencyVars are variables taken from dependencies' outputs
+	// (spec.dependsOn); vars and VarsDirs win over them.
+	DependencyVars []results.DependencyVar
 }
 
 // PlanSummary is the plan step's summary result.
@@ -131,7 +134,11 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if o.Destroy {
 		args = append(args, "-destroy")
 	}
-	varFiles, cleanup, err := r.varFiles(o)
+	deps, err := r.loadDependencies(ctx, o)
+	if err != nil {
+		return nil, err
+	}
+	varFiles, cleanup, err := r.varFiles(o, deps.vals)
 	defer cleanup()
 	if err != nil {
 		return nil, err
@@ -139,13 +146,27 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	for _, f := range varFiles {
 		args = append(args, "-var-file="+f)
 	}
-	_, code, err := r.tf(ctx, m.Dir, false, []int{2}, args...)
+	// With a sensitive output of a dependency among the variables, the plan
+	// is printed only once the module is known to declare it sensitive.
+	quiet := hasSensitive(o.DependencyVars)
+	if quiet {
+		r.logf("terraform %s (printed after the sensitive variables are checked)", strings.Join(args, " "))
+	}
+	stdout, code, err := r.tf(ctx, m.Dir, quiet, []int{2}, args...)
+	if err != nil {
+		return nil, destroyHint(err, deps.missing)
+	}
+	sum, declared, err := r.summarize(ctx, m, o.PlanFile)
 	if err != nil {
 		return nil, err
 	}
-	sum, err := r.summarize(ctx, m, o.PlanFile)
-	if err != nil {
+	if err := checkSensitive(o.DependencyVars, declared); err != nil {
 		return nil, err
+	}
+	if quiet {
+		rw := &redactingWriter{r: r, w: r.Out}
+		_, _ = rw.Write(stdout)
+		rw.Flush()
 	}
 	sum.HasChanges = code == 2
 	var text []byte
@@ -165,7 +186,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 			return nil, err
 		}
 	}
-	inputs, err := InputsDigest(o)
+	inputs, err := inputsDigest(o, deps.vals)
 	if err != nil {
 		return nil, err
 	}
@@ -207,11 +228,29 @@ func TruncatePlan(text []byte, max int) []byte {
 	return append(append([]byte{}, text[:max-len(marker)]...), marker...)
 }
 
-// varFiles writes varsFrom values into a private temporary tfvars.json file.
-// Values that parse as JSON keep their type; others are strings.
-func (r *Runner) varFiles(o PlanOptions) ([]string, func(), error) {
+// varFiles returns the plan's -var-file arguments, in the order Terraform
+// lets later ones win: the dependencies' outputs, the vars file, then
+// varsFrom values. Dependency and varsFrom values go to private temporary
+// tfvars.json files. Values that parse as JSON keep their type; others are
+// strings.
+func (r *Runner) varFiles(o PlanOptions, deps map[string]string) ([]string, func(), error) {
 	noop := func() {}
 	var files []string
+	var tmp string
+	if len(deps) > 0 || len(o.VarsDirs) > 0 {
+		var err error
+		if tmp, err = os.MkdirTemp("", "opr8r-vars-"); err != nil {
+			return nil, noop, err
+		}
+		noop = func() { _ = os.RemoveAll(tmp) }
+	}
+	if len(deps) > 0 {
+		path, err := writeDependencyVars(tmp, deps)
+		if err != nil {
+			return nil, noop, err
+		}
+		files = append(files, path)
+	}
 	if o.VarsFile != "" {
 		b, err := os.ReadFile(o.VarsFile)
 		if err != nil {
@@ -243,48 +282,60 @@ func (r *Runner) varFiles(o PlanOptions) ([]string, func(), error) {
 			}
 			v := strings.TrimRight(string(b), "\r\n")
 			r.AddSecret(v)
-			if json.Valid([]byte(v)) {
-				vars[e.Name()] = json.RawMessage(v)
-			} else {
-				q, _ := json.Marshal(v)
-				vars[e.Name()] = q
-			}
+			vars[e.Name()] = tfvarValue(v)
 		}
 	}
-	tmp, err := os.MkdirTemp("", "opr8r-vars-")
-	if err != nil {
-		return nil, noop, err
-	}
-	cleanup := func() { _ = os.RemoveAll(tmp) }
 	b, _ := json.Marshal(vars)
 	path := filepath.Join(tmp, "vars-from.tfvars.json")
 	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, cleanup, err
+		return nil, noop, err
 	}
-	return append(files, path), cleanup, nil
+	return append(files, path), noop, nil
 }
 
-// planJSON is the part of `terraform show -json PLAN` that counts changes.
+func hasSensitive(deps []results.DependencyVar) bool {
+	for _, d := range deps {
+		if d.Sensitive {
+			return true
+		}
+	}
+	return false
+}
+
+// planJSON is the part of `terraform show -json PLAN` that counts changes
+// and declares the root module's variables.
 type planJSON struct {
 	ResourceChanges []struct {
 		Change struct {
 			Actions []string `json:"actions"`
 		} `json:"change"`
 	} `json:"resource_changes"`
+	Configuration struct {
+		RootModule struct {
+			Variables map[string]planVariable `json:"variables"`
+		} `json:"root_module"`
+	} `json:"configuration"`
 }
 
-func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, error) {
+// planVariable is a variable the root module declares.
+type planVariable struct {
+	Sensitive bool `json:"sensitive"`
+}
+
+// summarize counts the plan's changes and returns the root module's
+// declared variables.
+func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, map[string]planVariable, error) {
 	digest, err := FileDigest(planFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", planFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var p planJSON
 	if err := json.Unmarshal(out, &p); err != nil {
-		return nil, fmt.Errorf("reading the plan: %w", err)
+		return nil, nil, fmt.Errorf("reading the plan: %w", err)
 	}
 	s := &PlanSummary{Digest: digest}
 	for _, rc := range p.ResourceChanges {
@@ -302,7 +353,7 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 			s.Destroy++
 		}
 	}
-	return s, nil
+	return s, p.Configuration.RootModule.Variables, nil
 }
 
 // FileDigest is "sha256:<hex>" of a file.

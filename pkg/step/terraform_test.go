@@ -23,6 +23,7 @@ import (
 )
 
 var (
+	testEnv        *envtest.Environment
 	kubeconfigPath string
 	kube           kubernetes.Interface
 	cliConfig      string
@@ -55,6 +56,7 @@ func runMain(m *testing.M) int {
 			return 1
 		}
 		defer env.Stop()
+		testEnv = env
 		user, err := env.ControlPlane.AddUser(envtest.User{Name: "step", Groups: []string{"system:masters"}}, nil)
 		if err != nil {
 			panic(err)

@@ -3,6 +3,8 @@
 package testutil
 
 import (
+	"strings"
+
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -120,6 +122,42 @@ type GoldenCase struct {
 	Type infrav1.RunType
 }
 
+// GoldenDeps are the resolved dependencies the reconciler would pass when
+// building the golden case of that name.
+func GoldenDeps(name string) []engine.Dependency {
+	if name == "dependencies" {
+		return stackDeps
+	}
+	return nil
+}
+
+// DependsOn adds a dependency; with outputs, all of them or the listed
+// ones ("output" or "output=variable").
+func (w *RunWrapper) DependsOn(ns, name string, all bool, outputs ...string) *RunWrapper {
+	d := infrav1.Dependency{Name: name, Namespace: ns}
+	if all {
+		d.Outputs = &infrav1.DependencyOutputs{All: true}
+	} else if len(outputs) > 0 {
+		d.Outputs = &infrav1.DependencyOutputs{}
+		for _, o := range outputs {
+			out, as, _ := strings.Cut(o, "=")
+			d.Outputs.Select = append(d.Outputs.Select, infrav1.OutputVariable{Output: out, As: as})
+		}
+	}
+	w.Spec.DependsOn = append(w.Spec.DependsOn, d)
+	return w
+}
+
+// stackDeps are the resolved dependencies of the "dependencies" golden
+// case: one in the run's namespace (mounted), one in another (read by the
+// step through the API), with a sensitive output.
+var stackDeps = []engine.Dependency{
+	{Name: "network", Namespace: "team-a", SecretName: "network-outputs", Vars: []engine.DependencyVar{
+		{Output: "vpc_id", Variable: "vpc_id"}, {Output: "subnet_ids", Variable: "subnets"}}},
+	{Name: "db", Namespace: "platform", SecretName: "db-outputs", Vars: []engine.DependencyVar{
+		{Output: "password", Variable: "db_password", Sensitive: true}}},
+}
+
 // GoldenCases are the specs every engine's golden files are built from.
 func GoldenCases() map[string]GoldenCase {
 	return map[string]GoldenCase{
@@ -134,7 +172,9 @@ func GoldenCases() map[string]GoldenCase {
 		"checks": {MakeRun("net", "team-a").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").
 			Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json").
 			Check("cost", "registry.example.com/infracost:1", "", "sh", "-c", "infracost breakdown --path $OPR8R_PLAN_JSON"), infrav1.RunApply},
-		"checks-auto":      {MakeRun("dns", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunApply},
+		"checks-auto": {MakeRun("dns", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunApply},
+		"dependencies": {MakeRun("app", "team-a").DependsOn("", "network", false, "vpc_id", "subnet_ids=subnets").DependsOn("platform", "db", false, "password=db_password").DependsOn("", "dns", false),
+			infrav1.RunApply},
 		"checks-plan-only": {MakeRun("preview", "team-a").Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunPlan},
 	}
 }

@@ -370,7 +370,8 @@ opr8r_up() {
     --namespace opr8r-system --create-namespace \
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e,default}" \
-    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s >/dev/null
+    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s \
+    --set allowCrossNamespaceDependencies=true >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
     --dry-run=client -o yaml | kc apply -f - >/dev/null

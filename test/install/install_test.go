@@ -180,6 +180,39 @@ func TestKustomizeDefault(t *testing.T) {
 	dryRun(t, objs)
 }
 
+// TestCrossNamespaceDependencies: spec.dependsOn across namespaces is off
+// unless the installer turns it on, with the kustomize component or the
+// Helm value.
+func TestCrossNamespaceDependencies(t *testing.T) {
+	const flag = "--allow-cross-namespace-dependencies"
+	managerArgs := func(objs []*unstructured.Unstructured) string {
+		return strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+	}
+	k := tool(t, "OPR8R_KUSTOMIZE")
+	if args := managerArgs(objects(t, run(t, k, "build", "config/default"))); strings.Contains(args, flag) {
+		t.Errorf("config/default allows cross-namespace dependencies: %s", args)
+	}
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, envtestutil.RepoRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kustomization := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s/config/default]\ncomponents: [%s/config/components/cross-namespace-dependencies]\n", rel, rel)
+	if err := os.WriteFile(filepath.Join(overlay, "kustomization.yaml"), []byte(kustomization), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if args := managerArgs(objects(t, run(t, k, "build", overlay))); !strings.Contains(args, flag) {
+		t.Errorf("the component does not add %s: %s", flag, args)
+	}
+	h := tool(t, "OPR8R_HELM")
+	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r"))); strings.Contains(args, flag) {
+		t.Errorf("the chart allows cross-namespace dependencies by default: %s", args)
+	}
+	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "allowCrossNamespaceDependencies=true"))); !strings.Contains(args, flag) {
+		t.Errorf("allowCrossNamespaceDependencies=true does not add %s: %s", flag, args)
+	}
+}
+
 func TestHelmChart(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	t.Run("defaults", func(t *testing.T) {

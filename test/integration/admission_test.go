@@ -347,6 +347,26 @@ func malformed() []malformedCase {
 			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsUser: ptr.To[int64](0)}
 		}, "spec.runner.securityContext.runAsUser"},
 		{"reserved label", func(r *infrav1.TerraformRun) { r.Labels = map[string]string{infrav1.RunNameLabel: "other"} }, "the infra.opr8r.io/ prefix is reserved for opr8r"},
+		{"a dependency on itself", func(r *infrav1.TerraformRun) { r.Spec.DependsOn = []infrav1.Dependency{{Name: r.Name}} }, "spec.dependsOn names this TerraformRun itself"},
+		{"a dependency listed twice", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net"}, {Name: "dns"}, {Name: "net", Outputs: &infrav1.DependencyOutputs{All: true}}}
+		}, "spec.dependsOn names the same TerraformRun twice"},
+		{"a dependency's outputs selecting nothing", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net", Outputs: &infrav1.DependencyOutputs{}}}
+		}, "spec.dependsOn[].outputs must set exactly one of all: true or select"},
+		{"a dependency's outputs both all and selected", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net", Outputs: &infrav1.DependencyOutputs{All: true, Select: []infrav1.OutputVariable{{Output: "vpc_id"}}}}}
+		}, "spec.dependsOn[].outputs must set exactly one of all: true or select"},
+		{"a dependency's output selected twice", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net", Outputs: &infrav1.DependencyOutputs{Select: []infrav1.OutputVariable{{Output: "vpc_id"}, {Output: "vpc_id", As: "vpc"}}}}}
+		}, "spec.dependsOn[0].outputs.select[1]: Duplicate value"},
+		{"a dependency that is not a name", func(r *infrav1.TerraformRun) { r.Spec.DependsOn = []infrav1.Dependency{{Name: "Net_1"}} }, "spec.dependsOn[0].name"},
+		{"a dependency's namespace that is not a name", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net", Namespace: "Infra"}}
+		}, "spec.dependsOn[0].namespace"},
+		{"a dependency's output as a variable that is not a name", func(r *infrav1.TerraformRun) {
+			r.Spec.DependsOn = []infrav1.Dependency{{Name: "net", Outputs: &infrav1.DependencyOutputs{Select: []infrav1.OutputVariable{{Output: "vpc_id", As: "1vpc"}}}}}
+		}, "spec.dependsOn[0].outputs.select[0].as"},
 		{"name too long for engine objects", func(r *infrav1.TerraformRun) { r.Name = "a-very-long-terraform-run-name-that-exceeds-forty-characters" }, "metadata.name must be at most 40 characters"},
 	}
 }

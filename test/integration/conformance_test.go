@@ -85,10 +85,19 @@ const sensitiveMarker = "S3NSITIVE-0UTPUT-MARKER-7f3a"
 // scanned; the figure goes to docs/reliability.md.
 var leakScans = map[infrav1.EngineName]int{}
 
+// stackLeakScans counts the places the stacks scenario scanned for a
+// dependency's sensitive output, per engine.
+var stackLeakScans = map[infrav1.EngineName]int{}
+
 var _ = ReportAfterSuite("reliability figures", func(r Report) {
 	if r.SuiteSucceeded && len(leakScans) == len(engines) {
 		for _, e := range engines {
 			checkReliabilityRow(fmt.Sprintf("secret leak scans (4 markers x 6 places), %s", e.name), fmt.Sprintf("%d scanned, 0 leaks", leakScans[e.name]))
+		}
+	}
+	if r.SuiteSucceeded && len(stackLeakScans) == len(engines) {
+		for _, e := range engines {
+			checkReliabilityRow(fmt.Sprintf("a dependency's sensitive output in its dependent (1 marker x 7 places), %s", e.name), fmt.Sprintf("%d scanned, 0 leaks", stackLeakScans[e.name]))
 		}
 	}
 })
@@ -178,6 +187,7 @@ var _ = Describe("engine conformance", func() {
 			continuous(given{e})
 			approvalPolicy(given{e})
 			userChecks(given{e})
+			stacks(given{e})
 		})
 	}
 })
