@@ -127,8 +127,8 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 			t.Errorf("the installed CRD %s differs from the generated one (-generated +installed):\n%s", u.GetName(), diff)
 		}
 	}
-	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 3 {
-		t.Errorf("want opr8r's 3 MutatingAdmissionPolicies (the identity stamps), got %d", n)
+	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 4 {
+		t.Errorf("want opr8r's 4 MutatingAdmissionPolicies (the identity stamps and the finalizer), got %d", n)
 	}
 	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 7 {
 		t.Errorf("want opr8r's 7 ValidatingAdmissionPolicies, got %d", n)
