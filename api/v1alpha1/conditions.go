@@ -124,6 +124,13 @@ const (
 	// spec.approval.approvedPlan, rejectedPlan or rejectReason, stamped the
 	// same way.
 	DecidedByAnnotation = "infra.opr8r.io/decided-by"
+	// ShardLabel on a TerraformRun names the shard of managers that
+	// handles it (a manager started with --shard=NAME handles the runs
+	// labelled NAME; one with --unsharded-only the runs without the label),
+	// as Flux's sharding.fluxcd.io/key does. opr8r copies it onto the run's
+	// children and Secrets, so each shard caches only its own. It cannot
+	// change while a run is active (ValidatingAdmissionPolicy opr8r-shard).
+	ShardLabel = "sharding.opr8r.io/key"
 	// RunNameLabel on an engine object names its TerraformRun.
 	RunNameLabel = "infra.opr8r.io/run"
 	// RunTypeLabel on an engine object is apply or destroy.

@@ -40,6 +40,7 @@ type settings struct {
 	maxActiveRuns                      int
 	minCheckInterval                   time.Duration
 	admissionPolicies, crossNSDeps     bool
+	shard                              manager.Shard
 	cfg                                engine.Config
 }
 
@@ -67,6 +68,8 @@ func main() {
 	flag.DurationVar(&s.minCheckInterval, "min-check-interval", controller.DefaultMinCheckInterval, "The shortest spec.interval honoured; shorter intervals are raised to it.")
 	flag.BoolVar(&s.admissionPolicies, "admission-policies", true, "opr8r's admission policies (config/policy) are installed, so the users they stamp on approvals and spec changes are trusted; false (a cluster without MutatingAdmissionPolicy): every decision counts as by an unknown user, and approval rules that need to know who decided cannot be met.")
 	flag.BoolVar(&s.crossNSDeps, "allow-cross-namespace-dependencies", false, "Let spec.dependsOn name TerraformRuns in other namespaces (off by default: a TerraformRun could otherwise order itself after, and read the outputs of, another tenant's runs; their step pods still need RBAC to read those outputs).")
+	flag.StringVar(&s.shard.Name, "shard", "", "Handle only the TerraformRuns labelled sharding.opr8r.io/key=NAME, with a leader election of this shard's own (empty: every run, unless --unsharded-only).")
+	flag.BoolVar(&s.shard.UnshardedOnly, "unsharded-only", false, "Handle only the TerraformRuns without a sharding.opr8r.io/key label: the default manager of an install with --shard managers.")
 	flag.DurationVar(&s.progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
@@ -83,6 +86,9 @@ func main() {
 }
 
 func run(s settings) error {
+	if err := s.shard.Validate(); err != nil {
+		return err
+	}
 	restCfg, err := ctrl.GetConfig()
 	if err != nil {
 		return fmt.Errorf("no kubeconfig: %w", err)
@@ -117,15 +123,18 @@ func run(s settings) error {
 	}
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
-		Cache:                  manager.CacheOptions(nsList, enabled),
+		Cache:                  manager.ShardCacheOptions(nsList, enabled, s.shard),
 		Metrics:                metricsserver.Options{BindAddress: s.metricsAddr},
 		HealthProbeBindAddress: s.probeAddr,
 		PprofBindAddress:       s.pprofAddr,
 		LeaderElection:         s.leaderElect,
-		LeaderElectionID:       "opr8r.infra.opr8r.io",
+		LeaderElectionID:       s.shard.LeaderElectionID(),
 	})
 	if err != nil {
 		return err
+	}
+	if sh := s.shard.String(); sh != "" {
+		ctrl.Log.WithName("setup").Info("handling one shard of the TerraformRuns", "shard", sh, "label", infrav1.ShardLabel)
 	}
 	controller.RegisterMetrics()
 	if _, err := manager.Setup(mgr, manager.Options{

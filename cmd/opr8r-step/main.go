@@ -76,6 +76,7 @@ func run(args []string, out io.Writer) int {
 		if err != nil {
 			return fail(err)
 		}
+		k.Shard = o.shard
 		r.Kube = k
 	}
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
@@ -182,6 +183,7 @@ type options struct {
 	namespace, terraformBin                                 string
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
+	shard                                                   string
 	destroy                                                 bool
 	envFiles, varsDirs, depVars                             multi
 }
@@ -218,6 +220,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.ownerUID, "owner-uid", "", "the child's uid")
 	fs.StringVar(&o.ownerKind, "owner-kind", "", "the child's kind, for example Workflow")
 	fs.StringVar(&o.ownerAPI, "owner-api-version", "", "the child's apiVersion, for example argoproj.io/v1alpha1")
+	fs.StringVar(&o.shard, "shard", "", "the run's shard (label sharding.opr8r.io/key), put on the Secrets the step writes")
 	fs.StringVar(&o.holderPrefix, "lock-holder-prefix", "", "cleanup: release only locks held from hosts with this prefix (the child's pods); defaults to --owner-name")
 	fs.StringVar(&o.resultsDir, "results-dir", "", "directory for small results, one file each")
 	fs.StringVar(&o.resultsFile, "results-file", "", "file for small results, as one JSON object (instead of --results-dir)")

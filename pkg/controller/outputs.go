@@ -196,6 +196,9 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
 	}
+	if shard := pipeline.Shard(run); shard != "" {
+		want.Labels[infrav1.ShardLabel] = shard
+	}
 	if err := controllerutil.SetControllerReference(run, want, r.Scheme()); err != nil {
 		return "", err
 	}

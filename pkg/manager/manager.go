@@ -6,7 +6,6 @@ package manager
 import (
 	"context"
 	"fmt"
-	"maps"
 	"strings"
 	"time"
 
@@ -16,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
@@ -100,21 +100,107 @@ func Scheme(engines []engine.Engine) (*runtime.Scheme, error) {
 // Engines that need a kind every cluster has (the Job engine's pods) add
 // their own entries, restricted to their objects (engine.CacheConfigurer).
 func CacheOptions(namespaces []string, engines []engine.Engine) cache.Options {
-	ours := labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue})
+	return ShardCacheOptions(namespaces, engines, Shard{})
+}
+
+// Shard selects the TerraformRuns one manager handles, by their
+// sharding.opr8r.io/key label (infrav1.ShardLabel), as Flux's controllers
+// shard by sharding.fluxcd.io/key: each shard is a manager of its own, with
+// its own leader election, and caches only its runs and what they own.
+type Shard struct {
+	// Name handles only the runs labelled with it.
+	Name string
+	// UnshardedOnly handles only the runs without the label: the default
+	// shard of a sharded install.
+	UnshardedOnly bool
+}
+
+// Requirement is the label requirement of the shard's objects; nil for a
+// manager that handles every run.
+func (s Shard) Requirement() *labels.Requirement {
+	var r *labels.Requirement
+	var err error
+	switch {
+	case s.Name != "":
+		r, err = labels.NewRequirement(infrav1.ShardLabel, selection.Equals, []string{s.Name})
+	case s.UnshardedOnly:
+		r, err = labels.NewRequirement(infrav1.ShardLabel, selection.DoesNotExist, nil)
+	default:
+		return nil
+	}
+	if err != nil {
+		panic(err) // a shard name is checked by Validate first
+	}
+	return r
+}
+
+// Validate checks the shard's settings.
+func (s Shard) Validate() error {
+	if s.Name != "" && s.UnshardedOnly {
+		return fmt.Errorf("--shard and --unsharded-only exclude each other: a manager handles one shard")
+	}
+	if s.Name != "" {
+		if errs := validation.IsValidLabelValue(s.Name); len(errs) > 0 {
+			return fmt.Errorf("--shard=%q is not a label value: %s", s.Name, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}
+
+// String names the shard in logs and leader election.
+func (s Shard) String() string {
+	switch {
+	case s.Name != "":
+		return s.Name
+	case s.UnshardedOnly:
+		return "(unsharded)"
+	}
+	return ""
+}
+
+// LeaderElectionID is the shard's own leader election lease: each shard
+// elects its leader apart from the others.
+func (s Shard) LeaderElectionID() string {
+	if s.Name != "" {
+		return "opr8r-shard-" + s.Name + ".infra.opr8r.io"
+	}
+	return "opr8r.infra.opr8r.io"
+}
+
+// withShard adds the shard's requirement to a selector.
+func withShard(sel labels.Selector, s Shard) labels.Selector {
+	if r := s.Requirement(); r != nil {
+		return sel.Add(*r)
+	}
+	return sel
+}
+
+// ShardCacheOptions is CacheOptions for one shard: the TerraformRuns and
+// every object of opr8r's it caches (children, their steps, Secrets, the
+// Job engine's pods) carry the shard's label, which the run's children and
+// Secrets copy from the run; TerraformRunApprovals, small and unlabelled,
+// are cached whole (an approval of another shard's run wakes nothing here).
+func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard) cache.Options {
+	ours := withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard)
 	slim := slimmer(engines)
 	o := cache.Options{
 		DefaultTransform:     slim,
 		DefaultLabelSelector: ours,
 		NewInformer:          newSlimInformer(slim),
 		ByObject: map[client.Object]cache.ByObject{
-			&infrav1.TerraformRun{}:         {Label: labels.Everything()},
+			&infrav1.TerraformRun{}:         {Label: withShard(labels.Everything(), shard)},
 			&infrav1.TerraformRunApproval{}: {Label: labels.Everything()},
-			&corev1.Secret{}:                {Label: SecretSelector()},
+			&corev1.Secret{}:                {Label: withShard(SecretSelector(), shard)},
 		},
 	}
 	for _, e := range engines {
 		if cc, ok := e.(engine.CacheConfigurer); ok {
-			maps.Copy(o.ByObject, cc.CacheByObject())
+			for obj, by := range cc.CacheByObject() {
+				if by.Label != nil {
+					by.Label = withShard(by.Label, shard)
+				}
+				o.ByObject[obj] = by
+			}
 		}
 	}
 	if len(namespaces) > 0 {

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -127,5 +129,66 @@ func TestSlimmerDropsManagedFieldsAndLastApplied(t *testing.T) {
 	got := out.(*infrav1.TerraformRun)
 	if got.ManagedFields != nil || got.Annotations[lastAppliedAnnotation] != "" || got.Annotations["keep"] != "me" {
 		t.Fatalf("slimmed run = %+v, want no managed fields, no last-applied copy, other annotations kept", got.ObjectMeta)
+	}
+}
+
+func TestShardSelectsItsRunsAndWhatTheyOwn(t *testing.T) {
+	run := func(shard string) labels.Set {
+		l := labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}
+		if shard != "" {
+			l[infrav1.ShardLabel] = shard
+		}
+		return l
+	}
+	cases := map[string]struct {
+		shard   Shard
+		matches map[string]bool // object's shard label -> cached
+		wantErr string
+		lease   string
+	}{
+		"no sharding: every run":     {shard: Shard{}, matches: map[string]bool{"": true, "a": true}, lease: "opr8r.infra.opr8r.io"},
+		"shard a: its runs only":     {shard: Shard{Name: "a"}, matches: map[string]bool{"": false, "a": true, "b": false}, lease: "opr8r-shard-a.infra.opr8r.io"},
+		"unsharded only: unlabelled": {shard: Shard{UnshardedOnly: true}, matches: map[string]bool{"": true, "a": false}, lease: "opr8r.infra.opr8r.io"},
+		"both flags: refused":        {shard: Shard{Name: "a", UnshardedOnly: true}, wantErr: "exclude each other"},
+		"not a label value: refused": {shard: Shard{Name: "no/slash"}, wantErr: `--shard="no/slash" is not a label value`},
+	}
+	engines := []engine.Engine{argo.New()}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			err := tc.shard.Validate()
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("Validate() = %v, want an error with %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := tc.shard.LeaderElectionID(); got != tc.lease {
+				t.Errorf("LeaderElectionID() = %q, want %q", got, tc.lease)
+			}
+			o := ShardCacheOptions(nil, engines, tc.shard)
+			for label, want := range tc.matches {
+				sels := map[string]labels.Selector{"children": o.DefaultLabelSelector}
+				for obj, by := range o.ByObject {
+					switch obj.(type) {
+					case *infrav1.TerraformRun:
+						sels["runs"] = by.Label
+					case *corev1.Secret:
+						sels["secrets"] = by.Label
+					}
+				}
+				for what, sel := range sels {
+					l := run(label)
+					if what == "secrets" {
+						l[infrav1.ComponentLabel] = infrav1.ComponentOutputs
+					}
+					if got := sel.Matches(l); got != want {
+						t.Errorf("%s selector %q matches an object with shard %q: %v, want %v", what, sel, label, got, want)
+					}
+				}
+			}
+		})
 	}
 }

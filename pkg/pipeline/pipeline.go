@@ -405,14 +405,22 @@ const ResultError = results.Error
 
 // ChildLabels are the labels of a child and its pods.
 func ChildLabels(run *infrav1.TerraformRun, t infrav1.RunType, specHash string, number int64) map[string]string {
-	return map[string]string{
+	l := map[string]string{
 		infrav1.ManagedByLabel: infrav1.ManagedByValue,
 		infrav1.RunNameLabel:   run.Name,
 		infrav1.RunTypeLabel:   string(t),
 		infrav1.SpecHashLabel:  specHash,
 		infrav1.RunNumberLabel: strconv.FormatInt(number, 10),
 	}
+	if shard := Shard(run); shard != "" {
+		l[infrav1.ShardLabel] = shard
+	}
+	return l
 }
+
+// Shard is the shard a run belongs to (its sharding.opr8r.io/key label),
+// or "" for none.
+func Shard(run *infrav1.TerraformRun) string { return run.Labels[infrav1.ShardLabel] }
 
 // PodSecurityContext is the hardened pod security context of step pods.
 func PodSecurityContext() *corev1.PodSecurityContext {
@@ -720,7 +728,13 @@ func (b *builder) init() Step {
 }
 
 func (b *builder) ownerArgs() []string {
-	return []string{"--owner-name=" + PhOwnerName, "--owner-uid=" + PhOwnerUID, "--owner-kind=" + PhOwnerKind, "--owner-api-version=" + PhOwnerAPI}
+	args := []string{"--owner-name=" + PhOwnerName, "--owner-uid=" + PhOwnerUID, "--owner-kind=" + PhOwnerKind, "--owner-api-version=" + PhOwnerAPI}
+	if shard := Shard(b.run); shard != "" {
+		// The Secrets the step writes carry the run's shard, so only that
+		// shard's manager caches them.
+		args = append(args, "--shard="+shard)
+	}
+	return args
 }
 
 func (b *builder) plan() Step {

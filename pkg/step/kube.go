@@ -23,6 +23,9 @@ type Kube struct {
 	// Owner is the child (Workflow or PipelineRun) that owns the Secrets the
 	// steps write, so they are deleted with it.
 	Owner *metav1.OwnerReference
+	// Shard is the run's shard (see infrav1.ShardLabel), put on the
+	// Secrets the steps write so only that shard's manager caches them.
+	Shard string
 }
 
 // NewKube connects with the in-cluster config, or with kubeconfig when set.
@@ -62,6 +65,9 @@ func (k *Kube) WriteSecret(ctx context.Context, name, component string, data map
 		},
 		Type: corev1.SecretTypeOpaque,
 		Data: data,
+	}
+	if k.Shard != "" {
+		s.Labels[infrav1.ShardLabel] = k.Shard
 	}
 	if k.Owner != nil {
 		s.OwnerReferences = []metav1.OwnerReference{*k.Owner}

@@ -102,7 +102,8 @@ func InstallPolicies(cfg *rest.Config) error {
 // waitForPolicies waits until the admission policies act: the API server
 // loads them, and the schemas of the CRDs they match, a moment after they
 // are created. A dry-run TerraformRun must be admitted with its author
-// stamped, and a dry-run TerraformRunApproval with its user.
+// stamped and its finalizer added, and a dry-run TerraformRunApproval with
+// its user.
 func waitForPolicies(c client.Client) error {
 	run := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "infra.opr8r.io/v1alpha1", "kind": "TerraformRun",
@@ -125,8 +126,8 @@ func waitForPolicies(c client.Client) error {
 		}
 		author := r.GetAnnotations()["infra.opr8r.io/spec-author"]
 		user, _, _ := unstructured.NestedString(a.Object, "spec", "user")
-		if author == "" || user == "" {
-			last = fmt.Errorf("not stamped yet: author %q, user %q", author, user)
+		if author == "" || user == "" || len(r.GetFinalizers()) == 0 {
+			last = fmt.Errorf("not stamped yet: author %q, user %q, finalizers %v", author, user, r.GetFinalizers())
 			return false, nil
 		}
 		return true, nil

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -20,6 +21,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -127,11 +129,11 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 			t.Errorf("the installed CRD %s differs from the generated one (-generated +installed):\n%s", u.GetName(), diff)
 		}
 	}
-	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 3 {
-		t.Errorf("want opr8r's 3 MutatingAdmissionPolicies (the identity stamps), got %d", n)
+	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 4 {
+		t.Errorf("want opr8r's 4 MutatingAdmissionPolicies (the identity stamps and the finalizer), got %d", n)
 	}
-	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 7 {
-		t.Errorf("want opr8r's 7 ValidatingAdmissionPolicies, got %d", n)
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 8 {
+		t.Errorf("want opr8r's 8 ValidatingAdmissionPolicies, got %d", n)
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {
@@ -264,6 +266,43 @@ func TestHelmChart(t *testing.T) {
 		if runnerRole == nil {
 			t.Fatal("no runner Role in team-a")
 		}
+	})
+	t.Run("sharding: a manager per shard, each with its own selector and leader election", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "sharding.shards={s1,s2}"))
+		deps := byKind(objs, "Deployment")
+		want := map[string]string{"opr8r": "--unsharded-only", "opr8r-shard-s1": "--shard=s1", "opr8r-shard-s2": "--shard=s2"}
+		if len(deps) != len(want) {
+			t.Fatalf("want %d Deployments, got %d", len(want), len(deps))
+		}
+		selectors := map[string]bool{}
+		for _, u := range deps {
+			d := convert[appsv1.Deployment](t, u)
+			flag, ok := want[d.Name]
+			if !ok {
+				t.Errorf("unexpected Deployment %s", d.Name)
+				continue
+			}
+			args := d.Spec.Template.Spec.Containers[0].Args
+			if !slices.Contains(args, flag) || !slices.Contains(args, "--leader-elect") {
+				t.Errorf("%s args %v, want %s and --leader-elect", d.Name, args, flag)
+			}
+			sel := metav1.FormatLabelSelector(d.Spec.Selector)
+			if selectors[sel] {
+				t.Errorf("%s shares its selector %s with another Deployment", d.Name, sel)
+			}
+			selectors[sel] = true
+			for _, o := range deps {
+				od := convert[appsv1.Deployment](t, o)
+				s, _ := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+				if od.Name != d.Name && s.Matches(labels.Set(od.Spec.Template.Labels)) {
+					t.Errorf("%s's selector %s matches %s's pods", d.Name, sel, od.Name)
+				}
+			}
+		}
+		if n := len(byKind(objs, "Service")); n != 2 {
+			t.Errorf("want the metrics Services of the default manager and of the shards, got %d", n)
+		}
+		dryRun(t, objs)
 	})
 	t.Run("invalid values fail clearly", func(t *testing.T) {
 		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false")

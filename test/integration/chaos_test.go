@@ -127,10 +127,15 @@ func (c *chaos) funcs() interceptor.Funcs {
 // startInterceptedManager starts the production setup with a client whose
 // calls pass through funcs (fault injection, write counting).
 func startInterceptedManager(funcs interceptor.Funcs, opts ...func(*manager.Options)) (context.CancelFunc, chan struct{}) {
+	return startShardManager(manager.Shard{}, funcs, opts...)
+}
+
+// startShardManager is startInterceptedManager for one shard of the runs.
+func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...func(*manager.Options)) (context.CancelFunc, chan struct{}) {
 	scheme, err := manager.Scheme(pipelines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: manager.CacheOptions(nil, pipelines.All()),
+		Scheme: scheme, Cache: manager.ShardCacheOptions(nil, pipelines.All(), shard),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {

@@ -12,6 +12,7 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
@@ -175,8 +176,9 @@ var _ = Describe("API writes", Serial, func() {
 			s := g.active(ns, name)
 			Eventually(phase(ns, name), timeout, interval).Should(Equal(infrav1.RunPending))
 			Eventually(w.snapshot, timeout, interval).Should(HaveKeyWithValue("patch/status TerraformRun", 1))
+			// The finalizer came with the user's create (the admission
+			// policy opr8r-finalizer): no manager write adds it.
 			want := map[string]int{
-				"patch TerraformRun":                     1, // the finalizer
 				"create " + e.kit.Engine.ChildGVK().Kind: 1,
 				"create ConfigMap":                       1, // vars and the inline source, in one
 				"patch/status TerraformRun":              1, // the run started
@@ -213,6 +215,20 @@ var _ = Describe("API writes", Serial, func() {
 			Expect(got["create Secret"]).To(Equal(1), "the outputs Secret, written once: %s", describeCounts(got))
 			AddReportEntry(fmt.Sprintf("%s lifecycle writes after start: %s for %d child changes", e.name, describeCounts(got), changes))
 		}
+
+		By("without the opr8r-finalizer policy (an older cluster), the manager adds the finalizer: one write more")
+		withoutPolicy(&admissionregistrationv1.MutatingAdmissionPolicyBinding{}, "opr8r-finalizer", func() {
+			e := engines[0]
+			name := "nofin"
+			w.resetTo(name)
+			run := given{e}.run(name, ns).Auto().Obj()
+			Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
+			Expect(run.Finalizers).To(BeEmpty(), "created without the policy")
+			Eventually(func() []string { return getRun(ns, name).Finalizers }, timeout, interval).Should(ConsistOf(infrav1.Finalizer))
+			Eventually(w.snapshot, timeout, interval).Should(HaveKeyWithValue("patch TerraformRun", 1), "writes: %s", describeCounts(w.snapshot()))
+			Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
+			Eventually(gone(ns, name), timeout, interval).Should(BeTrue())
+		})
 
 		By("a scheduled check that finds nothing writes status once: its record")
 		for _, e := range engines {
@@ -271,3 +287,28 @@ var _ = Describe("API writes", Serial, func() {
 		_ = ns
 	})
 })
+
+// withoutPolicy deletes one of opr8r's admission policy bindings (so the
+// API server stops applying the policy, as on a cluster without it), runs
+// fn, and creates the binding again as it was, waiting until it acts.
+func withoutPolicy(binding client.Object, name string, fn func()) {
+	GinkgoHelper()
+	key := client.ObjectKey{Name: name}
+	Expect(k8sClient.Get(context.Background(), key, binding)).To(Succeed())
+	saved := binding.DeepCopyObject().(client.Object)
+	Expect(k8sClient.Delete(context.Background(), binding)).To(Succeed())
+	// The API server stops applying a policy a moment after its binding goes.
+	probe := func() []string {
+		r := given{engines[0]}.run("policy-probe", "default").Obj()
+		Expect(k8sClient.Create(context.Background(), r, client.DryRunAll)).To(Succeed())
+		return r.Finalizers
+	}
+	Eventually(probe, timeout, interval).Should(BeEmpty())
+	defer func() {
+		saved.SetResourceVersion("")
+		saved.SetUID("")
+		Expect(k8sClient.Create(context.Background(), saved)).To(Succeed())
+		Eventually(probe, timeout, interval).Should(ConsistOf(infrav1.Finalizer))
+	}()
+	fn()
+}

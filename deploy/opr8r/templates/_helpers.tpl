@@ -14,6 +14,18 @@ app.kubernetes.io/name: opr8r
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 
+{{- /* The pod selector of one shard's Deployment: (list $ shardName). */ -}}
+{{- define "opr8r.shardSelector" -}}
+{{- $ := index . 0 -}}{{- $shard := index . 1 -}}
+{{- if $shard -}}
+app.kubernetes.io/name: opr8r-shard
+app.kubernetes.io/instance: {{ $.Release.Name }}
+sharding.opr8r.io/shard: {{ $shard | quote }}
+{{- else -}}
+{{ include "opr8r.selector" $ }}
+{{- end -}}
+{{- end -}}
+
 {{- define "opr8r.image" -}}
 {{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
 {{- end -}}

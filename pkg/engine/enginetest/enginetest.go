@@ -136,6 +136,10 @@ func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
 		},
 		Data: map[string][]byte{"outputs.json": []byte(outputsJSON)},
 	}
+	if shard := child.GetLabels()[infrav1.ShardLabel]; shard != "" {
+		// As the export step's --shard does.
+		s.Labels[infrav1.ShardLabel] = shard
+	}
 	Expect(env.Client.Create(context.Background(), s)).To(Succeed())
 }
 
