@@ -87,7 +87,7 @@ func run(args []string, out io.Writer) int {
 	case "install":
 		err = install(o.dest)
 	case "clone":
-		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, From: o.from, Dest: o.dest})
+		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest})
 	case "init":
 		err = r.Init(ctx, mod, be)
 	case "plan":
@@ -174,7 +174,7 @@ type options struct {
 	namespace, terraformBin                                 string
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
-	destroy                                                 bool
+	destroy, insecure                                       bool
 	envFiles, varsDirs                                      multi
 }
 
@@ -182,10 +182,11 @@ type options struct {
 func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
-	fs.StringVar(&o.source, "source", "git", "clone: git or dir")
-	fs.StringVar(&o.url, "url", "", "clone: repository URL")
-	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA")
-	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git credentials Secret")
+	fs.StringVar(&o.source, "source", "git", "clone: git, oci or dir")
+	fs.StringVar(&o.url, "url", "", "clone: repository URL (oci://registry/repository for oci)")
+	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA (git); tag or sha256: digest (oci)")
+	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git or registry credentials Secret")
+	fs.BoolVar(&o.insecure, "insecure", false, "clone: the OCI registry is served over plain HTTP")
 	fs.StringVar(&o.from, "from", "", "clone: directory of a dir source")
 	fs.StringVar(&o.moduleDir, "module-dir", "", "the Terraform module directory")
 	fs.StringVar(&o.workspace, "workspace", "default", "the Terraform workspace")

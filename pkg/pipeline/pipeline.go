@@ -69,6 +69,7 @@ const (
 	InputsDir       = "/opr8r/inputs"
 	VarsFile        = InputsDir + "/vars.json"
 	GitCredsDir     = "/opr8r/secrets/git"
+	OCICredsDir     = "/opr8r/secrets/oci"
 	BackendDir      = "/opr8r/secrets/backend"
 	VarsFromDir     = "/opr8r/vars"
 	EnvSecretsDir   = "/opr8r/secrets/env"
@@ -310,10 +311,25 @@ func Validate(run *infrav1.TerraformRun) error {
 	return nil
 }
 
+// OCIRef is what the clone step fetches of an OCI source: its digest, else
+// its tag, else latest.
+func OCIRef(o *infrav1.OCISource) string {
+	switch {
+	case o.Digest != "":
+		return o.Digest
+	case o.Tag != "":
+		return o.Tag
+	}
+	return "latest"
+}
+
 // ModuleDir is the Terraform module's directory in the workspace.
 func ModuleDir(run *infrav1.TerraformRun) string {
 	if g := run.Spec.Source.Git; g != nil && g.Path != "" {
 		return path.Join(CheckoutDir, path.Clean(g.Path))
+	}
+	if o := run.Spec.Source.OCI; o != nil && o.Path != "" {
+		return path.Join(CheckoutDir, path.Clean(o.Path))
 	}
 	return CheckoutDir
 }
@@ -321,8 +337,8 @@ func ModuleDir(run *infrav1.TerraformRun) string {
 // Build describes the pipeline of one run. The run must have defaults applied.
 func Build(req engine.Request) (*Pipeline, error) {
 	run := req.Run
-	if run.Spec.Source.Git == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
-		return nil, fmt.Errorf("spec.source: one of git, inline or configMapRef is required")
+	if run.Spec.Source.Git == nil && run.Spec.Source.OCI == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
+		return nil, fmt.Errorf("spec.source: one of git, oci, inline or configMapRef is required")
 	}
 	if req.Config.StepImage == "" {
 		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
@@ -506,7 +522,7 @@ type builder struct {
 	volumes []corev1.Volume
 
 	sourceMount  *corev1.VolumeMount
-	gitMount     *corev1.VolumeMount
+	credsMount   *corev1.VolumeMount
 	backendMount *corev1.VolumeMount
 	varsMounts   []corev1.VolumeMount
 	tfMounts     []corev1.VolumeMount // env and file secrets for every terraform step
@@ -523,7 +539,10 @@ func (b *builder) collectVolumes() {
 	switch {
 	case spec.Source.Git != nil && spec.Source.Git.CredentialsSecretRef != nil:
 		b.addVolume(secretVolume("git-credentials", spec.Source.Git.CredentialsSecretRef.Name, nil, false))
-		b.gitMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+		b.credsMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+	case spec.Source.OCI != nil && spec.Source.OCI.CredentialsSecretRef != nil:
+		b.addVolume(secretVolume("oci-credentials", spec.Source.OCI.CredentialsSecretRef.Name, nil, false))
+		b.credsMount = &corev1.VolumeMount{Name: "oci-credentials", MountPath: OCICredsDir, ReadOnly: true}
 	case spec.Source.Inline != nil:
 		files := SortedKeys(spec.Source.Inline.Files)
 		b.addVolume(configMapVolume("source", InputsConfigMapName(b.req.Name), false, keyItems(files, files)...))
@@ -636,9 +655,18 @@ func (b *builder) clone() Step {
 	s.Args = []string{StepClone}
 	if g := b.run.Spec.Source.Git; g != nil {
 		s.Args = append(s.Args, "--source=git", "--url="+g.URL, "--ref="+g.Ref)
-		if b.gitMount != nil {
+		if b.credsMount != nil {
 			s.Args = append(s.Args, "--credentials-dir="+GitCredsDir)
-			s.VolumeMounts = append(s.VolumeMounts, *b.gitMount)
+			s.VolumeMounts = append(s.VolumeMounts, *b.credsMount)
+		}
+	} else if o := b.run.Spec.Source.OCI; o != nil {
+		s.Args = append(s.Args, "--source=oci", "--url="+o.URL, "--ref="+OCIRef(o))
+		if o.Insecure {
+			s.Args = append(s.Args, "--insecure")
+		}
+		if b.credsMount != nil {
+			s.Args = append(s.Args, "--credentials-dir="+OCICredsDir)
+			s.VolumeMounts = append(s.VolumeMounts, *b.credsMount)
 		}
 	} else {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
