@@ -21,7 +21,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/step"
 )
 
@@ -52,7 +58,24 @@ func run(args []string, out io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// Everything the step prints is also captured for its log record.
+	capture := &step.LogCapture{}
+	console := out
+	out = io.MultiWriter(out, capture)
 	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile}
+	keepLog := func() {
+		if r.Records == nil {
+			return
+		}
+		// Not with the signal's context: a step that is stopped still
+		// keeps what it printed.
+		kctx, kcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer kcancel()
+		if err := r.KeepRecord(kctx, records.KindLog, capture.Bytes()); err != nil {
+			fmt.Fprintln(console, "opr8r-step: warning: this step's log was not kept: "+r.Redact(err.Error()))
+		}
+	}
+	defer keepLog()
 	fail := func(err error) int {
 		msg := r.Redact(err.Error())
 		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+msg)
@@ -65,8 +88,9 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
+	keepsRecords := o.recordsRun != "" && o.recordsRunID != "" && cmd != "install"
 	needsKube := (cmd == "plan" && o.planSecret != "") || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
-		(cmd == "check" && o.outputSecret != "")
+		(cmd == "check" && o.outputSecret != "") || keepsRecords
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
 		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
 	}
@@ -76,6 +100,21 @@ func run(args []string, out io.Writer) int {
 			return fail(err)
 		}
 		r.Kube = k
+	}
+	if keepsRecords {
+		name := cmd
+		if cmd == "check" {
+			name = "check-" + o.checkName
+		}
+		r.RecordKey = records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name}
+		if err := r.RecordKey.Validate(); err != nil {
+			return fail(err)
+		}
+		store := &records.SecretStore{Client: r.Kube.Client}
+		if o.recordsRunUID != "" {
+			store.Owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
+		}
+		r.Records = store
 	}
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
@@ -174,6 +213,7 @@ type options struct {
 	namespace, terraformBin                                 string
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
+	recordsRun, recordsRunUID, recordsRunID                 string
 	destroy, insecure                                       bool
 	envFiles, varsDirs                                      multi
 }
@@ -217,6 +257,9 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of written Secrets (default: the pod's)")
 	fs.StringVar(&o.terraformBin, "terraform", "", "terraform or tofu binary (default: found on PATH)")
 	fs.StringVar(&o.termLog, "termination-log", "/dev/termination-log", "where the failure summary goes")
+	fs.StringVar(&o.recordsRun, "records-run", "", "the TerraformRun whose records (this step's log, the plans) the step keeps")
+	fs.StringVar(&o.recordsRunUID, "records-run-uid", "", "the TerraformRun's uid: it owns the records")
+	fs.StringVar(&o.recordsRunID, "records-run-id", "", "the run's id (its engine object's name)")
 	fs.Var(&o.envFiles, "env-file", "NAME=PATH: terraform's env var NAME from a mounted Secret file (repeatable)")
 	return fs
 }

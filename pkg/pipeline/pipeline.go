@@ -626,6 +626,7 @@ func (b *builder) terraformStep(name string, args ...string) Step {
 		"--workspace=" + b.run.Spec.Terraform.Workspace,
 	}, args...)
 	s.Args = append(s.Args, b.tfEnvArgs...)
+	s.Args = append(s.Args, b.recordArgs()...)
 	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	s.Env = append(terraformEnv(), b.tfEnv...)
 	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
@@ -672,7 +673,9 @@ func (b *builder) clone() Step {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
 		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
 	}
-	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults, "--termination-log="+PhErrorFile)
+	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults)
+	s.Args = append(s.Args, b.recordArgs()...)
+	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	return s
 }
 
@@ -700,6 +703,13 @@ func (b *builder) init() Step {
 	s := b.terraformStep(StepInit, args...)
 	s.VolumeMounts = append(s.VolumeMounts, mounts...)
 	return s
+}
+
+// recordArgs make a step keep its log (and the plan step the plans) as
+// records of the TerraformRun, which owns them (pkg/records): they outlive
+// the run's pods and engine object, and go with the TerraformRun.
+func (b *builder) recordArgs() []string {
+	return []string{"--records-run=" + b.run.Name, "--records-run-uid=" + string(b.run.UID), "--records-run-id=" + PhOwnerName}
 }
 
 func (b *builder) ownerArgs() []string {
@@ -744,6 +754,7 @@ func (b *builder) checks() []Step {
 		s.Args = []string{"check", "--name=" + c.Name, "--module-dir=" + ModuleDir(b.run), "--plan-json=" + PlanJSONFile,
 			"--output-secret=" + CheckSecretName(b.req.Name, c.Name)}
 		s.Args = append(s.Args, b.ownerArgs()...)
+		s.Args = append(s.Args, b.recordArgs()...)
 		s.Args = append(s.Args, "--termination-log="+PhErrorFile, "--")
 		s.Args = append(s.Args, c.Command...)
 		s.Env = []corev1.EnvVar{

@@ -137,7 +137,8 @@ func Prune(ctx context.Context, s Store, namespace, run string, oldest int64) ([
 	return gone, s.Delete(ctx, namespace, run, gone...)
 }
 
-func sortRecords(recs []Record) {
+// SortRecords sorts records by run id, step and kind.
+func SortRecords(recs []Record) {
 	sort.Slice(recs, func(i, j int) bool {
 		a, b := recs[i], recs[j]
 		if a.RunID != b.RunID {

@@ -224,7 +224,7 @@ func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record
 	for _, r := range byKey {
 		out = append(out, *r)
 	}
-	sortRecords(out)
+	SortRecords(out)
 	return out, nil
 }
 

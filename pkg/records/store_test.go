@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/opr8r/opr8r/pkg/records"
+	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
 var kube kubernetes.Interface
@@ -86,9 +87,9 @@ func startS3(t *testing.T) *s3Server {
 	}
 }
 
-func (s *s3Server) store(t *testing.T, key []byte) *records.S3Store {
+func (s *s3Server) store(t *testing.T, key []byte) *s3.Store {
 	t.Helper()
-	st, err := records.NewS3Store(records.S3Config{Endpoint: s.endpoint, Insecure: true, Bucket: s.bucket, Prefix: "opr8r/",
+	st, err := s3.New(s3.Config{Endpoint: s.endpoint, Insecure: true, Bucket: s.bucket, Prefix: "opr8r/",
 		AccessKey: s.access, SecretKey: s.secret, Key: key})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -25,9 +26,11 @@ import (
 // backend; Terraform merges *_override.tf files over the module's own.
 const BackendOverrideFile = "opr8r_backend_override.tf"
 
-// MaxReadablePlan is the largest readable plan stored; larger plans are
-// truncated with a marker.
-const MaxReadablePlan = 1 << 20
+// MaxReadablePlan is the largest readable plan stored in the plan Secret;
+// larger plans are truncated with a marker (the plan record keeps it whole).
+// It leaves room under the API server's 1 MiB limit on a Secret's data for
+// the Secret's other key.
+const MaxReadablePlan = 1<<20 - 4<<10
 
 // Backend selects the state backend.
 type Backend struct {
@@ -143,13 +146,13 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if err != nil {
 		return nil, err
 	}
-	sum, err := r.summarize(ctx, m, o.PlanFile)
+	sum, planJSON, err := r.summarize(ctx, m, o.PlanFile)
 	if err != nil {
 		return nil, err
 	}
 	sum.HasChanges = code == 2
 	var text []byte
-	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" {
+	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" || r.Records != nil {
 		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
 			return nil, err
 		}
@@ -164,6 +167,15 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
 			return nil, err
 		}
+	}
+	// The whole plan, kept past the run's pods: the readable plan redacted
+	// like the log (it is what people read), the JSON as terraform wrote
+	// it (for tools); both only ever in Secrets or encrypted objects.
+	if err := r.KeepRecord(ctx, records.KindPlanText, []byte(r.Redact(string(text)))); err != nil {
+		return nil, fmt.Errorf("keeping the readable plan: %w", err)
+	}
+	if err := r.KeepRecord(ctx, records.KindPlanJSON, planJSON); err != nil {
+		return nil, fmt.Errorf("keeping the plan as JSON: %w", err)
 	}
 	inputs, err := InputsDigest(o)
 	if err != nil {
@@ -273,18 +285,18 @@ type planJSON struct {
 	} `json:"resource_changes"`
 }
 
-func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, error) {
+func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, []byte, error) {
 	digest, err := FileDigest(planFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	out, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", planFile)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var p planJSON
 	if err := json.Unmarshal(out, &p); err != nil {
-		return nil, fmt.Errorf("reading the plan: %w", err)
+		return nil, nil, fmt.Errorf("reading the plan: %w", err)
 	}
 	s := &PlanSummary{Digest: digest}
 	for _, rc := range p.ResourceChanges {
@@ -302,7 +314,7 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 			s.Destroy++
 		}
 	}
-	return s, nil
+	return s, out, nil
 }
 
 // FileDigest is "sha256:<hex>" of a file.

@@ -1,4 +1,7 @@
-package records
+// Package s3 is the records store in an S3-compatible object store, apart
+// from pkg/records so the step runner, which writes only Secrets, does not
+// carry an S3 client.
+package s3
 
 import (
 	"bytes"
@@ -16,11 +19,13 @@ import (
 
 	"github.com/minio/minio-go/v7"
 	"github.com/minio/minio-go/v7/pkg/credentials"
+
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
-// S3Config configures the object store: an S3-compatible endpoint, a
+// Config configures the object store: an S3-compatible endpoint, a
 // bucket, static credentials and the encryption key.
-type S3Config struct {
+type Config struct {
 	// Endpoint is host[:port], without a scheme.
 	Endpoint string
 	// Insecure speaks plain HTTP (a server in the cluster or on localhost).
@@ -37,19 +42,19 @@ type S3Config struct {
 	Key []byte
 }
 
-// S3Store keeps records as objects <prefix><namespace>/<run>/<run id>/<step>/<kind>,
+// Store keeps records as objects <prefix><namespace>/<run>/<run id>/<step>/<kind>,
 // each gzipped and then encrypted with AES-256-GCM before it is sent
 // (a random nonce per object; the object's key is the additional data, so
 // an object copied under another key does not decrypt). The server never
 // sees a plan or a log in clear.
-type S3Store struct {
+type Store struct {
 	c      *minio.Client
 	bucket string
 	prefix string
 	aead   cipher.AEAD
 }
 
-var _ Store = &S3Store{}
+var _ records.Store = &Store{}
 
 // objectMagic starts every object: the format's name and version.
 const objectMagic = "opr8r-record-v1\n"
@@ -57,9 +62,9 @@ const objectMagic = "opr8r-record-v1\n"
 // sizeMeta is the user metadata with the record's size in clear bytes.
 const sizeMeta = "Opr8r-Size"
 
-// NewS3Store connects to the object store. It does not contact the
+// New connects to the object store. It does not contact the
 // server; Check does.
-func NewS3Store(cfg S3Config) (*S3Store, error) {
+func New(cfg Config) (*Store, error) {
 	if cfg.Endpoint == "" || cfg.Bucket == "" {
 		return nil, errors.New("records: the object store needs an endpoint and a bucket")
 	}
@@ -89,11 +94,11 @@ func NewS3Store(cfg S3Config) (*S3Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("records: the object store: %w", err)
 	}
-	return &S3Store{c: c, bucket: cfg.Bucket, prefix: cfg.Prefix, aead: aead}, nil
+	return &Store{c: c, bucket: cfg.Bucket, prefix: cfg.Prefix, aead: aead}, nil
 }
 
 // Check says whether the bucket exists and the credentials can reach it.
-func (s *S3Store) Check(ctx context.Context) error {
+func (s *Store) Check(ctx context.Context) error {
 	ok, err := s.c.BucketExists(ctx, s.bucket)
 	if err != nil {
 		return fmt.Errorf("records: the object store's bucket %s: %w", s.bucket, err)
@@ -105,16 +110,16 @@ func (s *S3Store) Check(ctx context.Context) error {
 }
 
 // ObjectName is the object key of record k.
-func (s *S3Store) ObjectName(k Key) string {
+func (s *Store) ObjectName(k records.Key) string {
 	return s.prefix + k.Namespace + "/" + k.Run + "/" + k.RunID + "/" + k.Step + "/" + string(k.Kind)
 }
 
-func (s *S3Store) runPrefix(namespace, run string) string {
+func (s *Store) runPrefix(namespace, run string) string {
 	return s.prefix + namespace + "/" + run + "/"
 }
 
 // seal gzips and encrypts data for the object name.
-func (s *S3Store) seal(name string, data []byte) ([]byte, error) {
+func (s *Store) seal(name string, data []byte) ([]byte, error) {
 	var z bytes.Buffer
 	zw := gzip.NewWriter(&z)
 	if _, err := zw.Write(data); err != nil {
@@ -132,7 +137,7 @@ func (s *S3Store) seal(name string, data []byte) ([]byte, error) {
 }
 
 // open decrypts and gunzips an object.
-func (s *S3Store) open(name string, obj []byte) ([]byte, error) {
+func (s *Store) open(name string, obj []byte) ([]byte, error) {
 	if !bytes.HasPrefix(obj, []byte(objectMagic)) || len(obj) < len(objectMagic)+s.aead.NonceSize() {
 		return nil, fmt.Errorf("records: object %s is not an opr8r record", name)
 	}
@@ -150,7 +155,7 @@ func (s *S3Store) open(name string, obj []byte) ([]byte, error) {
 }
 
 // Put encrypts and uploads record k.
-func (s *S3Store) Put(ctx context.Context, k Key, data []byte) error {
+func (s *Store) Put(ctx context.Context, k records.Key, data []byte) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
@@ -170,7 +175,7 @@ func (s *S3Store) Put(ctx context.Context, k Key, data []byte) error {
 }
 
 // Get downloads and decrypts record k.
-func (s *S3Store) Get(ctx context.Context, k Key) ([]byte, error) {
+func (s *Store) Get(ctx context.Context, k records.Key) ([]byte, error) {
 	if err := k.Validate(); err != nil {
 		return nil, err
 	}
@@ -187,16 +192,16 @@ func (s *S3Store) Get(ctx context.Context, k Key) ([]byte, error) {
 	return s.open(name, obj)
 }
 
-func (s *S3Store) err(k Key, err error) error {
+func (s *Store) err(k records.Key, err error) error {
 	if minio.ToErrorResponse(err).Code == "NoSuchKey" {
-		return fmt.Errorf("%s: %w", k, ErrNotFound)
+		return fmt.Errorf("%s: %w", k, records.ErrNotFound)
 	}
 	return fmt.Errorf("reading %s from bucket %s: %w", k, s.bucket, err)
 }
 
 // List returns the records of a TerraformRun.
-func (s *S3Store) List(ctx context.Context, namespace, run string) ([]Record, error) {
-	var out []Record
+func (s *Store) List(ctx context.Context, namespace, run string) ([]records.Record, error) {
+	var out []records.Record
 	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.runPrefix(namespace, run), Recursive: true, WithMetadata: true}) {
 		if o.Err != nil {
 			return nil, fmt.Errorf("listing the records of %s/%s: %w", namespace, run, o.Err)
@@ -205,16 +210,16 @@ func (s *S3Store) List(ctx context.Context, namespace, run string) ([]Record, er
 		if !ok || k.Namespace != namespace || k.Run != run {
 			continue
 		}
-		out = append(out, Record{Key: k, Size: s.size(ctx, o), Stored: o.LastModified})
+		out = append(out, records.Record{Key: k, Size: s.size(ctx, o), Stored: o.LastModified})
 	}
-	sortRecords(out)
+	records.SortRecords(out)
 	return out, nil
 }
 
 // size is a record's size in clear bytes, from the object's metadata; a
 // server that lists no metadata (an extension of MinIO's) is asked per
 // object.
-func (s *S3Store) size(ctx context.Context, o minio.ObjectInfo) int64 {
+func (s *Store) size(ctx context.Context, o minio.ObjectInfo) int64 {
 	for _, m := range []string{sizeMeta, "X-Amz-Meta-" + sizeMeta} {
 		if v, ok := o.UserMetadata[m]; ok {
 			n, _ := strconv.ParseInt(v, 10, 64)
@@ -229,17 +234,17 @@ func (s *S3Store) size(ctx context.Context, o minio.ObjectInfo) int64 {
 	return n
 }
 
-func (s *S3Store) keyOf(name string) (Key, bool) {
+func (s *Store) keyOf(name string) (records.Key, bool) {
 	p := strings.Split(strings.TrimPrefix(name, s.prefix), "/")
 	if !strings.HasPrefix(name, s.prefix) || len(p) != 5 {
-		return Key{}, false
+		return records.Key{}, false
 	}
-	k := Key{Namespace: p[0], Run: p[1], RunID: p[2], Step: p[3], Kind: Kind(p[4])}
+	k := records.Key{Namespace: p[0], Run: p[1], RunID: p[2], Step: p[3], Kind: records.Kind(p[4])}
 	return k, k.Validate() == nil
 }
 
 // Delete removes the objects of the given runs (every run, with none).
-func (s *S3Store) Delete(ctx context.Context, namespace, run string, runIDs ...string) error {
+func (s *Store) Delete(ctx context.Context, namespace, run string, runIDs ...string) error {
 	want := map[string]bool{}
 	for _, id := range runIDs {
 		want[id] = true
@@ -256,7 +261,7 @@ func (s *S3Store) Delete(ctx context.Context, namespace, run string, runIDs ...s
 	return s.remove(ctx, names)
 }
 
-func (s *S3Store) remove(ctx context.Context, names []string) error {
+func (s *Store) remove(ctx context.Context, names []string) error {
 	for _, n := range names {
 		if err := s.c.RemoveObject(ctx, s.bucket, n, minio.RemoveObjectOptions{}); err != nil {
 			return fmt.Errorf("deleting %s from bucket %s: %w", n, s.bucket, err)
@@ -270,7 +275,7 @@ func (s *S3Store) remove(ctx context.Context, names []string) error {
 // retention period, enforced by the manager rather than a bucket lifecycle
 // rule, which not every S3-compatible server honours. It returns how many
 // objects it deleted.
-func (s *S3Store) Expire(ctx context.Context, before time.Time, gone func(namespace, run string) bool) (int, error) {
+func (s *Store) Expire(ctx context.Context, before time.Time, gone func(namespace, run string) bool) (int, error) {
 	var names []string
 	for o := range s.c.ListObjects(ctx, s.bucket, minio.ListObjectsOptions{Prefix: s.prefix, Recursive: true}) {
 		if o.Err != nil {
@@ -288,7 +293,7 @@ func (s *S3Store) Expire(ctx context.Context, before time.Time, gone func(namesp
 }
 
 // Raw returns an object as the server stores it (tests: nothing in clear).
-func (s *S3Store) Raw(ctx context.Context, k Key) ([]byte, error) {
+func (s *Store) Raw(ctx context.Context, k records.Key) ([]byte, error) {
 	o, err := s.c.GetObject(ctx, s.bucket, s.ObjectName(k), minio.GetObjectOptions{})
 	if err != nil {
 		return nil, err
