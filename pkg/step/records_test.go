@@ -109,4 +109,3 @@ type teeBuf struct {
 }
 
 func (t *teeBuf) Write(p []byte) (int, error) { t.a.Write(p); return t.b.Write(p) }
-
