@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // Defaults shared by the manager's flags and `kubectl tfrun render`, so a
@@ -296,6 +298,11 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		DestroyTimeout:  o.DestroyTimeout,
 		ProgressTimeout: o.ProgressTimeout,
 	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	r.Records = &records.SecretStore{Client: cs}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {
 		maxConc = 4
