@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -206,6 +207,40 @@ func TestOCISource(t *testing.T) {
 			if strings.Contains(logs, "e2e-registry-pa55word") {
 				t.Fatal("the registry password is in the clone step's log")
 			}
+
+			// The records outlive the run's engine object and pods: a rerun
+			// (keepFinished 1) prunes the first run's child, and its plan
+			// step's log and its plan are still there.
+			first := run.Status.Run.ID
+			e.sh(t, "", e.tfrun, "rerun", name, "-n", ns)
+			e.waitFor(t, name, "the rerun finished and the first run's child pruned", 6*time.Minute, func(r *infrav1.TerraformRun) bool {
+				return r.Status.Run != nil && r.Status.Run.ID != first && ready(r) && e.childGone(t, r, first)
+			})
+			old := e.sh(t, "", e.tfrun, "logs", name, "-n", ns, "--run", first, "--step", "plan")
+			if !strings.Contains(old, "opr8r-step: plan: +1 ~0 -0") || !strings.Contains(old, "terraform_data.hello will be created") {
+				t.Fatalf("kubectl tfrun logs --run %s --step plan, after its child was pruned:\n%s", first, old)
+			}
+			t.Logf("kubectl tfrun logs %s --run %s --step plan (its %s and pods pruned):\n%s", name, first, run.Status.Run.Child.Kind, old)
+			plan := e.sh(t, "", e.tfrun, "plan", name, "-n", ns, "--run", first)
+			if !strings.Contains(plan, "terraform_data.hello will be created") {
+				t.Fatalf("kubectl tfrun plan --run %s after its child was pruned:\n%s", first, plan)
+			}
 		})
 	}
+}
+
+// childGone says whether the engine object named id and its pods are gone.
+func (e *env) childGone(t *testing.T, r *infrav1.TerraformRun, id string) bool {
+	t.Helper()
+	pods := &corev1.PodList{}
+	number := id[strings.LastIndex(id, "-")+1:]
+	if err := e.c.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{infrav1.RunNameLabel: r.Name, infrav1.RunNumberLabel: number}); err != nil {
+		t.Fatal(err)
+	}
+	if len(pods.Items) > 0 {
+		return false
+	}
+	out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", strings.ToLower(r.Status.Run.Child.Kind)+"s", id, "-n", ns, "--ignore-not-found", "-o", "name").CombinedOutput()
+	return err == nil && strings.TrimSpace(string(out)) == ""
 }
