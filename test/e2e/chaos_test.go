@@ -69,7 +69,7 @@ spec:
 
 // chaosRow is one line of the fault table.
 type chaosRow struct {
-	Fault, Engine, Outcome string
+	Fault, Engine, Outcome  string
 	Runs, Duplicated, Locks int
 }
 

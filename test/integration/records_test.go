@@ -61,7 +61,7 @@ var _ = Describe("records", func() {
 		Eventually(keptRuns, timeout, interval).Should(Equal([]string{ids[1], ids[2]}), "keepRecords 2: the first run's records go with its history record")
 		b, err := store.Get(ctx, records.Key{Namespace: ns, Run: "kept", RunID: ids[1], Step: "plan", Kind: records.KindPlanText})
 		Expect(err).NotTo(HaveOccurred())
-		Expect(string(b)).To(Equal(ids[1] + " plan.txt"), "a run still in the history keeps its plan after its child is pruned")
+		Expect(string(b)).To(Equal(ids[1]+" plan.txt"), "a run still in the history keeps its plan after its child is pruned")
 		Eventually(g.childCount(ns), timeout, interval).Should(Equal(1))
 
 		By("deleting the TerraformRun deletes its records")
