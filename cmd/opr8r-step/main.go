@@ -107,7 +107,7 @@ func run(args []string, out io.Writer) int {
 			name = "check-" + o.checkName
 		}
 		r.RecordKey = records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name}
-		if err := r.RecordKey.Validate(); err != nil {
+		if err := (records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name, Kind: records.KindLog}).Validate(); err != nil {
 			return fail(err)
 		}
 		store := &records.SecretStore{Client: r.Kube.Client}
