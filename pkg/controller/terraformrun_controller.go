@@ -85,9 +85,16 @@ type TerraformRunReconciler struct {
 	// prunes them with the history and deletes them with the TerraformRun
 	// (records.go). Nil: none are pruned.
 	Records records.Store
+	// ObjectStore, when set, is where finished runs' records move from the
+	// Secrets the steps wrote (an S3-compatible store); records.go.
+	ObjectStore records.Store
+	// RestoreTTL is how long records brought back from the object store
+	// stay (DefaultRestoreTTL when 0).
+	RestoreTTL time.Duration
 	// recordsPruned remembers, per TerraformRun uid, the oldest run number
-	// its records were last pruned to.
-	recordsPruned sync.Map
+	// its records were last pruned to; recordsMoved the newest run whose
+	// records moved to the object store; recordsRestores its requests.
+	recordsPruned, recordsMoved, recordsRestores sync.Map
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }

@@ -77,6 +77,9 @@ type Record struct {
 	Size int64
 	// Stored is when it was written.
 	Stored time.Time
+	// Restored is true for a copy brought back from the object store for a
+	// while (SecretStore only).
+	Restored bool
 }
 
 // ErrNotFound is a record that is not stored (never written, pruned, or

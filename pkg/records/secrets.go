@@ -30,6 +30,8 @@ const (
 	ComponentRecord = "record"
 	RunIDLabel      = "infra.opr8r.io/run-id"
 	KindLabel       = "infra.opr8r.io/record-kind"
+	// RestoredLabel marks a copy brought back from the object store.
+	RestoredLabel   = "infra.opr8r.io/record-restored"
 	chunkAnnotation = "infra.opr8r.io/record-chunk"
 	countAnnotation = "infra.opr8r.io/record-chunks"
 	sumAnnotation   = "infra.opr8r.io/record-sha256"
@@ -52,8 +54,9 @@ type SecretStore struct {
 	// ChunkSize is the most gzipped bytes per Secret (DefaultChunkSize
 	// when 0).
 	ChunkSize int
-	// Now is the clock (tests).
-	Now func() time.Time
+	// Restored marks what Put writes as copies brought back from the
+	// object store, which ExpireRestored removes.
+	Restored bool
 }
 
 var _ Store = &SecretStore{}
@@ -69,6 +72,14 @@ func (s *SecretStore) chunkSize() int {
 func SecretName(k Key, i int) string {
 	h := sha256.Sum256([]byte(k.RunID + "/" + k.Step + "/" + string(k.Kind)))
 	return fmt.Sprintf("%s-rec-%s-%d", k.RunID, hex.EncodeToString(h[:])[:10], i)
+}
+
+func (s *SecretStore) labels(k Key) map[string]string {
+	l := recordLabels(k)
+	if s.Restored {
+		l[RestoredLabel] = "true"
+	}
+	return l
 }
 
 func recordLabels(k Key) map[string]string {
@@ -102,7 +113,7 @@ func (s *SecretStore) Put(ctx context.Context, k Key, data []byte) error {
 	for i, c := range chunks {
 		sec := &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{
-				Name: SecretName(k, i), Namespace: k.Namespace, Labels: recordLabels(k),
+				Name: SecretName(k, i), Namespace: k.Namespace, Labels: s.labels(k),
 				Annotations: map[string]string{
 					chunkAnnotation: strconv.Itoa(i), countAnnotation: strconv.Itoa(len(chunks)),
 					sumAnnotation: hex.EncodeToString(sum[:]), sizeAnnotation: strconv.Itoa(len(data)),
@@ -217,7 +228,7 @@ func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record
 		k := Key{Namespace: namespace, Run: run, RunID: l[RunIDLabel], Step: l[infrav1.StepLabel], Kind: Kind(l[KindLabel])}
 		if byKey[k] == nil {
 			size, _ := strconv.ParseInt(it.Annotations[sizeAnnotation], 10, 64)
-			byKey[k] = &Record{Key: k, Size: size, Stored: it.CreationTimestamp.Time}
+			byKey[k] = &Record{Key: k, Size: size, Stored: it.CreationTimestamp.Time, Restored: l[RestoredLabel] == "true"}
 		}
 	}
 	out := make([]Record, 0, len(byKey))
@@ -260,4 +271,24 @@ func (s *SecretStore) Delete(ctx context.Context, namespace, run string, runIDs 
 		return fmt.Errorf("deleting records of %s/%s: %s", namespace, run, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// ExpireRestored deletes the copies brought back from the object store
+// (Restored) of a TerraformRun that were written before the given time.
+func (s *SecretStore) ExpireRestored(ctx context.Context, namespace, run string, before time.Time) (int, error) {
+	items, err := s.list(ctx, namespace, run, nil)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, it := range items {
+		if it.Labels[RestoredLabel] != "true" || !it.CreationTimestamp.Time.Before(before) {
+			continue
+		}
+		if err := s.Client.CoreV1().Secrets(namespace).Delete(ctx, it.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
 }

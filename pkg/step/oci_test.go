@@ -14,6 +14,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 
@@ -93,7 +94,13 @@ func tarball(t *testing.T, gz bool, files map[string]string) []byte {
 	} else {
 		tw = tar.NewWriter(&buf)
 	}
-	for p, c := range files {
+	names := make([]string, 0, len(files))
+	for p := range files {
+		names = append(names, p)
+	}
+	sort.Strings(names) // the same files make the same layer
+	for _, p := range names {
+		c := files[p]
 		if err := tw.WriteHeader(&tar.Header{Name: p, Mode: 0o644, Size: int64(len(c)), Typeflag: tar.TypeReg}); err != nil {
 			t.Fatal(err)
 		}
