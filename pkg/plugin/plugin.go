@@ -52,6 +52,9 @@ type Options struct {
 	Client    client.Client
 	Clientset kubernetes.Interface
 	Now       func() time.Time
+	// RestoreWait is how long to wait for the manager to bring records
+	// back from the object store (15s when 0).
+	RestoreWait time.Duration
 }
 
 func (o *Options) now() time.Time { return engine.Now(o.Now) }
@@ -293,7 +296,7 @@ var ErrNoPlan = errors.New("no plan")
 // plan prints a run's plan: whole, from the records the plan step kept;
 // for a run from before records, from its plan Secret (cut at 1 MiB).
 func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) error {
-	run, _, cs, err := o.get(ctx, name)
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -305,8 +308,7 @@ func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) err
 	if asJSON {
 		kind = records.KindPlanJSON
 	}
-	store := &records.SecretStore{Client: cs}
-	text, err := store.Get(ctx, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: pipeline.StepPlan, Kind: kind})
+	text, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: pipeline.StepPlan, Kind: kind})
 	switch {
 	case err == nil:
 	case errors.Is(err, records.ErrNotFound) && !asJSON:
@@ -333,6 +335,50 @@ func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) err
 	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", p.Digest, p.Summary, p.RunID)
 	_, err = o.Out.Write(text)
 	return err
+}
+
+// keptRecord reads a record from the run's namespace. One that is not
+// there, of a finished run still in the history, may have moved to the
+// object store: the manager is asked to bring that run's records back for
+// a while (annotation infra.opr8r.io/records-request), and it is waited
+// for. Without an object store the manager does nothing, and the record
+// is reported not kept.
+func (o *Options) keptRecord(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, k records.Key) ([]byte, error) {
+	store := &records.SecretStore{Client: cs}
+	b, err := store.Get(ctx, k)
+	if err == nil || !errors.Is(err, records.ErrNotFound) || !inHistory(run, k.RunID) {
+		return b, err
+	}
+	req := k.RunID + "@" + o.now().UTC().Format(time.RFC3339Nano)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{controller.RecordsRequestAnnotation: req}}})
+	if perr := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", patch), client.FieldOwner(FieldManager)); perr != nil {
+		return nil, fmt.Errorf("%w (asking the manager to bring it back from an object store failed: %v)", err, perr)
+	}
+	wait := o.RestoreWait
+	if wait == 0 {
+		wait = 15 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+		if b, err = store.Get(ctx, k); !errors.Is(err, records.ErrNotFound) {
+			return b, err
+		}
+	}
+	return nil, fmt.Errorf("%w, and the manager brought none back from an object store within %s", err, wait)
+}
+
+func inHistory(run *infrav1.TerraformRun, runID string) bool {
+	for _, h := range run.Status.History {
+		if h.ID == runID {
+			return true
+		}
+	}
+	return false
 }
 
 // planOfRun is the plan of the run with that id (from status or the
@@ -601,7 +647,7 @@ func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) 
 // logs prints a step's log: from its pod while the run is active, and
 // otherwise (or when its pod is gone) as the step kept it.
 func (o *Options) logs(ctx context.Context, name, runID, step string) error {
-	run, _, cs, err := o.get(ctx, name)
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -614,8 +660,7 @@ func (o *Options) logs(ctx context.Context, name, runID, step string) error {
 	ph := run.Status.Run.Phase
 	active := runID == run.Status.Run.ID && ph != infrav1.RunSucceeded && ph != infrav1.RunFailed && ph != infrav1.RunRejected
 	kept := func() error {
-		store := &records.SecretStore{Client: cs}
-		b, err := store.Get(ctx, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: runID, Step: step, Kind: records.KindLog})
+		b, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: runID, Step: step, Kind: records.KindLog})
 		if err != nil {
 			return err
 		}

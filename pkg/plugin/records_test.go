@@ -54,6 +54,9 @@ func TestPluginReadsKeptRecords(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no log of step apply of run done-2 is kept") {
 		t.Fatalf("a log never kept: err = %v", err)
 	}
+	if got := get(t, ns, "done").Annotations["infra.opr8r.io/records-request"]; !strings.HasPrefix(got, "done-2@") {
+		t.Fatalf("the manager was not asked to bring run done-2's records back from an object store: annotation %q", got)
+	}
 	_, _, err = tfrun(ns, "plan", "done", "--run", "done-9")
 	if err == nil || !strings.Contains(err.Error(), "has no run done-9 in its history") {
 		t.Fatalf("a run not in the history: err = %v", err)

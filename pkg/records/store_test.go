@@ -6,16 +6,12 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
-	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/minio/minio-go/v7"
-	"github.com/minio/minio-go/v7/pkg/credentials"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +19,7 @@ import (
 
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/records/s3"
+	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
 var kube kubernetes.Interface
@@ -43,54 +40,21 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-// s3Server is a real S3-compatible server, versitygw (built by
-// hack/versitygw.sh from the module proxy), on 127.0.0.1 with a POSIX
-// directory behind it, and one bucket.
-type s3Server struct {
-	endpoint, access, secret, bucket, dir string
-}
-
-func startS3(t *testing.T) *s3Server {
+// startS3 runs versitygw, a real S3-compatible server, on 127.0.0.1.
+func startS3(t *testing.T) *envtestutil.S3Server {
 	t.Helper()
-	bin := os.Getenv("OPR8R_VERSITYGW")
-	if bin == "" {
-		t.Fatal("OPR8R_VERSITYGW is not set: run the tests with make test, which builds versitygw (hack/versitygw.sh)")
-	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	srv, err := envtestutil.StartS3(t.TempDir(), "opr8r-records")
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := l.Addr().String()
-	l.Close()
-	s := &s3Server{endpoint: addr, access: "opr8r-test-access", secret: "opr8r-test-secret-key-1234", bucket: "opr8r-records", dir: t.TempDir()}
-	cmd := exec.Command(bin, "--access", s.access, "--secret", s.secret, "--port", addr, "--quiet", "posix", s.dir)
-	var log bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &log, &log
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	c, err := minio.New(addr, &minio.Options{Creds: credentials.NewStaticV4(s.access, s.secret, ""), Region: "us-east-1"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := c.MakeBucket(context.Background(), s.bucket, minio.MakeBucketOptions{Region: "us-east-1"})
-		if err == nil {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("versitygw on %s: %v\n%s", addr, err, log.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	t.Cleanup(srv.Stop)
+	return srv
 }
 
-func (s *s3Server) store(t *testing.T, key []byte) *s3.Store {
+func s3store(t *testing.T, srv *envtestutil.S3Server, key []byte) *s3.Store {
 	t.Helper()
-	st, err := s3.New(s3.Config{Endpoint: s.endpoint, Insecure: true, Bucket: s.bucket, Prefix: "opr8r/",
-		AccessKey: s.access, SecretKey: s.secret, Key: key})
+	st, err := s3.New(s3.Config{Endpoint: srv.Endpoint, Insecure: true, Bucket: srv.Bucket, Prefix: "opr8r/",
+		AccessKey: srv.AccessKey, SecretKey: srv.SecretKey, Key: key})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +212,7 @@ func TestSecretStore(t *testing.T) {
 func TestS3Store(t *testing.T) {
 	srv := startS3(t)
 	storeCases(t, func(t *testing.T) (records.Store, string) {
-		return srv.store(t, aesKey(t)), fmt.Sprintf("ns-%d", time.Now().UnixNano()%1000000)
+		return s3store(t, srv, aesKey(t)), fmt.Sprintf("ns-%d", time.Now().UnixNano()%1000000)
 	})
 }
 
@@ -289,7 +253,7 @@ func TestS3StoreEncryptsAndExpires(t *testing.T) {
 	srv := startS3(t)
 	ctx := context.Background()
 	key := aesKey(t)
-	s := srv.store(t, key)
+	s := s3store(t, srv, key)
 	const marker = "SENSITIVE-PLAN-VALUE-4e1f"
 	k := records.Key{Namespace: "team-a", Run: "db", RunID: "db-1", Step: "plan", Kind: records.KindPlanJSON}
 	plan := append(bigPlan(64<<10), []byte(`{"after":{"password":"`+marker+`"}}`)...)
@@ -304,7 +268,7 @@ func TestS3StoreEncryptsAndExpires(t *testing.T) {
 		t.Fatal("the object holds the plan in clear")
 	}
 	// And on the server's disk.
-	_ = filepath.Walk(srv.dir, func(p string, info os.FileInfo, err error) error {
+	_ = filepath.Walk(srv.Dir, func(p string, info os.FileInfo, err error) error {
 		if err == nil && !info.IsDir() {
 			if b, _ := os.ReadFile(p); bytes.Contains(b, []byte(marker)) {
 				t.Errorf("%s on the server's disk holds the plan in clear", p)
@@ -312,7 +276,7 @@ func TestS3StoreEncryptsAndExpires(t *testing.T) {
 		}
 		return nil
 	})
-	if _, err := srv.store(t, aesKey(t)).Get(ctx, k); err == nil || !strings.Contains(err.Error(), "does not decrypt") {
+	if _, err := s3store(t, srv, aesKey(t)).Get(ctx, k); err == nil || !strings.Contains(err.Error(), "does not decrypt") {
 		t.Fatalf("another key read the record: %v", err)
 	}
 	if err := s.Put(ctx, records.Key{Namespace: "team-a", Run: "gone", RunID: "gone-1", Step: "plan", Kind: records.KindLog}, []byte("x")); err != nil {
