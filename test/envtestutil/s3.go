@@ -18,8 +18,8 @@ import (
 // POSIX directory on 127.0.0.1, with one bucket.
 type S3Server struct {
 	Endpoint, AccessKey, SecretKey, Bucket, Dir string
-	cmd                                        *exec.Cmd
-	log                                        bytes.Buffer
+	cmd                                         *exec.Cmd
+	log                                         bytes.Buffer
 }
 
 // StartS3 starts versitygw over dir and creates the bucket.
