@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
+	"fmt"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -74,9 +76,29 @@ var _ = Describe("records", func() {
 		Expect(string(b)).To(Equal(ids[1]+" plan.txt"), "a run still in the history keeps its plan after its child is pruned")
 		Eventually(g.childCount(ns), timeout, interval).Should(Equal(1))
 
-		By("deleting the TerraformRun deletes its records")
+		By("a 5 MB plan is kept, and kubectl tfrun plan shows it whole")
+		var plan bytes.Buffer
+		for i := 0; plan.Len() < 5<<20; i++ {
+			fmt.Fprintf(&plan, "  # terraform_data.item[%d] will be created\n  + resource \"terraform_data\" \"item\" { input = \"%x\" }\n", i, i*7919)
+		}
+		plan.WriteString("[the end of a 5 MB plan]\n")
+		Expect(store.Put(ctx, records.Key{Namespace: ns, Run: "kept", RunID: ids[2], Step: "plan", Kind: records.KindPlanText}, plan.Bytes())).To(Succeed())
+		var out, errOut bytes.Buffer
+		flags := genericclioptions.NewConfigFlags(false)
+		flags.Namespace = &ns
+		cmd := plugin.NewCommand(&plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8sClient, Clientset: clientset, Engines: pipelines.All()})
+		cmd.SetArgs([]string{"plan", "kept", "--run", ids[2]})
+		Expect(cmd.ExecuteContext(ctx)).To(Succeed())
+		Expect(out.Len()).To(BeNumerically(">", 5<<20))
+		Expect(strings.HasSuffix(out.String(), "[the end of a 5 MB plan]\n")).To(BeTrue(), "the whole plan")
+
+		By("deleting the TerraformRun deletes its records, the 5 MB plan too")
 		Expect(k8sClient.Delete(ctx, getRun(ns, "kept"))).To(Succeed())
-		Eventually(keptRuns, timeout, interval).Should(BeEmpty())
+		Eventually(func() int {
+			l, err := clientset.CoreV1().Secrets(ns).List(ctx, metav1.ListOptions{LabelSelector: "infra.opr8r.io/component=record"})
+			Expect(err).NotTo(HaveOccurred())
+			return len(l.Items)
+		}, timeout, interval).Should(BeZero())
 	})
 })
 
