@@ -17,6 +17,8 @@ KUSTOMIZE_VERSION ?= v5.7.1
 KUSTOMIZE := $(CACHE)/tools/kustomize-$(KUSTOMIZE_VERSION)/kustomize
 TOFU_VERSION ?= 1.12.6
 TOFU := $(CACHE)/tofu/$(TOFU_VERSION)/tofu
+VERSITYGW_VERSION ?= 1.8.0
+VERSITYGW := $(CACHE)/versitygw/$(VERSITYGW_VERSION)/versitygw
 GO_TEST_FLAGS ?=
 
 .PHONY: all
@@ -87,11 +89,17 @@ tofu: $(TOFU) ## Build OpenTofu for the step runner's tests.
 $(TOFU):
 	TOFU_VERSION=$(TOFU_VERSION) hack/opentofu.sh
 
+.PHONY: versitygw
+versitygw: $(VERSITYGW) ## Build versitygw, the S3-compatible server the records store is tested against.
+
+$(VERSITYGW):
+	VERSITYGW_VERSION=$(VERSITYGW_VERSION) hack/versitygw.sh
+
 ##@ Test
 
 .PHONY: test
-test: envtest-assets tofu tools ## Unit, golden, step-runner (real git, terraform, OpenTofu), install and envtest integration tests.
-	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test -timeout 30m $(GO_TEST_FLAGS) ./...
+test: envtest-assets tofu tools versitygw ## Unit, golden, step-runner (real git, terraform, OpenTofu, an OCI registry), records stores (a real S3 server), install and envtest integration tests.
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_VERSITYGW=$(VERSITYGW) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test -timeout 30m $(GO_TEST_FLAGS) ./...
 
 .PHONY: bench-checks
 bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.

@@ -72,7 +72,7 @@ type TerraformRunSpec struct {
 	Engine EngineName `json:"engine,omitempty"`
 
 	// Source is where the Terraform module comes from. Exactly one of git,
-	// inline and configMapRef must be set.
+	// oci, inline and configMapRef must be set.
 	Source Source `json:"source"`
 
 	// Terraform configures the Terraform (or OpenTofu) invocation.
@@ -291,11 +291,19 @@ type CheckEnvVar struct {
 
 // Source is where the Terraform module comes from. Exactly one field is set.
 //
-// +kubebuilder:validation:XValidation:rule="(has(self.git) ? 1 : 0) + (has(self.inline) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) == 1",message="spec.source must set exactly one of git, inline or configMapRef"
+// +kubebuilder:validation:XValidation:rule="(has(self.git) ? 1 : 0) + (has(self.oci) ? 1 : 0) + (has(self.inline) ? 1 : 0) + (has(self.configMapRef) ? 1 : 0) == 1",message="spec.source must set exactly one of git, oci, inline or configMapRef"
 type Source struct {
 	// Git fetches the module from a git repository.
 	// +optional
 	Git *GitSource `json:"git,omitempty"`
+
+	// OCI fetches the module from an OCI artifact in a container registry:
+	// an artifact pushed with `flux push artifact`, or any artifact whose
+	// one layer is a tar or gzipped tar of the module. The manifest digest
+	// it resolved to is the run's revision (status.run.commit), so a tag
+	// that moves is seen by the scheduled checks of spec.interval.
+	// +optional
+	OCI *OCISource `json:"oci,omitempty"`
 
 	// Inline holds the module's files in this object.
 	// +optional
@@ -338,6 +346,52 @@ type GitSource struct {
 	// put in the URL, arguments or environment.
 	// +optional
 	CredentialsSecretRef *LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+}
+
+// OCISource fetches a Terraform module published as an OCI artifact.
+//
+// +kubebuilder:validation:XValidation:rule="!(has(self.tag) && has(self.digest))",message="spec.source.oci: set tag or digest, not both (a digest pins the artifact; a tag may move)"
+type OCISource struct {
+	// URL is the artifact's repository, oci://<registry>/<repository>, for
+	// example oci://ghcr.io/acme/modules/network (no tag or digest: use tag
+	// or digest).
+	// +kubebuilder:validation:MinLength=7
+	// +kubebuilder:validation:MaxLength=2048
+	// +kubebuilder:validation:XValidation:rule="self.matches('^oci://[A-Za-z0-9.-]+(:[0-9]+)?/[a-z0-9]+(([.]|_|__|-+|/)[a-z0-9]+)*$')",message="spec.source.oci.url must be oci://<registry>/<repository> with a lowercase repository path and no tag, digest or credentials, for example oci://ghcr.io/acme/modules/network; put the tag in spec.source.oci.tag"
+	URL string `json:"url"`
+
+	// Tag is the artifact's tag. When neither tag nor digest is set, the
+	// tag is latest.
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:Pattern=`^[A-Za-z0-9_][A-Za-z0-9._-]{0,127}$`
+	// +optional
+	Tag string `json:"tag,omitempty"`
+
+	// Digest pins the artifact's manifest, sha256:<64 hex digits>.
+	// +kubebuilder:validation:Pattern=`^sha256:[a-f0-9]{64}$`
+	// +optional
+	Digest string `json:"digest,omitempty"`
+
+	// Path is the module's directory inside the artifact, relative to its root.
+	// +kubebuilder:validation:MaxLength=1024
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="spec.source.oci.path must be relative to the artifact's root and must not contain '..'"
+	// +optional
+	Path string `json:"path,omitempty"`
+
+	// CredentialsSecretRef names a Secret with the registry's credentials:
+	// a kubernetes.io/dockerconfigjson Secret (key .dockerconfigjson, as
+	// for imagePullSecrets; the entry for the artifact's registry is used),
+	// or the keys username and password. The Secret is mounted as files
+	// into the clone step and read by the step runner; the credentials are
+	// never put in arguments, the environment or logs.
+	// +optional
+	CredentialsSecretRef *LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+
+	// Insecure allows a registry served over plain HTTP (a registry inside
+	// the cluster or a test registry). Credentials then cross the network
+	// in clear; leave it off for any registry on the internet.
+	// +optional
+	Insecure bool `json:"insecure,omitempty"`
 }
 
 // InlineSource holds a module's files in the TerraformRun itself.
@@ -853,8 +907,9 @@ type RunStatus struct {
 	// FinishedAt is when the run finished.
 	// +optional
 	FinishedAt *metav1.Time `json:"finishedAt,omitempty"`
-	// Commit is the source revision the run checked out: the git commit, or
-	// the digest of a ConfigMap or inline source's files.
+	// Commit is the source revision the run checked out: the git commit,
+	// an OCI artifact's manifest digest, or the digest of a ConfigMap or
+	// inline source's files.
 	// +optional
 	Commit string `json:"commit,omitempty"`
 	// Author is the user who last changed the spec when the run started
@@ -974,8 +1029,9 @@ type RunRecord struct {
 	TriggerDetail string `json:"triggerDetail,omitempty"`
 	// SpecHash is the hash of the spec it ran.
 	SpecHash string `json:"specHash"`
-	// Revision is the source revision it ran (the git commit, or the
-	// digest of a ConfigMap or inline source's files).
+	// Revision is the source revision it ran (the git commit, an OCI
+	// artifact's manifest digest, or the digest of a ConfigMap or inline
+	// source's files).
 	// +optional
 	Revision string `json:"revision,omitempty"`
 	// Inputs is the digest of its variables (see status.run.inputs).

@@ -27,6 +27,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
 // settings are the manager's flags.
@@ -42,6 +43,9 @@ type settings struct {
 	admissionPolicies, crossNSDeps     bool
 	shard                              manager.Shard
 	cfg                                engine.Config
+	objectStore                        s3.Config
+	objectStoreCreds                   string
+	recordsRetention                   time.Duration
 }
 
 func main() {
@@ -71,6 +75,13 @@ func main() {
 	flag.StringVar(&s.shard.Name, "shard", "", "Handle only the TerraformRuns labelled sharding.opr8r.io/key=NAME, with a leader election of this shard's own (empty: every run, unless --unsharded-only).")
 	flag.BoolVar(&s.shard.UnshardedOnly, "unsharded-only", false, "Handle only the TerraformRuns without a sharding.opr8r.io/key label: the default manager of an install with --shard managers.")
 	flag.DurationVar(&s.progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
+	flag.StringVar(&s.objectStore.Endpoint, "records-object-store-endpoint", "", "host[:port] of an S3-compatible object store that keeps finished runs' records (step logs, plans), encrypted; empty: they stay in Secrets in the runs' namespaces (docs/records.md).")
+	flag.StringVar(&s.objectStore.Bucket, "records-object-store-bucket", "", "The object store's bucket (it must exist).")
+	flag.StringVar(&s.objectStore.Region, "records-object-store-region", "", "The bucket's region (default us-east-1).")
+	flag.StringVar(&s.objectStore.Prefix, "records-object-store-prefix", "opr8r/", "The prefix of every object key.")
+	flag.BoolVar(&s.objectStore.Insecure, "records-object-store-insecure", false, "Speak plain HTTP to the object store (a server inside the cluster).")
+	flag.StringVar(&s.objectStoreCreds, "records-object-store-credentials-dir", "/etc/opr8r/records-object-store", "The mounted Secret with the object store's access-key, secret-key and encryption-key (32 bytes: openssl rand -base64 32).")
+	flag.DurationVar(&s.recordsRetention, "records-retention", manager.DefaultRecordsRetention, "How long the object store keeps a record; records of runs that leave a TerraformRun's history, or of deleted TerraformRuns, go sooner.")
 	opts := zap.Options{}
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
@@ -137,11 +148,16 @@ func run(s settings) error {
 		ctrl.Log.WithName("setup").Info("handling one shard of the TerraformRuns", "shard", sh, "label", infrav1.ShardLabel)
 	}
 	controller.RegisterMetrics()
+	objectStore, err := newObjectStore(s)
+	if err != nil {
+		return err
+	}
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
 		MaxActiveRuns: s.maxActiveRuns, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList,
+		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 	}); err != nil {
 		return err
 	}
@@ -152,6 +168,29 @@ func run(s settings) error {
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// newObjectStore connects to the records' object store when one is
+// configured, and checks its bucket before the manager starts.
+func newObjectStore(s settings) (*s3.Store, error) {
+	if s.objectStore.Endpoint == "" {
+		return nil, nil
+	}
+	cfg, err := manager.ObjectStoreConfig(s.objectStore, s.objectStoreCreds)
+	if err != nil {
+		return nil, err
+	}
+	st, err := s3.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := st.Check(ctx); err != nil {
+		return nil, err
+	}
+	ctrl.Log.WithName("setup").Info("records of finished runs are kept in the object store", "endpoint", cfg.Endpoint, "bucket", cfg.Bucket, "retention", s.recordsRetention)
+	return st, nil
 }
 
 // applyCRDs server-side applies the embedded CRDs.

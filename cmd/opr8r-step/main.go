@@ -21,7 +21,13 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/results"
 	"github.com/opr8r/opr8r/pkg/step"
 )
@@ -53,7 +59,24 @@ func run(args []string, out io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	// Everything the step prints is also captured for its log record.
+	capture := &step.LogCapture{}
+	console := out
+	out = io.MultiWriter(out, capture)
 	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile}
+	keepLog := func() {
+		if r.Records == nil {
+			return
+		}
+		// Not with the signal's context: a step that is stopped still
+		// keeps what it printed.
+		kctx, kcancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer kcancel()
+		if err := r.KeepRecord(kctx, records.KindLog, capture.Bytes()); err != nil {
+			fmt.Fprintln(console, "opr8r-step: warning: this step's log was not kept: "+r.Redact(err.Error()))
+		}
+	}
+	defer keepLog()
 	fail := func(err error) int {
 		msg := r.Redact(err.Error())
 		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+msg)
@@ -66,8 +89,9 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
+	keepsRecords := o.recordsRun != "" && o.recordsRunID != "" && cmd != "install"
 	needsKube := (cmd == "plan" && (o.planSecret != "" || crossNamespace(o.depVars))) || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
-		(cmd == "check" && o.outputSecret != "")
+		(cmd == "check" && o.outputSecret != "") || keepsRecords
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
 		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
 	}
@@ -78,6 +102,21 @@ func run(args []string, out io.Writer) int {
 		}
 		k.Shard = o.shard
 		r.Kube = k
+	}
+	if keepsRecords {
+		name := cmd
+		if cmd == "check" {
+			name = "check-" + o.checkName
+		}
+		r.RecordKey = records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name}
+		if err := (records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name, Kind: records.KindLog}).Validate(); err != nil {
+			return fail(err)
+		}
+		store := &records.SecretStore{Client: r.Kube.Client}
+		if o.recordsRunUID != "" {
+			store.Owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
+		}
+		r.Records = store
 	}
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
@@ -96,7 +135,7 @@ func run(args []string, out io.Writer) int {
 	case "install":
 		err = install(o.dest)
 	case "clone":
-		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, From: o.from, Dest: o.dest})
+		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest})
 	case "init":
 		err = r.Init(ctx, mod, be)
 	case "plan":
@@ -184,7 +223,8 @@ type options struct {
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
 	shard                                                   string
-	destroy                                                 bool
+	recordsRun, recordsRunUID, recordsRunID                 string
+	destroy, insecure                                       bool
 	envFiles, varsDirs, depVars                             multi
 }
 
@@ -192,10 +232,11 @@ type options struct {
 func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
-	fs.StringVar(&o.source, "source", "git", "clone: git or dir")
-	fs.StringVar(&o.url, "url", "", "clone: repository URL")
-	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA")
-	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git credentials Secret")
+	fs.StringVar(&o.source, "source", "git", "clone: git, oci or dir")
+	fs.StringVar(&o.url, "url", "", "clone: repository URL (oci://registry/repository for oci)")
+	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA (git); tag or sha256: digest (oci)")
+	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git or registry credentials Secret")
+	fs.BoolVar(&o.insecure, "insecure", false, "clone: the OCI registry is served over plain HTTP")
 	fs.StringVar(&o.from, "from", "", "clone: directory of a dir source")
 	fs.StringVar(&o.moduleDir, "module-dir", "", "the Terraform module directory")
 	fs.StringVar(&o.workspace, "workspace", "default", "the Terraform workspace")
@@ -228,6 +269,9 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.namespace, "namespace", "", "namespace of written Secrets (default: the pod's)")
 	fs.StringVar(&o.terraformBin, "terraform", "", "terraform or tofu binary (default: found on PATH)")
 	fs.StringVar(&o.termLog, "termination-log", "/dev/termination-log", "where the failure summary goes")
+	fs.StringVar(&o.recordsRun, "records-run", "", "the TerraformRun whose records (this step's log, the plans) the step keeps")
+	fs.StringVar(&o.recordsRunUID, "records-run-uid", "", "the TerraformRun's uid: it owns the records")
+	fs.StringVar(&o.recordsRunID, "records-run-id", "", "the run's id (its engine object's name)")
 	fs.Var(&o.envFiles, "env-file", "NAME=PATH: terraform's env var NAME from a mounted Secret file (repeatable)")
 	return fs
 }

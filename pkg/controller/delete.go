@@ -157,6 +157,7 @@ func mayHaveResources(run *infrav1.TerraformRun) bool {
 
 func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
 	r.Limiter.Forget(client.ObjectKeyFromObject(run))
+	r.forgetRecords(ctx, run)
 	patch := client.MergeFrom(run.DeepCopy())
 	controllerutil.RemoveFinalizer(run, infrav1.Finalizer)
 	if err := r.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {

@@ -11,6 +11,7 @@ package controller
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,6 +34,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns,verbs=get;list;watch;update;patch
@@ -85,6 +87,20 @@ type TerraformRunReconciler struct {
 	// UntrustedIdentity: opr8r's admission policies are not installed, so
 	// the users stamped on decisions and specs are not trusted.
 	UntrustedIdentity bool
+	// Records is where the steps keep their logs and plans; the reconciler
+	// prunes them with the history and deletes them with the TerraformRun
+	// (records.go). Nil: none are pruned.
+	Records records.Store
+	// ObjectStore, when set, is where finished runs' records move from the
+	// Secrets the steps wrote (an S3-compatible store); records.go.
+	ObjectStore records.Store
+	// RestoreTTL is how long records brought back from the object store
+	// stay (DefaultRestoreTTL when 0).
+	RestoreTTL time.Duration
+	// recordsPruned remembers, per TerraformRun uid, the oldest run number
+	// its records were last pruned to; recordsMoved the newest run whose
+	// records moved to the object store; recordsRestores its requests.
+	recordsPruned, recordsMoved, recordsRestores sync.Map
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -118,6 +134,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 		r.reconcileSchedule,
 		r.reconcileStart,
 		r.reconcileChildren,
+		r.reconcileRecords,
 	}
 }
 

@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -27,6 +28,8 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/records"
+	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
 // Defaults shared by the manager's flags and `kubectl tfrun render`, so a
@@ -67,6 +70,16 @@ type Options struct {
 	// NoAdmissionPolicies says opr8r's admission policies are not installed:
 	// no user stamp on a decision or a spec can be trusted.
 	NoAdmissionPolicies bool
+	// ObjectStore, when set, keeps the records of finished runs (step
+	// logs, plans) instead of the Secrets the steps write them to.
+	ObjectStore *s3.Store
+	// RecordsRetention is how long the object store keeps a record
+	// (DefaultRecordsRetention when 0); RecordsExpiryPeriod how often it
+	// is enforced (hourly when 0).
+	RecordsRetention, RecordsExpiryPeriod time.Duration
+	// RestoreTTL is how long records brought back from the object store
+	// stay as Secrets.
+	RestoreTTL time.Duration
 }
 
 // Scheme returns a scheme with every type the manager reads or writes: the
@@ -387,6 +400,21 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		Config:          o.Engine,
 		DestroyTimeout:  o.DestroyTimeout,
 		ProgressTimeout: o.ProgressTimeout,
+	}
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return nil, err
+	}
+	r.Records = &records.SecretStore{Client: cs}
+	if o.ObjectStore != nil {
+		r.ObjectStore, r.RestoreTTL = o.ObjectStore, o.RestoreTTL
+		retention := o.RecordsRetention
+		if retention == 0 {
+			retention = DefaultRecordsRetention
+		}
+		if err := mgr.Add(&RecordsExpirer{Store: o.ObjectStore, Client: mgr.GetClient(), Retention: retention, Period: o.RecordsExpiryPeriod}); err != nil {
+			return nil, err
+		}
 	}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {

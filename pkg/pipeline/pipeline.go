@@ -69,6 +69,7 @@ const (
 	InputsDir       = "/opr8r/inputs"
 	VarsFile        = InputsDir + "/vars.json"
 	GitCredsDir     = "/opr8r/secrets/git"
+	OCICredsDir     = "/opr8r/secrets/oci"
 	BackendDir      = "/opr8r/secrets/backend"
 	VarsFromDir     = "/opr8r/vars"
 	EnvSecretsDir   = "/opr8r/secrets/env"
@@ -314,10 +315,25 @@ func Validate(run *infrav1.TerraformRun) error {
 	return nil
 }
 
+// OCIRef is what the clone step fetches of an OCI source: its digest, else
+// its tag, else latest.
+func OCIRef(o *infrav1.OCISource) string {
+	switch {
+	case o.Digest != "":
+		return o.Digest
+	case o.Tag != "":
+		return o.Tag
+	}
+	return "latest"
+}
+
 // ModuleDir is the Terraform module's directory in the workspace.
 func ModuleDir(run *infrav1.TerraformRun) string {
 	if g := run.Spec.Source.Git; g != nil && g.Path != "" {
 		return path.Join(CheckoutDir, path.Clean(g.Path))
+	}
+	if o := run.Spec.Source.OCI; o != nil && o.Path != "" {
+		return path.Join(CheckoutDir, path.Clean(o.Path))
 	}
 	return CheckoutDir
 }
@@ -325,8 +341,8 @@ func ModuleDir(run *infrav1.TerraformRun) string {
 // Build describes the pipeline of one run. The run must have defaults applied.
 func Build(req engine.Request) (*Pipeline, error) {
 	run := req.Run
-	if run.Spec.Source.Git == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
-		return nil, fmt.Errorf("spec.source: one of git, inline or configMapRef is required")
+	if run.Spec.Source.Git == nil && run.Spec.Source.OCI == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
+		return nil, fmt.Errorf("spec.source: one of git, oci, inline or configMapRef is required")
 	}
 	if req.Config.StepImage == "" {
 		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
@@ -518,7 +534,7 @@ type builder struct {
 	volumes []corev1.Volume
 
 	sourceMount  *corev1.VolumeMount
-	gitMount     *corev1.VolumeMount
+	credsMount   *corev1.VolumeMount
 	backendMount *corev1.VolumeMount
 	varsMounts   []corev1.VolumeMount
 	depMounts    []corev1.VolumeMount
@@ -537,7 +553,10 @@ func (b *builder) collectVolumes() {
 	switch {
 	case spec.Source.Git != nil && spec.Source.Git.CredentialsSecretRef != nil:
 		b.addVolume(secretVolume("git-credentials", spec.Source.Git.CredentialsSecretRef.Name, nil, false))
-		b.gitMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+		b.credsMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+	case spec.Source.OCI != nil && spec.Source.OCI.CredentialsSecretRef != nil:
+		b.addVolume(secretVolume("oci-credentials", spec.Source.OCI.CredentialsSecretRef.Name, nil, false))
+		b.credsMount = &corev1.VolumeMount{Name: "oci-credentials", MountPath: OCICredsDir, ReadOnly: true}
 	case spec.Source.Inline != nil:
 		files := SortedKeys(spec.Source.Inline.Files)
 		b.addVolume(configMapVolume("source", InputsConfigMapName(b.req.Name), false, keyItems(files, files)...))
@@ -660,6 +679,7 @@ func (b *builder) terraformStep(name string, args ...string) Step {
 		"--workspace=" + b.run.Spec.Terraform.Workspace,
 	}, args...)
 	s.Args = append(s.Args, b.tfEnvArgs...)
+	s.Args = append(s.Args, b.recordArgs()...)
 	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	s.Env = append(terraformEnv(), b.tfEnv...)
 	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
@@ -689,15 +709,26 @@ func (b *builder) clone() Step {
 	s.Args = []string{StepClone}
 	if g := b.run.Spec.Source.Git; g != nil {
 		s.Args = append(s.Args, "--source=git", "--url="+g.URL, "--ref="+g.Ref)
-		if b.gitMount != nil {
+		if b.credsMount != nil {
 			s.Args = append(s.Args, "--credentials-dir="+GitCredsDir)
-			s.VolumeMounts = append(s.VolumeMounts, *b.gitMount)
+			s.VolumeMounts = append(s.VolumeMounts, *b.credsMount)
+		}
+	} else if o := b.run.Spec.Source.OCI; o != nil {
+		s.Args = append(s.Args, "--source=oci", "--url="+o.URL, "--ref="+OCIRef(o))
+		if o.Insecure {
+			s.Args = append(s.Args, "--insecure")
+		}
+		if b.credsMount != nil {
+			s.Args = append(s.Args, "--credentials-dir="+OCICredsDir)
+			s.VolumeMounts = append(s.VolumeMounts, *b.credsMount)
 		}
 	} else {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
 		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
 	}
-	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults, "--termination-log="+PhErrorFile)
+	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults)
+	s.Args = append(s.Args, b.recordArgs()...)
+	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	return s
 }
 
@@ -725,6 +756,13 @@ func (b *builder) init() Step {
 	s := b.terraformStep(StepInit, args...)
 	s.VolumeMounts = append(s.VolumeMounts, mounts...)
 	return s
+}
+
+// recordArgs make a step keep its log (and the plan step the plans) as
+// records of the TerraformRun, which owns them (pkg/records): they outlive
+// the run's pods and engine object, and go with the TerraformRun.
+func (b *builder) recordArgs() []string {
+	return []string{"--records-run=" + b.run.Name, "--records-run-uid=" + string(b.run.UID), "--records-run-id=" + PhOwnerName}
 }
 
 func (b *builder) ownerArgs() []string {
@@ -777,6 +815,7 @@ func (b *builder) checks() []Step {
 		s.Args = []string{"check", "--name=" + c.Name, "--module-dir=" + ModuleDir(b.run), "--plan-json=" + PlanJSONFile,
 			"--output-secret=" + CheckSecretName(b.req.Name, c.Name)}
 		s.Args = append(s.Args, b.ownerArgs()...)
+		s.Args = append(s.Args, b.recordArgs()...)
 		s.Args = append(s.Args, "--termination-log="+PhErrorFile, "--")
 		s.Args = append(s.Args, c.Command...)
 		s.Env = []corev1.EnvVar{

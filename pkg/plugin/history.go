@@ -43,9 +43,15 @@ func (o *Options) history(ctx context.Context, name string) error {
 	return w.Flush()
 }
 
+// shortRev shortens a git commit to 12 hex digits, and a digest (an OCI
+// artifact's, or a ConfigMap source's) to its algorithm and 12 hex digits.
 func shortRev(rev string) string {
-	if len(rev) > 12 {
-		return rev[:12]
+	n := 12
+	if alg, _, ok := strings.Cut(rev, ":"); ok {
+		n += len(alg) + 1
+	}
+	if len(rev) > n {
+		return rev[:n]
 	}
 	return rev
 }

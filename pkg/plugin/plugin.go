@@ -33,6 +33,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // FieldManager is the field manager of the plugin's writes.
@@ -51,6 +52,9 @@ type Options struct {
 	Client    client.Client
 	Clientset kubernetes.Interface
 	Now       func() time.Time
+	// RestoreWait is how long to wait for the manager to bring records
+	// back from the object store (15s when 0).
+	RestoreWait time.Duration
 }
 
 func (o *Options) now() time.Time { return engine.Now(o.Now) }
@@ -127,17 +131,24 @@ func NewCommand(o *Options) *cobra.Command {
 	}
 	outputs.Flags().BoolVar(&showSensitive, "show-sensitive", false, "Show the values of sensitive outputs")
 
-	var step string
+	var step, runID string
 	logs := &cobra.Command{
-		Use: "logs NAME", Short: "Show a step's logs", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.logs(cmd.Context(), args[0], step) },
+		Use: "logs NAME", Short: "Show a step's log: from its pod while it runs, else as kept after the run (any run in the history)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return o.logs(cmd.Context(), args[0], runID, step) },
 	}
 	logs.Flags().StringVar(&step, "step", pipeline.StepPlan, "The step: clone, init, plan, check-<name>, apply, export-outputs or cleanup")
+	logs.Flags().StringVar(&runID, "run", "", "The run's id (kubectl tfrun history's ID column); default the latest run")
 
-	root.AddCommand(list,
-		&cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error { return o.plan(cmd.Context(), args[0]) }},
-		approve, reject,
+	var planRun string
+	var planJSON bool
+	plan := &cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan, whole (or of any run in the history)", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return o.plan(cmd.Context(), args[0], planRun, planJSON)
+		}}
+	plan.Flags().StringVar(&planRun, "run", "", "The run's id (kubectl tfrun history's ID column); default the run of the current plan")
+	plan.Flags().BoolVar(&planJSON, "json", false, "Print the plan as JSON (terraform show -json), as kept after the run")
+
+	root.AddCommand(list, plan, approve, reject,
 		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
 		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
@@ -282,27 +293,112 @@ func dash(s string) string {
 // ErrNoPlan says the run has no plan yet.
 var ErrNoPlan = errors.New("no plan")
 
-func (o *Options) plan(ctx context.Context, name string) error {
-	run, _, cs, err := o.get(ctx, name)
+// plan prints a run's plan: whole, from the records the plan step kept;
+// for a run from before records, from its plan Secret (cut at 1 MiB).
+func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) error {
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
-	if run.Status.Plan == nil {
-		return fmt.Errorf("%w: TerraformRun %s has no plan yet (phase %s)", ErrNoPlan, name, dash(run.Status.Phase))
-	}
-	sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.PlanSecretName(run.Status.Plan.RunID), metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return fmt.Errorf("the readable plan of run %s is gone (its %s was pruned); start a new run with kubectl tfrun rerun %s", run.Status.Plan.RunID, childKind(run), name)
-	}
+	p, err := planOfRun(run, runID)
 	if err != nil {
 		return err
 	}
-	if done, err := o.print(map[string]string{"digest": run.Status.Plan.Digest, "summary": run.Status.Plan.Summary, "plan": string(sec.Data["plan.txt"])}); done {
+	kind := records.KindPlanText
+	if asJSON {
+		kind = records.KindPlanJSON
+	}
+	text, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: pipeline.StepPlan, Kind: kind})
+	switch {
+	case err == nil:
+	case errors.Is(err, records.ErrNotFound) && !asJSON:
+		sec, serr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.PlanSecretName(p.RunID), metav1.GetOptions{})
+		if apierrors.IsNotFound(serr) {
+			return fmt.Errorf("the readable plan of run %s is gone (it is no longer in the history, or its %s was pruned before opr8r kept plans); start a new run with kubectl tfrun rerun %s", p.RunID, childKind(run), name)
+		}
+		if serr != nil {
+			return serr
+		}
+		text = sec.Data["plan.txt"]
+	case errors.Is(err, records.ErrNotFound):
+		return fmt.Errorf("the JSON plan of run %s is not kept (pruned with the history, or made before opr8r kept plans)", p.RunID)
+	default:
 		return err
 	}
-	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", run.Status.Plan.Digest, run.Status.Plan.Summary, run.Status.Plan.RunID)
-	_, err = o.Out.Write(sec.Data["plan.txt"])
+	if asJSON {
+		_, err = o.Out.Write(text)
+		return err
+	}
+	if done, err := o.print(map[string]string{"runID": p.RunID, "digest": p.Digest, "summary": p.Summary, "plan": string(text)}); done {
+		return err
+	}
+	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", p.Digest, p.Summary, p.RunID)
+	_, err = o.Out.Write(text)
 	return err
+}
+
+// keptRecord reads a record from the run's namespace. One that is not
+// there, of a finished run still in the history, may have moved to the
+// object store: the manager is asked to bring that run's records back for
+// a while (annotation infra.opr8r.io/records-request), and it is waited
+// for. Without an object store the manager does nothing, and the record
+// is reported not kept.
+func (o *Options) keptRecord(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, k records.Key) ([]byte, error) {
+	store := &records.SecretStore{Client: cs}
+	b, err := store.Get(ctx, k)
+	if err == nil || !errors.Is(err, records.ErrNotFound) || !inHistory(run, k.RunID) {
+		return b, err
+	}
+	req := k.RunID + "@" + o.now().UTC().Format(time.RFC3339Nano)
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{controller.RecordsRequestAnnotation: req}}})
+	if perr := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", patch), client.FieldOwner(FieldManager)); perr != nil {
+		return nil, fmt.Errorf("%w (asking the manager to bring it back from an object store failed: %v)", err, perr)
+	}
+	wait := o.RestoreWait
+	if wait == 0 {
+		wait = 15 * time.Second
+	}
+	deadline := time.Now().Add(wait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(300 * time.Millisecond):
+		}
+		if b, err = store.Get(ctx, k); !errors.Is(err, records.ErrNotFound) {
+			return b, err
+		}
+	}
+	return nil, fmt.Errorf("%w, and the manager brought none back from an object store within %s", err, wait)
+}
+
+func inHistory(run *infrav1.TerraformRun, runID string) bool {
+	for _, h := range run.Status.History {
+		if h.ID == runID {
+			return true
+		}
+	}
+	return false
+}
+
+// planOfRun is the plan of the run with that id (from status or the
+// history), or the current plan.
+func planOfRun(run *infrav1.TerraformRun, runID string) (*infrav1.PlanStatus, error) {
+	if runID == "" || (run.Status.Plan != nil && run.Status.Plan.RunID == runID) {
+		if run.Status.Plan == nil {
+			return nil, fmt.Errorf("%w: TerraformRun %s has no plan yet (phase %s)", ErrNoPlan, run.Name, dash(run.Status.Phase))
+		}
+		return run.Status.Plan, nil
+	}
+	for _, h := range run.Status.History {
+		if h.ID == runID {
+			if h.Plan == nil {
+				return nil, fmt.Errorf("%w: run %s of TerraformRun %s has no plan (it ended %s before planning)", ErrNoPlan, runID, run.Name, h.Result)
+			}
+			return h.Plan, nil
+		}
+	}
+	return nil, fmt.Errorf("TerraformRun %s has no run %s in its history (kubectl tfrun history %s lists them)", run.Name, runID, run.Name)
 }
 
 // CheckResult is one check of a run, as `kubectl tfrun checks` shows it.
@@ -548,13 +644,37 @@ func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) 
 	return w.Flush()
 }
 
-func (o *Options) logs(ctx context.Context, name, step string) error {
-	run, _, cs, err := o.get(ctx, name)
+// logs prints a step's log: from its pod while the run is active, and
+// otherwise (or when its pod is gone) as the step kept it.
+func (o *Options) logs(ctx context.Context, name, runID, step string) error {
+	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
 	}
 	if run.Status.Run == nil {
 		return fmt.Errorf("TerraformRun %s has no run yet", name)
+	}
+	if runID == "" {
+		runID = run.Status.Run.ID
+	}
+	ph := run.Status.Run.Phase
+	active := runID == run.Status.Run.ID && ph != infrav1.RunSucceeded && ph != infrav1.RunFailed && ph != infrav1.RunRejected
+	kept := func() error {
+		b, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: runID, Step: step, Kind: records.KindLog})
+		if err != nil {
+			return err
+		}
+		_, err = o.Out.Write(b)
+		return err
+	}
+	if !active {
+		err := kept()
+		if err == nil || !errors.Is(err, records.ErrNotFound) || runID != run.Status.Run.ID {
+			if errors.Is(err, records.ErrNotFound) {
+				return fmt.Errorf("no log of step %s of run %s is kept: the step did not run, or the run left the history (kubectl tfrun history %s lists the runs kept)", step, runID, name)
+			}
+			return err
+		}
 	}
 	r := run.Status.Run
 	reg, err := engine.NewRegistry(o.Engines...)
@@ -573,7 +693,12 @@ func (o *Options) logs(ctx context.Context, name, step string) error {
 		return err
 	}
 	if len(pods.Items) == 0 {
-		return fmt.Errorf("no pod of step %s of run %s (%s %s) exists: it has not started, or its pod was garbage-collected; the engine may still have the logs: %s", step, r.ID, r.Child.Kind, r.ID, hint)
+		if active {
+			if err := kept(); err == nil || !errors.Is(err, records.ErrNotFound) {
+				return err
+			}
+		}
+		return fmt.Errorf("no pod of step %s of run %s (%s %s) exists and no log of it is kept: it has not started, or its pod was garbage-collected; the engine may still have the logs: %s", step, r.ID, r.Child.Kind, r.ID, hint)
 	}
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp) })
 	pod := pods.Items[0]

@@ -54,7 +54,7 @@ func tfrun(ns string, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.Namespace = &ns
-	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: pipelines.All(),
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: pipelines.All(), RestoreWait: time.Second,
 		Now: func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }}
 	cmd := plugin.NewCommand(o)
 	cmd.SetArgs(args)

@@ -90,3 +90,19 @@ func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
 		}
 	}
 }
+
+// TestRenderOCISource: kubectl tfrun render shows an OCI source's clone
+// step, fetching the tag with the registry Secret mounted, not passed.
+func TestRenderOCISource(t *testing.T) {
+	var out bytes.Buffer
+	ro := plugin.RenderOptions{File: "../../examples/oci.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: pipelines.All()}
+	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+	if err := plugin.Render(&out, ro); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"--source=oci", "--url=oci://ghcr.io/example-org/modules/network", "--ref=v1.4.0", "--credentials-dir=/opr8r/secrets/oci", "secretName: ghcr-creds"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("the rendered Workflow lacks %q", want)
+		}
+	}
+}

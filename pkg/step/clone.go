@@ -21,13 +21,18 @@ import (
 
 // CloneOptions fetches the module.
 type CloneOptions struct {
-	// Source is git or dir.
+	// Source is git, oci or dir.
 	Source string
-	// URL and Ref of a git source; Ref is a branch, tag or full commit SHA.
+	// URL and Ref of a git source (Ref is a branch, tag or full commit
+	// SHA) or of an OCI artifact (oci://registry/repository; Ref is a tag
+	// or a sha256: digest).
 	URL, Ref string
-	// CredentialsDir holds token (and username) for https, or identity and
-	// known_hosts for ssh.
+	// CredentialsDir holds, for git, token (and username) for https, or
+	// identity and known_hosts for ssh; for OCI, .dockerconfigjson or
+	// username and password.
 	CredentialsDir string
+	// Insecure allows an OCI registry served over plain HTTP.
+	Insecure bool
 	// From is the directory of a dir source (a mounted ConfigMap).
 	From string
 	// Dest receives the checkout.
@@ -36,7 +41,9 @@ type CloneOptions struct {
 
 var fullSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
-// Clone fetches the source into Dest and records the commit result. Git
+// Clone fetches the source into Dest and records the commit result: the
+// git commit, the OCI artifact's manifest digest, or a dir source's tree
+// digest. Git
 // credentials are read from files into memory and handed to go-git: the
 // step image has no git CLI, so there is no credential helper to configure,
 // and nothing puts the credential in a URL, an argument or the environment.
@@ -56,9 +63,16 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 		}
 		r.logf("copied %d files from %s (revision %s)", n, o.From, rev)
 		return r.WriteResult("commit", rev)
+	case "oci":
+		digest, err := r.cloneOCI(ctx, o)
+		if err != nil {
+			return err
+		}
+		r.logf("fetched %s at %s (digest %s)", o.URL, o.Ref, digest)
+		return r.WriteResult("commit", digest)
 	case "git":
 	default:
-		return fmt.Errorf("--source must be git or dir, not %q", o.Source)
+		return fmt.Errorf("--source must be git, oci or dir, not %q", o.Source)
 	}
 	auth, err := r.gitAuth(o.URL, o.CredentialsDir)
 	if err != nil {

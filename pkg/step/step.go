@@ -22,6 +22,8 @@ import (
 	"sort"
 	"strings"
 	"sync"
+
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // Runner holds what every step needs.
@@ -40,6 +42,11 @@ type Runner struct {
 	Env map[string]string
 	// Kube writes Secrets and reads Leases; nil when no step needs it.
 	Kube *Kube
+	// Records keeps the step's log and the plans for people after the
+	// run's pods are gone; nil keeps nothing.
+	Records records.Store
+	// RecordKey names this step's records (its Kind is set per record).
+	RecordKey records.Key
 
 	secrets []string
 	mu      sync.Mutex
@@ -290,4 +297,49 @@ func (rw *redactingWriter) Flush() {
 		_, _ = io.WriteString(rw.w, rw.r.Redact(string(rw.buf))+"\n")
 		rw.buf = nil
 	}
+}
+
+// KeepRecord stores one of the step's records, when the step keeps any.
+func (r *Runner) KeepRecord(ctx context.Context, kind records.Kind, data []byte) error {
+	if r.Records == nil {
+		return nil
+	}
+	k := r.RecordKey
+	k.Kind = kind
+	return r.Records.Put(ctx, k, data)
+}
+
+// MaxKeptLog is the most of a step's log kept as its record; the rest is
+// cut with a marker (the pod's log, while it exists, has it all).
+const MaxKeptLog = 16 << 20
+
+// LogCapture keeps what a step prints, up to MaxKeptLog bytes, for its
+// log record. It receives the step's output after redaction.
+type LogCapture struct {
+	mu   sync.Mutex
+	buf  bytes.Buffer
+	over int64
+}
+
+func (c *LogCapture) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := MaxKeptLog - c.buf.Len(); room < len(p) {
+		c.buf.Write(p[:max(room, 0)])
+		c.over += int64(len(p) - max(room, 0))
+		return len(p), nil
+	}
+	c.buf.Write(p)
+	return len(p), nil
+}
+
+// Bytes returns the captured log, with a marker when it was cut.
+func (c *LogCapture) Bytes() []byte {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	b := append([]byte{}, c.buf.Bytes()...)
+	if c.over > 0 {
+		b = append(b, fmt.Sprintf("\n... [opr8r: log cut: %d more bytes are only in the pod's log]\n", c.over)...)
+	}
+	return b
 }

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -25,9 +26,11 @@ import (
 // backend; Terraform merges *_override.tf files over the module's own.
 const BackendOverrideFile = "opr8r_backend_override.tf"
 
-// MaxReadablePlan is the largest readable plan stored; larger plans are
-// truncated with a marker.
-const MaxReadablePlan = 1 << 20
+// MaxReadablePlan is the largest readable plan stored in the plan Secret;
+// larger plans are truncated with a marker (the plan record keeps it whole).
+// It leaves room under the API server's 1 MiB limit on a Secret's data for
+// the Secret's other key.
+const MaxReadablePlan = 1<<20 - 4<<10
 
 // Backend selects the state backend.
 type Backend struct {
@@ -156,7 +159,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if err != nil {
 		return nil, destroyHint(err, deps.missing)
 	}
-	sum, declared, err := r.summarize(ctx, m, o.PlanFile)
+	sum, declared, planJSON, err := r.summarize(ctx, m, o.PlanFile)
 	if err != nil {
 		return nil, err
 	}
@@ -170,7 +173,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	}
 	sum.HasChanges = code == 2
 	var text []byte
-	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" {
+	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" || r.Records != nil {
 		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
 			return nil, err
 		}
@@ -185,6 +188,15 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
 			return nil, err
 		}
+	}
+	// The whole plan, kept past the run's pods: the readable plan redacted
+	// like the log (it is what people read), the JSON as terraform wrote
+	// it (for tools); both only ever in Secrets or encrypted objects.
+	if err := r.KeepRecord(ctx, records.KindPlanText, []byte(r.Redact(string(text)))); err != nil {
+		return nil, fmt.Errorf("keeping the readable plan: %w", err)
+	}
+	if err := r.KeepRecord(ctx, records.KindPlanJSON, planJSON); err != nil {
+		return nil, fmt.Errorf("keeping the plan as JSON: %w", err)
 	}
 	inputs, err := inputsDigest(o, deps.vals)
 	if err != nil {
@@ -323,19 +335,19 @@ type planVariable struct {
 }
 
 // summarize counts the plan's changes and returns the root module's
-// declared variables.
-func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, map[string]planVariable, error) {
+// declared variables and the plan as JSON.
+func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*PlanSummary, map[string]planVariable, []byte, error) {
 	digest, err := FileDigest(planFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	out, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", planFile)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	var p planJSON
 	if err := json.Unmarshal(out, &p); err != nil {
-		return nil, nil, fmt.Errorf("reading the plan: %w", err)
+		return nil, nil, nil, fmt.Errorf("reading the plan: %w", err)
 	}
 	s := &PlanSummary{Digest: digest}
 	for _, rc := range p.ResourceChanges {
@@ -353,7 +365,7 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 			s.Destroy++
 		}
 	}
-	return s, p.Configuration.RootModule.Variables, nil
+	return s, p.Configuration.RootModule.Variables, out, nil
 }
 
 // FileDigest is "sha256:<hex>" of a file.

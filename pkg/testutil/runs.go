@@ -48,6 +48,22 @@ func (w *RunWrapper) Git(url, ref, path, secret string) *RunWrapper {
 	return w
 }
 
+// OCI sets an OCI artifact source: a tag or a digest (a value starting
+// with sha256:), a path in the artifact and a credentials Secret.
+func (w *RunWrapper) OCI(url, ref, path, secret string) *RunWrapper {
+	o := &infrav1.OCISource{URL: url, Path: path}
+	if len(ref) > 7 && ref[:7] == "sha256:" {
+		o.Digest = ref
+	} else {
+		o.Tag = ref
+	}
+	if secret != "" {
+		o.CredentialsSecretRef = &infrav1.LocalObjectReference{Name: secret}
+	}
+	w.Spec.Source = infrav1.Source{OCI: o}
+	return w
+}
+
 // Var sets a variable to a JSON value.
 func (w *RunWrapper) Var(name, json string) *RunWrapper {
 	for i, v := range w.Spec.Terraform.Vars {
@@ -168,6 +184,7 @@ func GoldenCases() map[string]GoldenCase {
 		"custom-backend":   {MakeRun("bucket", "team-a").Backend("s3", "s3-backend"), infrav1.RunApply},
 		"destroy":          {MakeRun("net", "team-a").Var("name", `"demo"`), infrav1.RunDestroy},
 		"drift-check":      {MakeRun("vpc", "team-a").Git("https://git.example.com/infra/modules.git", "main", "stacks/vpc", "git-creds").VarsFrom("Secret", "db-vars"), infrav1.RunDrift},
+		"oci":              {MakeRun("vpc", "team-a").OCI("oci://registry.example.com/infra/modules/vpc", "1.2.0", "stacks/vpc", "registry-creds"), infrav1.RunApply},
 		"plan-only":        {MakeRun("preview", "team-a").Git("https://git.example.com/infra/modules.git", "pr-42", "", ""), infrav1.RunPlan},
 		"checks": {MakeRun("net", "team-a").EnvFromSecret("AWS_ACCESS_KEY_ID", "aws", "access-key").
 			Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json").

@@ -7,6 +7,8 @@
 #   Argo        workflow-controller, argoexec, argo (the CLI)
 #   Tekton      controller, webhook, entrypoint, nop, workingdirinit
 #   conftest    conftest, the policy tool the plan-check scenario runs
+#   crane       go-containerregistry's crane, whose `registry serve` is the
+#               OCI registry of the OCI-source scenario
 #   provider    terraform-provider-kubernetes, for real drift of a real
 #               ConfigMap (baked into the e2e Terraform image as a local
 #               provider mirror; terraform downloads nothing)
@@ -160,5 +162,12 @@ if [ "${what}" = all ] || [ "${what}" = conftest ]; then
   build conftest github.com/open-policy-agent/conftest "${CONFTEST_VERSION}" \
     "-X github.com/open-policy-agent/conftest/internal/commands.version=${CONFTEST_VERSION}" "" \
     github.com/open-policy-agent/conftest
+fi
+if [ "${what}" = all ] || [ "${what}" = crane ]; then
+  # crane (go-containerregistry, the version go.mod pins): its `registry
+  # serve` is the OCI registry the OCI-source scenario runs in the cluster.
+  GGCR_VERSION="$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")"
+  build crane github.com/google/go-containerregistry "${GGCR_VERSION}" "" "" \
+    github.com/google/go-containerregistry/cmd/crane
 fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

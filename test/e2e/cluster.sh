@@ -35,6 +35,8 @@ TFK_VERSION="${TFK_VERSION:-1.13.4}"
 PBIN="${CACHE}/e2e/tfprovider-kubernetes-${TFK_VERSION}"
 CONFTEST_VERSION="${CONFTEST_VERSION:-0.56.0}"
 FBIN="${CACHE}/e2e/conftest-${CONFTEST_VERSION}"
+GGCR_VERSION="$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")"
+RBIN="${CACHE}/e2e/crane-${GGCR_VERSION}"
 APISERVER="${CACHE}/k8s/${KUBE_VERSION}/kube-apiserver"
 IMAGES="${ROOT}/bin/e2e/images"
 KUBECTL="${KBIN}/kubectl"
@@ -49,6 +51,7 @@ PAUSE_IMAGE="registry.k8s.io/pause:3.10"
 STOCK_TERRAFORM_IMAGE="docker.io/hashicorp/terraform:$(terraform version -json 2>/dev/null | jq -r '.terraform_version' | cut -d. -f1,2)"
 SHELL_IMAGE="localhost/opr8r/busybox:${E2E_IMAGE_TAG}"
 CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION}"
+REGISTRY_IMAGE="localhost/opr8r/registry:v${GGCR_VERSION}"
 
 t0=$(date +%s)
 log() { echo "e2e-cluster [$(( $(date +%s) - t0 ))s] $*" >&2; }
@@ -117,6 +120,8 @@ build_images() {
     -entrypoint /bin/terraform
   # The plan-check scenario's policy tool (spec.checks), with sh for scripts.
   image conftest "${CONFTEST_IMAGE}" -file "${FBIN}/conftest:/bin/conftest" "${bbl[@]}" -entrypoint /bin/conftest -user 65532:65532
+  # The OCI-source scenario's registry (crane registry serve, in memory).
+  image registry "${REGISTRY_IMAGE}" -file "${RBIN}/crane:/bin/crane" -entrypoint /bin/crane -user 65532:65532
   image opr8r "${OPR8R_IMAGE}" -file "${ROOT}/bin/e2e/opr8r/manager:/manager" -file "${ROOT}/bin/e2e/opr8r/opr8r-step:/opr8r-step" \
     -entrypoint /manager -user 65532:65532
 }

@@ -51,6 +51,7 @@ OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
 OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
 OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
 OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
+OPR8R_E2E_REGISTRY_IMAGE="localhost/opr8r/registry:v$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")" \
 OPR8R_E2E_CHAOS="${OPR8R_E2E_CHAOS:-}" OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \
   go test -tags e2e -count=1 -timeout 45m -v -run "${E2E_RUN:-${OPR8R_E2E_CHAOS:+^TestChaos\$}}" ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
   | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|e2e_test.go:[0-9]+: [a-z-]+: .* after ' || true

@@ -304,6 +304,27 @@ func TestHelmChart(t *testing.T) {
 		}
 		dryRun(t, objs)
 	})
+	t.Run("the records' object store: flags, and its credentials mounted into the manager only", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "records.objectStore.endpoint=s3.example.com",
+			"--set", "records.objectStore.bucket=opr8r-records", "--set", "records.objectStore.credentialsSecret=records-s3", "--set", "records.objectStore.retention=168h"))
+		spec := convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec
+		args := strings.Join(spec.Containers[0].Args, " ")
+		for _, want := range []string{"--records-object-store-endpoint=s3.example.com", "--records-object-store-bucket=opr8r-records", "--records-retention=168h",
+			"--records-object-store-credentials-dir=/etc/opr8r/records-object-store"} {
+			if !strings.Contains(args, want) {
+				t.Errorf("args %q lack %s", args, want)
+			}
+		}
+		if len(spec.Volumes) != 1 || spec.Volumes[0].Secret == nil || spec.Volumes[0].Secret.SecretName != "records-s3" || len(spec.Containers[0].VolumeMounts) != 1 {
+			t.Errorf("volumes %+v, mounts %+v: want the credentials Secret mounted", spec.Volumes, spec.Containers[0].VolumeMounts)
+		}
+		dryRun(t, objs)
+		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "records.objectStore.endpoint=s3.example.com", "--set", "records.objectStore.bucket=b")
+		cmd.Dir = envtestutil.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "records.objectStore.credentialsSecret is required") {
+			t.Errorf("an object store without credentials: err %v, output %s", err, out)
+		}
+	})
 	t.Run("invalid values fail clearly", func(t *testing.T) {
 		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false")
 		cmd.Dir = envtestutil.RepoRoot()

@@ -63,7 +63,9 @@ func TestRBACAllowList(t *testing.T) {
 	allowed := map[string][]string{
 		"config/rbac/role.yaml": {
 			"/configmaps:create",
-			"/secrets:create", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
+			// delete: the records (step logs and plans) of runs that leave
+			// the history or whose TerraformRun is deleted (pkg/controller/records.go).
+			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
 			"events.k8s.io/events:create", "events.k8s.io/events:patch",
 			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
 			"infra.opr8r.io/terraformruns/finalizers:update",

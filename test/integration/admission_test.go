@@ -218,13 +218,27 @@ func malformed() []malformedCase {
 			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: url, Ref: ref, Path: path}}
 		}
 	}
+	oci := func(o infrav1.OCISource) func(*infrav1.TerraformRun) {
+		return func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{OCI: &o} }
+	}
 	digest := "sha256:" + strings.Repeat("a", 64)
 	many := map[string]infrav1.FileContent{}
 	for i := 0; i < 65; i++ {
 		many[fmt.Sprintf("f%d.tf", i)] = "x"
 	}
 	return []malformedCase{
-		{"no source", func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{} }, "spec.source must set exactly one of git, inline or configMapRef"},
+		{"no source", func(r *infrav1.TerraformRun) { r.Spec.Source = infrav1.Source{} }, "spec.source must set exactly one of git, oci, inline or configMapRef"},
+		{"git and oci sources", func(r *infrav1.TerraformRun) {
+			r.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "https://example.com/x.git"}, OCI: &infrav1.OCISource{URL: "oci://ghcr.io/acme/net"}}
+		}, "spec.source must set exactly one of git, oci, inline or configMapRef"},
+		{"OCI URL without oci://", oci(infrav1.OCISource{URL: "https://ghcr.io/acme/net"}), "spec.source.oci.url must be oci://<registry>/<repository>"},
+		{"OCI URL with a tag", oci(infrav1.OCISource{URL: "oci://ghcr.io/acme/net:v1"}), "put the tag in spec.source.oci.tag"},
+		{"OCI URL with credentials", oci(infrav1.OCISource{URL: "oci://robot:s3cret@ghcr.io/acme/net"}), "no tag, digest or credentials"},
+		{"OCI URL with an uppercase repository", oci(infrav1.OCISource{URL: "oci://ghcr.io/Acme/Net"}), "lowercase repository path"},
+		{"OCI tag and digest", oci(infrav1.OCISource{URL: "oci://ghcr.io/acme/net", Tag: "v1", Digest: digest}), "spec.source.oci: set tag or digest, not both"},
+		{"OCI digest that is not sha256", oci(infrav1.OCISource{URL: "oci://ghcr.io/acme/net", Digest: "md5:abc"}), "spec.source.oci.digest"},
+		{"OCI tag with a slash", oci(infrav1.OCISource{URL: "oci://ghcr.io/acme/net", Tag: "v1/x"}), "spec.source.oci.tag"},
+		{"OCI path escaping the artifact", oci(infrav1.OCISource{URL: "oci://ghcr.io/acme/net", Path: "a/../../etc"}), "spec.source.oci.path must be relative"},
 		{"two sources", func(r *infrav1.TerraformRun) {
 			r.Spec.Source.Git = &infrav1.GitSource{URL: "https://example.com/x.git"}
 		}, "spec.source must set exactly one"},

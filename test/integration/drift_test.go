@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"strings"
 	"time"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -198,6 +200,54 @@ func continuous(g given) {
 			return r.Status.LastApplied.Revision
 		}, timeout, interval).Should(Equal(newCommit))
 		Expect(getRun(ns, "moved").Status.History[0].Revision).To(Equal(newCommit))
+	})
+
+	It("starts an apply run when an OCI source's tag moved to another digest", func() {
+		ns := newNamespace()
+		first, moved := "sha256:"+strings.Repeat("1", 64), "sha256:"+strings.Repeat("2", 64)
+		w := g.run("ocitag", ns).Auto().OCI("oci://registry.example.com/modules/net", "stable", "", "")
+		w.Spec.Interval = &metav1.Duration{Duration: checkEvery}
+		Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+		s := g.active(ns, "ocitag")
+		Expect(s.Validate()).To(Succeed())
+		child, err := json.Marshal(s.Object())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(child)).To(And(ContainSubstring("--source=oci"), ContainSubstring("--url=oci://registry.example.com/modules/net"), ContainSubstring("--ref=stable")))
+		s.StartAt(first)
+		s.Plan(1, 0, 0, digestOf("ocitag"))
+		s.FinishApply(`{}`)
+		Eventually(condReason(ns, "ocitag", infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+		Expect(getRun(ns, "ocitag").Status.LastApplied.Revision).To(Equal(first))
+
+		By("a check that resolves the tag to the same digest finds nothing")
+		seen := map[string]bool{}
+		c := g.checkChild(ns, "ocitag", seen)
+		c.StartAt(first)
+		c.Plan(0, 0, 0, digestOf("ocitag-check"))
+		c.Complete()
+		Expect(lastCheck(ns, "ocitag", c.Key().Name).Revision).To(Equal(first))
+		Expect(getRun(ns, "ocitag").Status.Drift.Result).To(Equal(infrav1.CheckNoDrift))
+
+		By("a check that resolves the tag to a new digest starts an apply run")
+		c2 := g.checkChild(ns, "ocitag", seen)
+		c2.StartAt(moved)
+		c2.Plan(0, 1, 0, digestOf("ocitag-check-2"))
+		c2.Complete()
+		s2 := g.nextRun(ns, "ocitag", "ocitag-1")
+		run := getRun(ns, "ocitag")
+		Expect(run.Status.Run.Trigger).To(Equal(infrav1.TriggerSourceChange))
+		Expect(run.Status.Drift.Result).To(Equal(infrav1.CheckSourceChanged))
+		Expect(run.Status.Drift.Revision).To(Equal(moved))
+		s2.StartAt(moved)
+		s2.Plan(0, 1, 0, digestOf("ocitag-plan"))
+		s2.FinishApply(`{}`)
+		Eventually(func() string {
+			r := getRun(ns, "ocitag")
+			if r.Status.LastApplied == nil {
+				return ""
+			}
+			return r.Status.LastApplied.Revision
+		}, timeout, interval).Should(Equal(moved))
 	})
 
 	It("starts an apply run when only the inputs changed (a varsFrom value)", func() {

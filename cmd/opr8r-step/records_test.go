@@ -1,0 +1,137 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"github.com/opr8r/opr8r/pkg/records"
+)
+
+// TestStepsKeepLogsWithoutSecrets is the leak scan of the records: every
+// step run through this binary's entry point, with real terraform, keeps
+// its log, and no secret the step knows (a terraform.env value, a
+// varsFrom value that a resource prints without marking it sensitive) is
+// in any kept log or readable plan, although terraform saw them: the JSON
+// plan, kept in a Secret only, holds the varsFrom value.
+func TestStepsKeepLogsWithoutSecrets(t *testing.T) {
+	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
+		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with make test")
+	}
+	env := &envtest.Environment{}
+	cfg, err := env.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = env.Stop() }()
+	user, err := env.ControlPlane.AddUser(envtest.User{Name: "step", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kc, err := user.KubeConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	mustWrite(t, kubeconfig, string(kc))
+	cs := kubernetes.NewForConfigOrDie(cfg)
+	ctx := context.Background()
+	const ns = "leak"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	const envMarker, varMarker = "ENV-SECRET-MARKER-7a1c", "VARSFROM-SECRET-MARKER-3e9d"
+	rc := filepath.Join(dir, "terraformrc")
+	mustWrite(t, rc, "")
+	t.Setenv("TF_CLI_CONFIG_FILE", rc)
+	src := filepath.Join(dir, "source")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(src, "main.tf"), `
+variable "db_password" { type = string }
+resource "terraform_data" "leaky" { input = "password is ${var.db_password}" }
+output "env_seen" { value = length(var.db_password) }
+`)
+	mustWrite(t, filepath.Join(dir, "backend.hcl"), `path = "`+filepath.Join(dir, "state.tfstate")+`"`+"\n")
+	mustWrite(t, filepath.Join(dir, "env-secret"), envMarker+"\n")
+	varsDir := filepath.Join(dir, "vars")
+	if err := os.MkdirAll(varsDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, filepath.Join(varsDir, "db_password"), varMarker)
+	mod := filepath.Join(dir, "src")
+	recordFlags := []string{"--records-run=leaky", "--records-run-uid=uid-leaky", "--records-run-id=leaky-1", "--namespace=" + ns, "--kubeconfig=" + kubeconfig,
+		"--termination-log=" + filepath.Join(dir, "termlog")}
+	tf := []string{"--module-dir=" + mod, "--backend=local", "--backend-config-file=" + filepath.Join(dir, "backend.hcl"), "--env-file=TF_VAR_unused=" + filepath.Join(dir, "env-secret")}
+	planFile := filepath.Join(dir, "tfplan")
+	steps := [][]string{
+		{"clone", "--source=dir", "--from=" + src, "--dest=" + mod, "--results-dir=" + filepath.Join(dir, "r")},
+		append([]string{"init"}, tf...),
+		append([]string{"plan", "--plan-file=" + planFile, "--vars-dir=" + varsDir, "--results-dir=" + filepath.Join(dir, "r")}, tf...),
+	}
+	var out bytes.Buffer
+	for _, args := range steps {
+		if code := run(append(args, recordFlags...), &out); code != 0 {
+			t.Fatalf("%s exited %d:\n%s", args[0], code, out.String())
+		}
+	}
+	digest, err := os.ReadFile(filepath.Join(dir, "r", "digest"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code := run(append(append([]string{"apply", "--plan-file=" + planFile, "--approved-digest=" + string(digest)}, tf...), recordFlags...), &out); code != 0 {
+		t.Fatalf("apply exited %d:\n%s", code, out.String())
+	}
+	// A step that fails keeps its log too, with its failure line.
+	if code := run(append(append([]string{"apply", "--plan-file=" + planFile, "--approved-digest=" + string(digest)}, tf...), append(recordFlags[:2:2], "--records-run-id=leaky-2", recordFlags[3], recordFlags[4], recordFlags[5])...), &out); code == 0 {
+		t.Fatal("a second apply of one plan succeeded")
+	}
+
+	store := &records.SecretStore{Client: cs}
+	recs, err := store.List(ctx, ns, "leaky")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	leaks := 0
+	for _, r := range recs {
+		got = append(got, r.RunID+"/"+r.Step+"/"+string(r.Kind))
+		b, err := store.Get(ctx, r.Key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case r.Kind == records.KindPlanJSON:
+			if !bytes.Contains(b, []byte(varMarker)) {
+				t.Errorf("the JSON plan does not hold the varsFrom value: the scan would prove nothing")
+			}
+		case bytes.Contains(b, []byte(envMarker)) || bytes.Contains(b, []byte(varMarker)):
+			leaks++
+			t.Errorf("a secret is in clear in the kept %s", r.Key)
+		}
+	}
+	want := "leaky-1/apply/log,leaky-1/clone/log,leaky-1/init/log,leaky-1/plan/log,leaky-1/plan/plan.json,leaky-1/plan/plan.txt,leaky-2/apply/log"
+	if strings.Join(got, ",") != want {
+		t.Fatalf("records kept: %s\nwant: %s", strings.Join(got, ","), want)
+	}
+	failed, _ := store.Get(ctx, records.Key{Namespace: ns, Run: "leaky", RunID: "leaky-2", Step: "apply", Kind: records.KindLog})
+	if !strings.Contains(string(failed), "opr8r-step: apply failed: ") {
+		t.Errorf("the failed step's kept log lacks its failure line:\n%s", failed)
+	}
+	plan, _ := store.Get(ctx, records.Key{Namespace: ns, Run: "leaky", RunID: "leaky-1", Step: "plan", Kind: records.KindLog})
+	if !strings.Contains(string(plan), `password is ***`) {
+		t.Errorf("the plan step's kept log does not show the redacted value:\n%s", plan)
+	}
+	t.Logf("%d records kept, %d leaks", len(recs), leaks)
+}

@@ -1,0 +1,155 @@
+// Package records keeps what a run leaves for people to read after its
+// pods and engine objects are gone: each step's log and the plan, readable
+// and as JSON, for every run in a TerraformRun's history. Two stores sit
+// behind one small interface: Secrets in the run's namespace (the default;
+// chunked, owned by the TerraformRun) and an S3-compatible object store
+// (objects encrypted with AES-256-GCM before they leave the process).
+//
+// Logs are stored as the step printed them: already redacted. Plans may
+// hold sensitive values, so nothing here is ever stored in clear outside
+// a Secret.
+package records
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"time"
+)
+
+// Kind is what a record holds.
+type Kind string
+
+const (
+	// KindLog is a step's log, redacted as the step printed it.
+	KindLog Kind = "log"
+	// KindPlanText is the readable plan (terraform show), whole.
+	KindPlanText Kind = "plan.txt"
+	// KindPlanJSON is the plan as JSON (terraform show -json).
+	KindPlanJSON Kind = "plan.json"
+)
+
+// Kinds are every kind of record.
+var Kinds = []Kind{KindLog, KindPlanText, KindPlanJSON}
+
+// Key names one record.
+type Key struct {
+	// Namespace and Run are the TerraformRun's.
+	Namespace, Run string
+	// RunID is the run's id: its engine object's name (status.run.id).
+	RunID string
+	// Step is the step's name (plan, apply, check-policy, ...).
+	Step string
+	// Kind is what the record holds.
+	Kind Kind
+}
+
+func (k Key) String() string {
+	return fmt.Sprintf("%s/%s run %s step %s %s", k.Namespace, k.Run, k.RunID, k.Step, k.Kind)
+}
+
+var (
+	nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
+	kinds  = map[Kind]bool{KindLog: true, KindPlanText: true, KindPlanJSON: true}
+)
+
+// Validate checks that every part of the key is a name the stores can use
+// in object names, labels and object keys.
+func (k Key) Validate() error {
+	for what, v := range map[string]string{"namespace": k.Namespace, "run": k.Run, "run id": k.RunID, "step": k.Step} {
+		if len(v) > 63 || !nameRE.MatchString(v) {
+			return fmt.Errorf("records: the %s %q is not a DNS label", what, v)
+		}
+	}
+	if !kinds[k.Kind] {
+		return fmt.Errorf("records: unknown kind %q", k.Kind)
+	}
+	return nil
+}
+
+// Record describes one stored record.
+type Record struct {
+	Key
+	// Size is the record's size in bytes, as written.
+	Size int64
+	// Stored is when it was written.
+	Stored time.Time
+	// Restored is true for a copy brought back from the object store for a
+	// while (SecretStore only).
+	Restored bool
+}
+
+// ErrNotFound is a record that is not stored (never written, pruned, or
+// expired).
+var ErrNotFound = errors.New("record not found")
+
+// Store keeps records. Implementations must be safe for concurrent use.
+type Store interface {
+	// Put stores data under k, replacing what an earlier attempt of the
+	// same step stored.
+	Put(ctx context.Context, k Key, data []byte) error
+	// Get returns the record k, or an error wrapping ErrNotFound.
+	Get(ctx context.Context, k Key) ([]byte, error)
+	// List returns the records of a TerraformRun, sorted by run id, step
+	// and kind.
+	List(ctx context.Context, namespace, run string) ([]Record, error)
+	// Delete removes the records of the given run ids of a TerraformRun;
+	// with no run ids, every record of the TerraformRun.
+	Delete(ctx context.Context, namespace, run string, runIDs ...string) error
+}
+
+// RunNumber is the number at the end of a run id (hello-3, hello-drift-4),
+// or -1.
+func RunNumber(runID string) int64 {
+	for i := len(runID) - 1; i >= 0; i-- {
+		if runID[i] == '-' {
+			n, err := strconv.ParseInt(runID[i+1:], 10, 64)
+			if err != nil {
+				return -1
+			}
+			return n
+		}
+	}
+	return -1
+}
+
+// Prune deletes the records of a TerraformRun's runs that are older than
+// its oldest kept run: those numbered below oldest. A run being written
+// now always has a higher number than every recorded one, so it is never
+// touched. It returns the run ids it deleted.
+func Prune(ctx context.Context, s Store, namespace, run string, oldest int64) ([]string, error) {
+	recs, err := s.List(ctx, namespace, run)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[string]bool{}
+	var gone []string
+	for _, r := range recs {
+		if n := RunNumber(r.RunID); n >= 0 && n < oldest && !seen[r.RunID] {
+			seen[r.RunID] = true
+			gone = append(gone, r.RunID)
+		}
+	}
+	if len(gone) == 0 {
+		return nil, nil
+	}
+	sort.Strings(gone)
+	return gone, s.Delete(ctx, namespace, run, gone...)
+}
+
+// SortRecords sorts records by run id, step and kind.
+func SortRecords(recs []Record) {
+	sort.Slice(recs, func(i, j int) bool {
+		a, b := recs[i], recs[j]
+		if a.RunID != b.RunID {
+			return a.RunID < b.RunID
+		}
+		if a.Step != b.Step {
+			return a.Step < b.Step
+		}
+		return a.Kind < b.Kind
+	})
+}

@@ -1,0 +1,294 @@
+package records
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/kubernetes"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Labels and annotations of the record Secrets. The component label keeps
+// them out of the manager's cache (it caches only the Secrets it reads on
+// every pass), so a 5 MB plan never sits in the manager's memory.
+const (
+	ComponentRecord = "record"
+	RunIDLabel      = "infra.opr8r.io/run-id"
+	KindLabel       = "infra.opr8r.io/record-kind"
+	// RestoredLabel marks a copy brought back from the object store.
+	RestoredLabel   = "infra.opr8r.io/record-restored"
+	chunkAnnotation = "infra.opr8r.io/record-chunk"
+	countAnnotation = "infra.opr8r.io/record-chunks"
+	sumAnnotation   = "infra.opr8r.io/record-sha256"
+	sizeAnnotation  = "infra.opr8r.io/record-size"
+	chunkKey        = "chunk"
+)
+
+// DefaultChunkSize is the most gzipped bytes one record Secret holds,
+// well under the API server's 1 MiB limit on a Secret.
+const DefaultChunkSize = 512 << 10
+
+// SecretStore keeps records in Secrets in the TerraformRun's namespace:
+// gzipped, split into chunks of ChunkSize, labelled by run, run id, step
+// and kind, and owned by the TerraformRun, so they outlive the run's
+// engine objects and go when the TerraformRun is deleted.
+type SecretStore struct {
+	Client kubernetes.Interface
+	// Owner, when set, owns every Secret Put writes: the TerraformRun.
+	Owner *metav1.OwnerReference
+	// ChunkSize is the most gzipped bytes per Secret (DefaultChunkSize
+	// when 0).
+	ChunkSize int
+	// Restored marks what Put writes as copies brought back from the
+	// object store, which ExpireRestored removes.
+	Restored bool
+}
+
+var _ Store = &SecretStore{}
+
+func (s *SecretStore) chunkSize() int {
+	if s.ChunkSize > 0 {
+		return s.ChunkSize
+	}
+	return DefaultChunkSize
+}
+
+// SecretName is the name of chunk i of record k.
+func SecretName(k Key, i int) string {
+	h := sha256.Sum256([]byte(k.RunID + "/" + k.Step + "/" + string(k.Kind)))
+	return fmt.Sprintf("%s-rec-%s-%d", k.RunID, hex.EncodeToString(h[:])[:10], i)
+}
+
+func (s *SecretStore) labels(k Key) map[string]string {
+	l := recordLabels(k)
+	if s.Restored {
+		l[RestoredLabel] = "true"
+	}
+	return l
+}
+
+func recordLabels(k Key) map[string]string {
+	return map[string]string{
+		infrav1.ManagedByLabel: infrav1.ManagedByValue,
+		infrav1.ComponentLabel: ComponentRecord,
+		infrav1.RunNameLabel:   k.Run,
+		RunIDLabel:             k.RunID,
+		infrav1.StepLabel:      k.Step,
+		KindLabel:              string(k.Kind),
+	}
+}
+
+// Put gzips data, splits it into chunks and writes one Secret per chunk,
+// then removes chunks an earlier, longer write left.
+func (s *SecretStore) Put(ctx context.Context, k Key, data []byte) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	if _, err := zw.Write(data); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(data)
+	chunks := split(z.Bytes(), s.chunkSize())
+	secrets := s.Client.CoreV1().Secrets(k.Namespace)
+	for i, c := range chunks {
+		sec := &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{
+				Name: SecretName(k, i), Namespace: k.Namespace, Labels: s.labels(k),
+				Annotations: map[string]string{
+					chunkAnnotation: strconv.Itoa(i), countAnnotation: strconv.Itoa(len(chunks)),
+					sumAnnotation: hex.EncodeToString(sum[:]), sizeAnnotation: strconv.Itoa(len(data)),
+				},
+			},
+			Type: corev1.SecretTypeOpaque,
+			Data: map[string][]byte{chunkKey: c},
+		}
+		if s.Owner != nil {
+			sec.OwnerReferences = []metav1.OwnerReference{*s.Owner}
+		}
+		_, err := secrets.Create(ctx, sec, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			var old *corev1.Secret
+			if old, err = secrets.Get(ctx, sec.Name, metav1.GetOptions{}); err == nil {
+				sec.ResourceVersion = old.ResourceVersion
+				_, err = secrets.Update(ctx, sec, metav1.UpdateOptions{})
+			}
+		}
+		if err != nil {
+			return fmt.Errorf("storing %s (Secret %s): %w", k, sec.Name, err)
+		}
+	}
+	old, err := s.chunks(ctx, k)
+	if err != nil {
+		return err
+	}
+	for _, o := range old {
+		if i, _ := strconv.Atoi(o.Annotations[chunkAnnotation]); i >= len(chunks) {
+			if err := secrets.Delete(ctx, o.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("removing a stale chunk of %s: %w", k, err)
+			}
+		}
+	}
+	return nil
+}
+
+func split(b []byte, n int) [][]byte {
+	var out [][]byte
+	for len(b) > n {
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return append(out, b)
+}
+
+// chunks lists the Secrets of record k.
+func (s *SecretStore) chunks(ctx context.Context, k Key) ([]corev1.Secret, error) {
+	sel := labels.SelectorFromSet(labels.Set{
+		infrav1.ComponentLabel: ComponentRecord, infrav1.RunNameLabel: k.Run,
+		RunIDLabel: k.RunID, infrav1.StepLabel: k.Step, KindLabel: string(k.Kind),
+	})
+	l, err := s.Client.CoreV1().Secrets(k.Namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the Secrets of %s: %w", k, err)
+	}
+	return l.Items, nil
+}
+
+// Get reads the chunks of record k, checks that they are one whole write,
+// and returns its data.
+func (s *SecretStore) Get(ctx context.Context, k Key) ([]byte, error) {
+	if err := k.Validate(); err != nil {
+		return nil, err
+	}
+	items, err := s.chunks(ctx, k)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, fmt.Errorf("%s: %w", k, ErrNotFound)
+	}
+	sort.Slice(items, func(i, j int) bool {
+		a, _ := strconv.Atoi(items[i].Annotations[chunkAnnotation])
+		b, _ := strconv.Atoi(items[j].Annotations[chunkAnnotation])
+		return a < b
+	})
+	sum, count := items[0].Annotations[sumAnnotation], items[0].Annotations[countAnnotation]
+	var z bytes.Buffer
+	for i, it := range items {
+		if it.Annotations[sumAnnotation] != sum || it.Annotations[countAnnotation] != count || it.Annotations[chunkAnnotation] != strconv.Itoa(i) {
+			return nil, fmt.Errorf("%s is being written (its chunks are of two writes); try again", k)
+		}
+		z.Write(it.Data[chunkKey])
+	}
+	if strconv.Itoa(len(items)) != count {
+		return nil, fmt.Errorf("%s is incomplete: %d of %s chunks", k, len(items), count)
+	}
+	zr, err := gzip.NewReader(&z)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	data, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != sum {
+		return nil, fmt.Errorf("%s does not match its checksum", k)
+	}
+	return data, nil
+}
+
+// List returns the records of a TerraformRun.
+func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record, error) {
+	items, err := s.list(ctx, namespace, run, nil)
+	if err != nil {
+		return nil, err
+	}
+	byKey := map[Key]*Record{}
+	for _, it := range items {
+		l := it.Labels
+		k := Key{Namespace: namespace, Run: run, RunID: l[RunIDLabel], Step: l[infrav1.StepLabel], Kind: Kind(l[KindLabel])}
+		if byKey[k] == nil {
+			size, _ := strconv.ParseInt(it.Annotations[sizeAnnotation], 10, 64)
+			byKey[k] = &Record{Key: k, Size: size, Stored: it.CreationTimestamp.Time, Restored: l[RestoredLabel] == "true"}
+		}
+	}
+	out := make([]Record, 0, len(byKey))
+	for _, r := range byKey {
+		out = append(out, *r)
+	}
+	SortRecords(out)
+	return out, nil
+}
+
+func (s *SecretStore) list(ctx context.Context, namespace, run string, runIDs []string) ([]corev1.Secret, error) {
+	sel := labels.SelectorFromSet(labels.Set{infrav1.ComponentLabel: ComponentRecord, infrav1.RunNameLabel: run})
+	if len(runIDs) > 0 {
+		req, err := labels.NewRequirement(RunIDLabel, selection.In, runIDs)
+		if err != nil {
+			return nil, err
+		}
+		sel = sel.Add(*req)
+	}
+	l, err := s.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the record Secrets of %s/%s: %w", namespace, run, err)
+	}
+	return l.Items, nil
+}
+
+// Delete removes the Secrets of the given runs (every run, with none).
+func (s *SecretStore) Delete(ctx context.Context, namespace, run string, runIDs ...string) error {
+	items, err := s.list(ctx, namespace, run, runIDs)
+	if err != nil {
+		return err
+	}
+	var errs []string
+	for _, it := range items {
+		if err := s.Client.CoreV1().Secrets(namespace).Delete(ctx, it.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("deleting records of %s/%s: %s", namespace, run, strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// ExpireRestored deletes the copies brought back from the object store
+// (Restored) of a TerraformRun that were written before the given time.
+func (s *SecretStore) ExpireRestored(ctx context.Context, namespace, run string, before time.Time) (int, error) {
+	items, err := s.list(ctx, namespace, run, nil)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, it := range items {
+		if it.Labels[RestoredLabel] != "true" || !it.CreationTimestamp.Time.Before(before) {
+			continue
+		}
+		if err := s.Client.CoreV1().Secrets(namespace).Delete(ctx, it.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return n, err
+		}
+		n++
+	}
+	return n, nil
+}
