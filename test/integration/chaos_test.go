@@ -36,7 +36,20 @@ type chaos struct {
 	crashes  atomic.Int64
 	crash    chan string
 	disabled atomic.Bool
+	// armed is when crashes may happen again (unix nanoseconds): a
+	// restarted manager lives at least chaosMinUptime. Without it, on a
+	// loaded machine the crashes (a share of the manager's own writes)
+	// came every few seconds, and a run listed late after each restart
+	// never got its pass: starved for minutes, not a fault of the manager's.
+	armed atomic.Int64
 }
+
+// chaosMinUptime is how long a manager runs after a (re)start before the
+// next crash.
+const chaosMinUptime = 5 * time.Second
+
+// arm lets crashes happen again chaosMinUptime from now.
+func (c *chaos) arm() { c.armed.Store(time.Now().Add(chaosMinUptime).UnixNano()) }
 
 func (c *chaos) roll(p float64) bool {
 	if c.disabled.Load() {
@@ -54,6 +67,9 @@ func (c *chaos) fault(what string) error {
 
 // crashHere asks the supervisor to kill the manager now.
 func (c *chaos) crashHere(where string, p float64) {
+	if time.Now().UnixNano() < c.armed.Load() {
+		return
+	}
 	if c.roll(p) {
 		select {
 		case c.crash <- where:
@@ -175,6 +191,7 @@ var _ = Describe("chaos", Serial, func() {
 		DeferCleanup(startManager)
 
 		ch := &chaos{rnd: rand.New(rand.NewSource(20261123)), crash: make(chan string, 1)}
+		ch.arm()
 		cancel, done := startInterceptedManager(ch.funcs())
 		restarts := 0
 		supervisorDone := make(chan struct{})
@@ -190,6 +207,7 @@ var _ = Describe("chaos", Serial, func() {
 					ch.crashes.Add(1)
 					restarts++
 					GinkgoWriter.Printf("chaos: manager crashed %s; restarting\n", where)
+					ch.arm()
 					cancel, done = startInterceptedManager(ch.funcs())
 				case <-stopSupervisor:
 					return

@@ -144,7 +144,11 @@ func (g given) activeWithin(ns, name string, timeout time.Duration) engineSim {
 		}
 		return false
 	}, timeout, interval).Should(BeTrue())
-	return g.e.sim(client.ObjectKey{Namespace: ns, Name: id})
+	// The simulator waits as long for what the manager makes next (the Job
+	// engine's step Jobs): the chaos suite's manager crashes every few
+	// seconds, and on a loaded machine a run may wait through several
+	// restarts for its next pass.
+	return g.e.kit.NewSim(simEnvWithin(timeout), client.ObjectKey{Namespace: ns, Name: id})
 }
 
 // planned creates a run and drives its child to the approval gate.

@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"time"
+
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -39,8 +41,13 @@ var engines = func() []engineCase {
 	return out
 }()
 
-func simEnv() enginetest.Env {
-	return enginetest.Env{Client: k8sClient, Writes: &simWrites, Timeout: timeout, Interval: interval}
+func simEnv() enginetest.Env { return simEnvWithin(timeout) }
+
+// simEnvWithin is the simulators' environment with its own time limit for
+// what a simulator waits for from the manager (the Job engine's step Jobs,
+// which the manager's driver creates).
+func simEnvWithin(limit time.Duration) enginetest.Env {
+	return enginetest.Env{Client: k8sClient, Writes: &simWrites, Timeout: limit, Interval: interval}
 }
 
 func digestOf(s string) string { return enginetest.Digest(s) }
