@@ -22,6 +22,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/opr8r/opr8r/pkg/records"
 )
@@ -47,6 +48,9 @@ type Runner struct {
 	Records records.Store
 	// RecordKey names this step's records (its Kind is set per record).
 	RecordKey records.Key
+	// StateRetry is how long apply keeps trying to save a state its
+	// backend did not take (0: DefaultStateRetry).
+	StateRetry time.Duration
 
 	secrets []string
 	mu      sync.Mutex
@@ -159,6 +163,9 @@ type TerraformError struct {
 	Args    []string
 	Code    int
 	Summary string
+	// Errors are every error diagnostic terraform printed, one line each
+	// ("Error: <summary>: <detail>"); Summary is the first.
+	Errors []string
 }
 
 func (e *TerraformError) Error() string {
@@ -217,7 +224,15 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 			return stdout.Bytes(), code, nil
 		}
 	}
-	return stdout.Bytes(), code, &TerraformError{Args: args, Code: code, Summary: r.Redact(DiagnosticSummary(stderr.String() + "\n" + stdout.String()))}
+	diags := diagnostics(stderr.String() + "\n" + stdout.String())
+	for i := range diags {
+		diags[i] = r.Redact(diags[i])
+	}
+	te := &TerraformError{Args: args, Code: code, Errors: diags}
+	if len(diags) > 0 {
+		te.Summary = diags[0]
+	}
+	return stdout.Bytes(), code, te
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
@@ -228,6 +243,15 @@ var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
 // indented and the detail prose is not, so the detail is the first
 // unindented line after the summary.
 func DiagnosticSummary(out string) string {
+	if d := diagnostics(out); len(d) > 0 {
+		return d[0]
+	}
+	return ""
+}
+
+// diagnostics returns every error diagnostic in terraform's output as one
+// line each (see DiagnosticSummary), in order.
+func diagnostics(out string) []string {
 	var lines []string
 	for _, l := range strings.Split(ansi.ReplaceAllString(out, ""), "\n") {
 		l = strings.TrimRight(l, " \r")
@@ -241,6 +265,7 @@ func DiagnosticSummary(out string) string {
 		}
 		lines = append(lines, l)
 	}
+	var out2 []string
 	for i, l := range lines {
 		if !strings.HasPrefix(l, "Error: ") {
 			continue
@@ -256,9 +281,9 @@ func DiagnosticSummary(out string) string {
 			summary += ": " + d
 			break
 		}
-		return truncate(summary, 1000)
+		out2 = append(out2, truncate(summary, 1000))
 	}
-	return ""
+	return out2
 }
 
 func truncate(s string, n int) string {

@@ -401,8 +401,10 @@ func (r *Runner) Apply(ctx context.Context, m Module, planFile, approvedDigest s
 	if err := markApplyStarted(planFile); err != nil {
 		return err
 	}
-	_, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", planFile)
-	return err
+	if _, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", planFile); err != nil {
+		return r.recoverState(ctx, m, err)
+	}
+	return nil
 }
 
 // ErrApplyStarted refuses a second apply of one saved plan: an engine that

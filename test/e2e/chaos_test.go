@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +28,10 @@ import (
 // Faults on the real cluster (docs/reliability.md, "Faults on the real
 // cluster"): a step pod killed in the middle of a real terraform apply, the
 // opr8r manager killed in each phase of a run, and the Argo and Tekton
-// controllers restarted mid-run. Each ends in a defined state, and the
-// table counts what must be zero: applies run twice for one run, and state
-// locks left held. `make chaos` runs it (OPR8R_E2E_CHAOS=1).
+// controllers and the API server restarted mid-run. Each ends in a defined
+// state, and the table counts what must be zero: applies run twice for one
+// run, and state locks left held. `make e2e` runs it after the engine
+// scenarios; `make chaos` runs only this.
 
 // slowModule holds its apply (and its destroy) for a while in a real
 // provisioner, so a fault lands in the middle of terraform apply, with the
@@ -137,6 +139,24 @@ func (e *env) applies(t *testing.T, name string, killed ...string) (runs, duplic
 	return len(per), duplicated
 }
 
+// stepLogContains says whether a pod of one step of a TerraformRun logged
+// text.
+func (e *env) stepLogContains(t *testing.T, name, step, text string) bool {
+	t.Helper()
+	pods := &corev1.PodList{}
+	if err := e.c.List(context.Background(), pods, client.InNamespace(ns),
+		client.MatchingLabels{infrav1.RunNameLabel: name, infrav1.StepLabel: step}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", ns, p.Name, "--all-containers").CombinedOutput()
+		if err == nil && strings.Contains(string(out), text) {
+			return true
+		}
+	}
+	return false
+}
+
 // locks says whether the state lock of a TerraformRun is held.
 func (e *env) locks(t *testing.T, name string) int {
 	t.Helper()
@@ -212,6 +232,8 @@ func killManager(t *testing.T, e *env, engine string) {
 	var phases []string
 	killAt := func(what string, ok func(*infrav1.TerraformRun) bool) {
 		e.waitFor(t, name, what, 6*time.Minute, ok)
+		// At a random point of the phase, not always at its first sight.
+		time.Sleep(time.Duration(rand.IntN(3000)) * time.Millisecond)
 		e.kill(t, "opr8r-system", mgr)
 		phases = append(phases, what)
 	}
@@ -244,14 +266,20 @@ func killManager(t *testing.T, e *env, engine string) {
 	})
 	deadline := time.Now().Add(8 * time.Minute)
 	destroyDup := 0
+	destroys := map[string]bool{} // the destroy runs seen in status
 	for {
-		// The destroy's apply pods go with the run: count them while they exist.
+		// The destroy's apply pods go with the run: count them while they
+		// exist (a pod not started yet, or gone, is not read).
 		if _, d := e.applies(t, name); d > destroyDup {
 			destroyDup = d
 		}
-		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &infrav1.TerraformRun{})
+		r := &infrav1.TerraformRun{}
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, r)
 		if apierrors.IsNotFound(err) {
 			break
+		}
+		if err == nil && r.Status.Run != nil && r.Status.Run.Type == infrav1.RunDestroy {
+			destroys[r.Status.Run.ID] = true
 		}
 		if time.Now().After(deadline) {
 			st, _ := json.MarshalIndent(e.get(t, name).Status, "", "  ")
@@ -265,6 +293,11 @@ func killManager(t *testing.T, e *env, engine string) {
 	locks += e.locks(t, name)
 	if destroyDup > dup {
 		dup = destroyDup
+	}
+	if len(destroys) != 1 {
+		// A second destroy run would apply a second destroy plan.
+		t.Errorf("%s: %d destroy runs (%v), want exactly one", name, len(destroys), destroys)
+		dup += len(destroys) - 1
 	}
 	record(chaosRow{Fault: "manager killed: " + strings.Join(phases, ", "), Engine: engine, Outcome: "Ready once (run 1), then destroyed",
 		Runs: runs + 1, Duplicated: dup, Locks: locks})
@@ -292,10 +325,43 @@ func restartEngine(t *testing.T, e *env, engine string) {
 		Runs: runs, Duplicated: dup, Locks: e.locks(t, name)})
 }
 
-func TestChaos(t *testing.T) {
-	if os.Getenv("OPR8R_E2E_CHAOS") == "" {
-		t.Skip("make chaos runs the fault scenarios (OPR8R_E2E_CHAOS=1)")
+// restartAPIServer: kube-apiserver is stopped while a run of every engine
+// applies, and started again after a few seconds; every run completes once.
+func restartAPIServer(t *testing.T, e *env) {
+	engines := []string{"argo", "tekton", "job"}
+	for _, engine := range engines {
+		name := "chaos-api-" + engine
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+		e.sh(t, chaosManifest(name, engine, "Auto", 30), e.kubectl, "apply", "-f", "-")
 	}
+	for _, engine := range engines {
+		e.waitFor(t, "chaos-api-"+engine, "apply running", 6*time.Minute, func(r *infrav1.TerraformRun) bool { return stepOf(r, "apply") == infrav1.StepRunning })
+	}
+	began := time.Now()
+	e.sh(t, "", mustEnv(t, "OPR8R_E2E_CLUSTER"), "restart-apiserver", "8")
+	fault := fmt.Sprintf("kube-apiserver restarted mid-apply (stopped, 8s down, started: %s)", time.Since(began).Round(time.Second))
+	for _, engine := range engines {
+		name := "chaos-api-" + engine
+		run := e.waitFor(t, name, "applied and Ready", 8*time.Minute, ready)
+		if run.Status.Run.Number != 1 {
+			t.Fatalf("%s completed as run %d, want 1", name, run.Status.Run.Number)
+		}
+		if _, resources := e.state(t, name); resources != 1 {
+			t.Fatalf("%s: state holds %d resources, want 1", name, resources)
+		}
+		runs, dup := e.applies(t, name)
+		outcome := "Ready"
+		if e.stepLogContains(t, name, "apply", "the state is saved") {
+			// The apply ended while the API server was away: terraform
+			// could not save its state, and the step saved it once it came back.
+			outcome = "Ready (the state saved again once the API server was back)"
+		}
+		record(chaosRow{Fault: fault, Engine: engine, Outcome: outcome,
+			Runs: runs, Duplicated: dup, Locks: e.locks(t, name)})
+	}
+}
+
+func TestChaos(t *testing.T) {
 	e := setup(t)
 	t.Run("faults", func(t *testing.T) {
 		for _, engine := range []string{"argo", "tekton", "job"} {
@@ -309,6 +375,8 @@ func TestChaos(t *testing.T) {
 			})
 		}
 	})
+	// Alone: every client, the manager and the engines lose the API server.
+	t.Run("apiserver-restarted", func(t *testing.T) { restartAPIServer(t, e) })
 	sort.Slice(chaosRows, func(i, j int) bool {
 		if chaosRows[i].Fault != chaosRows[j].Fault {
 			return chaosRows[i].Fault < chaosRows[j].Fault

@@ -9,6 +9,7 @@
 #                               opr8r's own binaries and the images in bin/e2e)
 #   test/e2e/cluster.sh down    stop what "up" started and remove its traces
 #   test/e2e/cluster.sh status
+#   test/e2e/cluster.sh restart-apiserver [SECONDS]   (make chaos)
 #
 #   test/e2e/cluster.sh can-run exit 0 if this machine can run the cluster
 #
@@ -512,6 +513,17 @@ case "${1:-}" in
     kc rollout restart deployment -n opr8r-system >/dev/null
     kc rollout status deployment -n opr8r-system --timeout=120s >&2
     log "opr8r reloaded" ;;
+  # Stop kube-apiserver, keep it down for SECONDS (default 5), and start it
+  # again with the same flags: the API server restart of `make chaos`.
+  restart-apiserver)
+    pid="$(cat "${S}/pids/kube-apiserver")"
+    kill "${pid}"
+    for _ in $(seq 1 120); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.25; done
+    kill -9 "${pid}" 2>/dev/null || true
+    log "kube-apiserver stopped; starting it again in ${2:-5}s"
+    sleep "${2:-5}"
+    control_plane_up
+    log "kube-apiserver restarted" ;;
   # The control plane and node only, from binaries already built (debugging).
   node) preflight; mkdir -p "${S}"; pki; containerd_up; load_images; control_plane_up; start_node; node_ready; log "node up" ;;
   *) echo "usage: $0 up|down|status|build" >&2; exit 2 ;;

@@ -165,7 +165,17 @@ func (e *env) waitFor(t *testing.T, name, what string, timeout time.Duration, ok
 	deadline := time.Now().Add(timeout)
 	start := time.Now()
 	for {
-		run := e.get(t, name)
+		// A read that fails for a moment (the API server restarting in the
+		// fault scenarios) is retried until the deadline, not fatal.
+		run := &infrav1.TerraformRun{}
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run); err != nil {
+			if apierrors.IsNotFound(err) || time.Now().After(deadline) {
+				t.Fatalf("get %s: %v", name, err)
+			}
+			t.Logf("%s: get failed, retrying: %v", name, err)
+			time.Sleep(2 * time.Second)
+			continue
+		}
 		if ok(run) {
 			t.Logf("%s: %s after %s", name, what, time.Since(start).Round(time.Second))
 			return run

@@ -44,16 +44,40 @@ trap cleanup EXIT
 
 phase "cluster up (test/e2e/cluster.sh up)"
 "${ROOT}/test/e2e/cluster.sh" up
-phase "cluster ready; running the e2e scenarios on Argo, Tekton and plain Jobs"
 cd "${ROOT}"
-OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
-OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
-OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
-OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
-OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
-OPR8R_E2E_REGISTRY_IMAGE="localhost/opr8r/registry:v$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")" \
-OPR8R_E2E_CHAOS="${OPR8R_E2E_CHAOS:-}" OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \
-  go test -tags e2e -count=1 -timeout 45m -v -run "${E2E_RUN:-${OPR8R_E2E_CHAOS:+^TestChaos\$}}" ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \
-  | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|e2e_test.go:[0-9]+: [a-z-]+: .* after ' || true
-grep -q '^ok ' "${ROOT}/bin/e2e/last-run.log" || { tail -n 80 "${ROOT}/bin/e2e/last-run.log"; exit 1; }
-phase "e2e scenarios passed"
+export OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
+  OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
+  OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
+  OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
+  OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
+  OPR8R_E2E_REGISTRY_IMAGE="localhost/opr8r/registry:v$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")" \
+  OPR8R_E2E_CLUSTER="${ROOT}/test/e2e/cluster.sh" \
+  OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md"
+
+# scenarios LOG ARGS...: go test the e2e package with ARGS, the whole output
+# in bin/e2e/LOG, the test lines and the timings on the terminal.
+scenarios() {
+  local log="${ROOT}/bin/e2e/$1"; shift
+  go test -tags e2e -count=1 -timeout 45m -v "$@" ./test/e2e/ 2>&1 | tee "${log}" \
+    | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+: [a-z-]+: .* after |fault table|^\s*\|' || true
+  grep -q '^ok ' "${log}" || { tail -n 80 "${log}"; exit 1; }
+}
+
+# E2E_RUN focuses on some tests; otherwise the engine scenarios run first
+# and the faults of TestChaos (make chaos) after them, on the same cluster:
+# they restart the manager, the engines and the API server under the runs.
+if [ -n "${E2E_RUN:-}" ]; then
+  phase "cluster ready; running the e2e tests matching ${E2E_RUN}"
+  scenarios last-run.log -run "${E2E_RUN}"
+else
+  if [ "${E2E_SCENARIOS:-all}" != chaos ]; then
+    phase "cluster ready; running the e2e scenarios on Argo, Tekton and plain Jobs"
+    scenarios last-run.log -skip '^TestChaos$'
+    phase "e2e scenarios passed"
+  fi
+  if [ "${E2E_SCENARIOS:-all}" != main ]; then
+    phase "faults on the real cluster (TestChaos): pods, manager, engine controllers and API server"
+    scenarios chaos-run.log -run '^TestChaos$'
+    phase "fault scenarios passed; table in bin/e2e/chaos-table.md"
+  fi
+fi

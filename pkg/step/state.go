@@ -1,0 +1,121 @@
+package step
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// ErroredStateFile is where terraform keeps the state it could not save to
+// its backend (the backend went away during the apply).
+const ErroredStateFile = "errored.tfstate"
+
+// DefaultStateRetry is how long the apply step keeps trying to save a
+// state that terraform could not save: long enough for an API server or a
+// state bucket to come back from a restart.
+const DefaultStateRetry = 10 * time.Minute
+
+// stateRetryWait is the pause between two tries.
+var stateRetryWait = 2 * time.Second
+
+// Diagnostics terraform reports when the apply itself succeeded but the
+// backend did not answer at its end.
+const (
+	diagSaveState   = "Error: Failed to save state"
+	diagPersist     = "Error: Failed to persist state"
+	diagReleaseLock = "Error: Error releasing the state lock"
+)
+
+// recoverState handles an apply that failed only at its very end, because
+// the state backend did not answer (an API server restarting, a bucket
+// unreachable): the resources were changed, and the state that records
+// them must not be lost.
+//   - terraform kept the state in errored.tfstate: it is pushed to the
+//     backend, again and again until the backend answers (StateRetry),
+//     with -lock=false, since this run's own lock is the one still held
+//     (the cleanup step releases it);
+//   - the state was saved but the lock could not be released: the cleanup
+//     step releases it.
+//
+// The apply then succeeded if the backend was its only error; any other
+// error is returned, after the state was saved all the same.
+func (r *Runner) recoverState(ctx context.Context, m Module, applyErr error) error {
+	var te *TerraformError
+	if !errors.As(applyErr, &te) {
+		return applyErr
+	}
+	errored := filepath.Join(m.Dir, ErroredStateFile)
+	_, statErr := os.Stat(errored)
+	kept := statErr == nil
+	if !kept && !onlyBackendErrors(te.Errors) {
+		return applyErr
+	}
+	if kept {
+		if err := r.pushState(ctx, m, errored); err != nil {
+			return fmt.Errorf("%w; and the state terraform kept in %s could not be saved to the backend: %v (push it with terraform state push %s once the backend answers)", applyErr, ErroredStateFile, err, ErroredStateFile)
+		}
+	}
+	if !onlyBackendErrors(te.Errors) {
+		// The apply's own error, not the backend's, is what to show.
+		for _, e := range te.Errors {
+			if !backendError(e) {
+				return &TerraformError{Args: te.Args, Code: te.Code, Summary: e, Errors: te.Errors}
+			}
+		}
+		return applyErr
+	}
+	if !kept {
+		r.logf("the apply succeeded and its state is saved, but the state lock could not be released (%s); the cleanup step releases it", te.Summary)
+	}
+	return nil
+}
+
+// onlyBackendErrors says whether every error terraform reported is about
+// saving the state or releasing its lock.
+func onlyBackendErrors(errs []string) bool {
+	if len(errs) == 0 {
+		return false
+	}
+	for _, e := range errs {
+		if !backendError(e) {
+			return false
+		}
+	}
+	return true
+}
+
+// backendError says whether an error diagnostic is about saving the state
+// or releasing its lock.
+func backendError(e string) bool {
+	return strings.HasPrefix(e, diagSaveState) || strings.HasPrefix(e, diagPersist) || strings.HasPrefix(e, diagReleaseLock)
+}
+
+// pushState pushes the state file to the backend until it succeeds, the
+// context ends, or StateRetry has passed.
+func (r *Runner) pushState(ctx context.Context, m Module, file string) error {
+	limit := r.StateRetry
+	if limit == 0 {
+		limit = DefaultStateRetry
+	}
+	r.logf("terraform could not save the state to its backend and kept it in %s: saving it again until the backend answers (up to %s)", ErroredStateFile, limit)
+	deadline := time.Now().Add(limit)
+	for attempt := 1; ; attempt++ {
+		_, _, err := r.tf(ctx, m.Dir, true, nil, "state", "push", "-lock=false", file)
+		if err == nil {
+			r.logf("the state is saved (attempt %d)", attempt)
+			return os.Remove(file)
+		}
+		if time.Now().After(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(stateRetryWait):
+		}
+	}
+}
