@@ -363,16 +363,16 @@ func restartAPIServer(t *testing.T, e *env) {
 
 func TestChaos(t *testing.T) {
 	e := setup(t)
+	// Every scenario at once: each one's faults land on the others' runs
+	// too (the manager and the engines' controllers restart under them),
+	// and every run must still end as its own scenario defines.
 	t.Run("faults", func(t *testing.T) {
 		for _, engine := range []string{"argo", "tekton", "job"} {
-			t.Run(engine, func(t *testing.T) {
-				t.Parallel()
-				t.Run("apply-pod-killed", func(t *testing.T) { killApplyPod(t, e, engine) })
-				t.Run("manager-killed", func(t *testing.T) { killManager(t, e, engine) })
-				if engine != "job" {
-					t.Run("engine-controller-restarted", func(t *testing.T) { restartEngine(t, e, engine) })
-				}
-			})
+			t.Run(engine+"/apply-pod-killed", func(t *testing.T) { t.Parallel(); killApplyPod(t, e, engine) })
+			t.Run(engine+"/manager-killed", func(t *testing.T) { t.Parallel(); killManager(t, e, engine) })
+			if engine != "job" {
+				t.Run(engine+"/engine-controller-restarted", func(t *testing.T) { t.Parallel(); restartEngine(t, e, engine) })
+			}
 		}
 	})
 	// Alone: every client, the manager and the engines lose the API server.
