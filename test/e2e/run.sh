@@ -58,7 +58,7 @@ export OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
 # in bin/e2e/LOG, the test lines and the timings on the terminal.
 scenarios() {
   local log="${ROOT}/bin/e2e/$1"; shift
-  go test -tags e2e -count=1 -timeout 45m -v "$@" ./test/e2e/ 2>&1 | tee "${log}" \
+  go test -tags e2e -count=1 -timeout 45m -parallel 32 -v "$@" ./test/e2e/ 2>&1 | tee "${log}" \
     | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+: [a-z-]+: .* after |fault table|^\s*\|' || true
   grep -q '^ok ' "${log}" || { tail -n 80 "${log}"; exit 1; }
 }
