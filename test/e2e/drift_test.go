@@ -155,6 +155,9 @@ func drift(t *testing.T, e *env, engine string) {
 }
 
 func TestDrift(t *testing.T) {
+	// The scenario tests run side by side (make e2e runs the faults of
+	// TestChaos apart, after them).
+	t.Parallel()
 	e := setup(t)
 	e.sh(t, runnerMayManageConfigMaps, e.kubectl, "apply", "-f", "-")
 	for _, engine := range []string{"argo", "tekton", "job"} {

@@ -422,6 +422,9 @@ func failing(t *testing.T, e *env, engine string) {
 }
 
 func TestEngines(t *testing.T) {
+	// The scenario tests run side by side (make e2e runs the faults of
+	// TestChaos apart, after them).
+	t.Parallel()
 	e := setup(t)
 	for _, engine := range []string{"argo", "tekton", "job"} {
 		t.Run(engine, func(t *testing.T) {

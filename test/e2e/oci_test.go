@@ -170,6 +170,9 @@ spec:
 // mounted into the clone step (the registry accepts anyone; the Secret is
 // still read), so the mount is exercised for real.
 func TestOCISource(t *testing.T) {
+	// The scenario tests run side by side (make e2e runs the faults of
+	// TestChaos apart, after them).
+	t.Parallel()
 	e := setup(t)
 	reg := e.startRegistry(t)
 	digest := pushModule(t, reg, "modules/hello", "v1", map[string]string{"stacks/hello/main.tf": module, "README.md": "hello module\n"})

@@ -230,6 +230,9 @@ func (e *env) noLeak(t *testing.T, value string) {
 // API; then a producer change flowing through each dependent's own gate;
 // then deletion in reverse order.
 func TestStacks(t *testing.T) {
+	// The scenario tests run side by side (make e2e runs the faults of
+	// TestChaos apart, after them).
+	t.Parallel()
 	e := setup(t)
 	e.sh(t, edgeReadsNetwork, e.kubectl, "apply", "-f", "-")
 	t.Cleanup(func() {
