@@ -50,6 +50,7 @@ OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
 OPR8R_E2E_KUBECTL="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl" \
 OPR8R_E2E_TFRUN="${ROOT}/bin/e2e/opr8r/kubectl-tfrun" \
 OPR8R_E2E_ARGO="${CACHE}/e2e/argo-${ARGO_VERSION}/argo" \
+OPR8R_E2E_ARGO_UI="http://127.0.0.1:${ARGO_UI_PORT:-32746}" OPR8R_E2E_SCREENSHOTS="${ROOT}/bin/e2e/screenshots" \
 OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
 OPR8R_E2E_CHAOS="${OPR8R_E2E_CHAOS:-}" OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \
   go test -tags e2e -count=1 -timeout 45m -v -run "${E2E_RUN:-${OPR8R_E2E_CHAOS:+^TestChaos\$}}" ./test/e2e/ 2>&1 | tee "${ROOT}/bin/e2e/last-run.log" \

@@ -1,0 +1,414 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// The Argo UI, as a person uses it: a real headless Chromium (Debian's
+// chromium) on Argo Server's own UI (built from the pinned argo-workflows
+// module, test/e2e/dashboards.sh), logged in with a bearer token (client
+// mode), so the API server and opr8r see that user.
+
+// argoUIUser is who logs in to the UI: the service account e2e/argo-ui
+// (test/e2e/testdata/argo-ui-user.yaml).
+const argoUIUser = "system:serviceaccount:e2e:argo-ui"
+
+// browser starts Chromium with a fresh profile and returns a tab's context.
+// The flags keep it off the network (there is none here) and runnable as root.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	exe := os.Getenv("OPR8R_E2E_CHROMIUM")
+	if exe == "" {
+		exe = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(exe); err != nil {
+		t.Fatalf("no Chromium at %s (apt-get install chromium; cluster.sh's preflight installs it): %v", exe, err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1600, 1000),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	return ctx
+}
+
+// screenshot saves a full-page PNG as $OPR8R_E2E_SCREENSHOTS/<name>.png.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("OPR8R_E2E_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin", "e2e", "screenshots")
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d KiB)", path, len(png)/1024)
+}
+
+// argoLogin logs in on the UI's login page with a token of e2e/argo-ui.
+func (e *env) argoLogin(t *testing.T, ctx context.Context, ui string) {
+	t.Helper()
+	out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "create", "token", "argo-ui", "-n", ns, "--duration=1h").Output()
+	if err != nil {
+		t.Fatalf("kubectl create token argo-ui: %v", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	err = chromedp.Do(tctx,
+		chromedp.Navigate(ui+"/login"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "Bearer "+strings.TrimSpace(string(out))),
+		chromedp.Click(chromedp.Search(`//textarea[@id='token']/../following-sibling::div/a`)),
+		chromedp.Sleep(time.Second),
+		chromedp.Navigate(ui+"/userinfo"),
+		chromedp.WaitVisible(chromedp.Search(`//*[contains(., 'serviceaccount')]`)),
+	)
+	if err != nil {
+		t.Fatalf("logging in to the Argo UI at %s: %v", ui, err)
+	}
+	who, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("body")))
+	if err != nil {
+		t.Fatalf("logging in to the Argo UI at %s: %v", ui, err)
+	}
+	t.Logf("Argo UI user info: %s", oneLine(who, 300))
+}
+
+// okButton is the OK of argo-ui's confirmation popup.
+const okButton = chromedp.CSS(`button[qe-id="argo-popup-ok-button"]`)
+
+// dagNode is one node of the Workflow's graph as the UI draws it.
+type dagNode struct {
+	ID, Label, Type, Classes string
+	Y                        float64
+}
+
+// dagNodes reads the graph the UI drew: each node's <title> is "<id>
+// (<display name>)", its class holds the phase, its type text the node type.
+const dagNodesJS = `Array.from(document.querySelectorAll('svg g[transform] > title')).map(t => {
+  const g = t.parentElement, n = g.querySelector(':scope > g.node');
+  if (!n) return null;
+  const m = (t.textContent || '').trim().match(/^(\S+) \((.*)\)$/);
+  const tr = (g.getAttribute('transform') || '').match(/translate\(([-\d.e]+),\s*([-\d.e]+)\)/);
+  const ty = n.querySelector('text.type');
+  return {ID: m ? m[1] : '', Label: m ? m[2] : '', Type: ty ? ty.textContent : '', Classes: n.getAttribute('class') || '', Y: tr ? parseFloat(tr[2]) : 0};
+}).filter(x => x)`
+
+// waitDAG opens a Workflow in the UI and waits until its graph shows the
+// named nodes; it returns every node.
+func waitDAG(ctx context.Context, ui, wf string, want ...string) ([]dagNode, error) {
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/workflows/%s/%s", ui, ns, wf))); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		nodes, err := chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
+		if err != nil {
+			return nil, err
+		}
+		if missing := missingLabels(nodes, want); len(missing) == 0 {
+			return nodes, nil
+		} else if time.Now().After(deadline) {
+			return nodes, fmt.Errorf("the UI's graph of %s lacks %v; it shows %v", wf, missing, labels(nodes))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func missingLabels(nodes []dagNode, want []string) []string {
+	var missing []string
+	for _, w := range want {
+		if byLabel(nodes, w) == nil {
+			missing = append(missing, w)
+		}
+	}
+	return missing
+}
+
+func byLabel(nodes []dagNode, label string) *dagNode {
+	for i := range nodes {
+		if nodes[i].Label == label {
+			return &nodes[i]
+		}
+	}
+	return nil
+}
+
+func labels(nodes []dagNode) []string {
+	var l []string
+	for _, n := range nodes {
+		l = append(l, fmt.Sprintf("%s[%s %s]", n.Label, n.Type, strings.TrimSpace(n.Classes)))
+	}
+	sort.Strings(l)
+	return l
+}
+
+// selectNode clicks a node of the graph (a real mouse click), which opens
+// its panel.
+func selectNode(ctx context.Context, label string) error {
+	sel := fmt.Sprintf(`//*[local-name()='title' and substring(normalize-space(.), string-length(normalize-space(.)) - %d) = '(%s)']/following-sibling::*[local-name()='g' and contains(@class, 'node')]`, len(label)+1, label)
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	nodes, err := chromedp.Run(tctx, chromedp.Nodes(chromedp.Search(sel)))
+	if err != nil {
+		return fmt.Errorf("no graph node %q to click: %w", label, err)
+	}
+	return chromedp.Do(ctx, chromedp.MouseClickNode(nodes[0]))
+}
+
+// resumeInUI does what a person does to approve in the Argo UI: open the
+// Workflow, click the approve node, RESUME in its panel, keep the decision
+// "approve" in the confirmation popup (screenshotted), OK; then wait until
+// the UI shows the node Succeeded. An error says where the UI stopped the
+// person.
+func resumeInUI(t *testing.T, ctx context.Context, ui, wf, shot string) error {
+	nodes, err := waitDAG(ctx, ui, wf, "approve")
+	if err != nil {
+		return err
+	}
+	gate := byLabel(nodes, "approve")
+	if err := selectNode(ctx, "approve"); err != nil {
+		return err
+	}
+	resume := chromedp.Search(`//div[contains(@class, 'white-box')]//button[normalize-space(.)='RESUME']`)
+	tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.WaitVisible(resume)); err != nil {
+		return fmt.Errorf("the approve node's panel (a %s node, %s) has no RESUME button: %w", gate.Type, strings.TrimSpace(gate.Classes), err)
+	}
+	if shot != "" {
+		screenshot(t, ctx, shot+"-panel")
+	}
+	tctx2, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel2()
+	if err := chromedp.Do(tctx2, chromedp.Click(resume), chromedp.WaitVisible(okButton)); err != nil {
+		return fmt.Errorf("RESUME opened no confirmation: %w", err)
+	}
+	popup, err := chromedp.Run(tctx2, chromedp.Text(chromedp.CSS(".popup-container")))
+	if err != nil {
+		return err
+	}
+	t.Logf("the UI's resume popup: %s", oneLine(popup, 400))
+	if !strings.Contains(popup, "decision") {
+		return fmt.Errorf("the resume popup offers no decision to choose: %q", popup)
+	}
+	if shot != "" {
+		screenshot(t, ctx, shot+"-popup")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(okButton)); err != nil {
+		return err
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; {
+		nodes, _ = chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
+		errText, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('[class*=error]')).map(e => e.textContent).join(' ').trim()`))
+		if g := byLabel(nodes, "approve"); g != nil && strings.Contains(g.Classes, "Succeeded") {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("after RESUME the approve node is not Succeeded (%v); the UI says: %q", labels(nodes), oneLine(errText, 400))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}
+
+// waitGatePublished waits for opr8r's rule on the Workflow (the admission
+// policy refuses a resume before it).
+func (e *env) waitGatePublished(t *testing.T, name, wf string) {
+	e.waitFor(t, name, "the rule published on the Workflow", time.Minute, func(*infrav1.TerraformRun) bool {
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", "workflow", wf, "-n", ns,
+			"-o", `jsonpath={.metadata.annotations.infra\.opr8r\.io/gate-needed}`).CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "1"
+	})
+}
+
+func argoUI(t *testing.T) string {
+	ui := os.Getenv("OPR8R_E2E_ARGO_UI")
+	if ui == "" {
+		t.Fatal("OPR8R_E2E_ARGO_UI is not set (make e2e sets it to Argo Server's NodePort)")
+	}
+	return strings.TrimSuffix(ui, "/")
+}
+
+// TestArgoDashboard: a TerraformRun seen and approved in the Argo UI.
+func TestArgoDashboard(t *testing.T) {
+	e := setup(t)
+	ui := argoUI(t)
+	ctx := browser(t)
+	e.argoLogin(t, ctx, ui)
+
+	t.Run("resume-in-ui", func(t *testing.T) {
+		name := "ui-approve"
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+		e.sh(t, manifest(name, "argo", "Hello from the Argo UI"), e.kubectl, "apply", "-f", "-")
+		run := e.waitFor(t, name, "the plan awaiting approval", 5*time.Minute, awaiting(""))
+		wf := run.Status.Run.Child.Name
+		e.waitGatePublished(t, name, wf)
+
+		nodes, err := waitDAG(ctx, ui, wf, "clone", "init", "plan", "approve")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the UI's graph of %s: %v", wf, labels(nodes))
+		// The DAG reads top to bottom clone → init → plan → approve.
+		order := []string{"clone", "init", "plan", "approve"}
+		for i := 1; i < len(order); i++ {
+			if a, b := byLabel(nodes, order[i-1]), byLabel(nodes, order[i]); a.Y >= b.Y {
+				t.Errorf("the graph draws %s (y=%v) below %s (y=%v)", order[i-1], a.Y, order[i], b.Y)
+			}
+		}
+		for _, s := range order[:3] {
+			if n := byLabel(nodes, s); !strings.Contains(n.Classes, "Succeeded") {
+				t.Errorf("node %s is %q, want Succeeded", s, n.Classes)
+			}
+		}
+		if g := byLabel(nodes, "approve"); g.Type != "Suspend" || !strings.Contains(g.Classes, "Running") {
+			t.Fatalf("the approve node is a %q node in %q, want a Suspend node Running (suspended)", g.Type, g.Classes)
+		}
+		screenshot(t, ctx, "argo-dag-awaiting-approval")
+
+		if err := resumeInUI(t, ctx, ui, wf, "argo-approve"); err != nil {
+			screenshot(t, ctx, "argo-resume-failed")
+			t.Fatal(err)
+		}
+		run = e.waitFor(t, name, "the plan applied after RESUME in the UI", 5*time.Minute, ready)
+		if a := run.Status.Approval; a == nil || a.Source != infrav1.ApprovedByEngine || a.By != argoUIUser {
+			t.Fatalf("approval = %+v, want by %s through the engine (the UI's user)", a, argoUIUser)
+		}
+		hist := e.sh(t, "", e.tfrun, "history", name, "-n", ns)
+		if !strings.Contains(hist, argoUIUser) {
+			t.Fatalf("kubectl tfrun history does not name %s:\n%s", argoUIUser, hist)
+		}
+		e.checkOutputs(t, name, "Hello from the Argo UI")
+		nodes, err = waitDAG(ctx, ui, wf, "clone", "init", "plan", "approve", "apply", "export-outputs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"apply", "export-outputs"} {
+			if n := byLabel(nodes, s); !strings.Contains(n.Classes, "Succeeded") {
+				t.Errorf("node %s is %q, want Succeeded", s, n.Classes)
+			}
+		}
+		screenshot(t, ctx, "argo-dag-applied")
+	})
+
+	t.Run("failed-plan", func(t *testing.T) {
+		name := "ui-bad"
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+		e.sh(t, manifest(name, "argo", "Hello #1"), e.kubectl, "apply", "-f", "-")
+		run := e.waitFor(t, name, "the run failed", 5*time.Minute, func(r *infrav1.TerraformRun) bool { return runPhase(r) == infrav1.RunFailed })
+		wf := run.Status.Run.Child.Name
+		nodes, err := waitDAG(ctx, ui, wf, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := byLabel(nodes, "plan"); !strings.Contains(n.Classes, "Failed") && !strings.Contains(n.Classes, "Error") {
+			t.Fatalf("the plan node is %q, want Failed", n.Classes)
+		}
+		if err := selectNode(ctx, "plan"); err != nil {
+			t.Fatal(err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		msg, err := chromedp.Run(tctx, chromedp.Text(chromedp.Search(`//div[contains(@class, 'white-box')]//div[normalize-space(.)='MESSAGE']/following-sibling::div[1]`)))
+		if err != nil {
+			screenshot(t, ctx, "argo-failed-plan")
+			t.Fatalf("the plan node's panel shows no MESSAGE: %v", err)
+		}
+		t.Logf("the failed plan node's MESSAGE in the UI: %s", msg)
+		screenshot(t, ctx, "argo-failed-plan")
+		for _, want := range []string{"Invalid value for variable", "greeting must be letters, spaces and punctuation."} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the failed node's message in the UI lacks terraform's %q: %q", want, msg)
+			}
+		}
+	})
+
+	// The same browser check on a gate of the wrong shape (a container
+	// named approve instead of a suspend node): the UI offers no RESUME, and
+	// resumeInUI must say so. This proves the check above can fail.
+	t.Run("misshaped-gate-cannot-be-resumed", func(t *testing.T) {
+		wf := "ui-misshaped-gate"
+		t.Cleanup(func() {
+			_ = exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "delete", "workflow", wf, "-n", ns, "--wait=false").Run()
+		})
+		e.sh(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {name: %s, namespace: %s}
+spec:
+  entrypoint: main
+  serviceAccountName: opr8r-runner
+  activeDeadlineSeconds: 300
+  templates:
+  - name: main
+    dag:
+      tasks:
+      - {name: plan, template: plan}
+      - {name: approve, template: approve, depends: plan}
+  - name: plan
+    container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sh, -c, "echo planned"]}
+  - name: approve
+    container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sleep, "600"]}
+`, wf, ns), e.kubectl, "apply", "-f", "-")
+		// Wait until the wrong gate runs, like the real one waits.
+		var nodes []dagNode
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			var err error
+			if nodes, err = waitDAG(ctx, ui, wf, "plan", "approve"); err == nil && strings.Contains(byLabel(nodes, "approve").Classes, "Running") {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the misshaped gate never ran: %v (%v)", labels(nodes), err)
+			}
+			time.Sleep(2 * time.Second)
+		}
+		err := resumeInUI(t, ctx, ui, wf, "")
+		screenshot(t, ctx, "argo-misshaped-gate")
+		if err == nil {
+			t.Fatal("resumeInUI passed a gate that is no suspend node: the browser check cannot tell a working gate from a broken one")
+		}
+		if !strings.Contains(err.Error(), "has no RESUME button") {
+			t.Fatalf("resumeInUI failed for another reason than the missing RESUME: %v", err)
+		}
+		t.Logf("as expected, the UI would not let a user approve it: %v", err)
+	})
+}
