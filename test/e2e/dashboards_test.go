@@ -230,13 +230,15 @@ func resumeInUI(t *testing.T, ctx context.Context, ui, wf, shot string) error {
 	if err := chromedp.Do(ctx, chromedp.Click(okButton)); err != nil {
 		return err
 	}
-	for deadline := time.Now().Add(60 * time.Second); ; {
+	clicked := time.Now()
+	for deadline := clicked.Add(60 * time.Second); ; {
 		nodes, _ = chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
 		errText, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('[class*=error]')).map(e => e.textContent).join(' ').trim()`))
 		if g := byLabel(nodes, "approve"); g != nil && strings.Contains(g.Classes, "Succeeded") {
 			return nil
 		}
-		if time.Now().After(deadline) {
+		// An error banner that stays: the UI refused.
+		if time.Now().After(deadline) || (errText != "" && time.Since(clicked) > 10*time.Second) {
 			return fmt.Errorf("after RESUME the approve node is not Succeeded (%v); the UI says: %q", labels(nodes), oneLine(errText, 400))
 		}
 		time.Sleep(time.Second)
@@ -363,21 +365,44 @@ func TestArgoDashboard(t *testing.T) {
 		}
 	})
 
-	// The same browser check on a gate of the wrong shape (a container
-	// named approve instead of a suspend node): the UI offers no RESUME, and
-	// resumeInUI must say so. This proves the check above can fail.
-	t.Run("misshaped-gate-cannot-be-resumed", func(t *testing.T) {
-		wf := "ui-misshaped-gate"
-		t.Cleanup(func() {
-			_ = exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "delete", "workflow", wf, "-n", ns, "--wait=false").Run()
-		})
-		e.sh(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+	// The same browser check on gates of the wrong shape, which the UI
+	// would not let a person pass: resumeInUI must fail on each. This
+	// proves the check above can fail.
+	misshaped := map[string]struct{ gate, wantErr string }{
+		// A container named approve instead of a suspend node: no RESUME.
+		"container": {
+			gate:    `container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sleep, "600"]}`,
+			wantErr: "has no RESUME button",
+		},
+		// opr8r's gate before it supplied an output for every input: the
+		// UI sets an output per input, which Argo refuses.
+		"inputs-without-outputs": {
+			gate: `inputs:
+      parameters:
+      - {name: digest, value: "sha256:00"}
+      - {name: summary, value: "{}"}
+      - {name: decision, default: approve, enum: [approve, reject]}
+    outputs:
+      parameters:
+      - {name: decision, valueFrom: {supplied: {}, default: approve}}
+      - {name: approved-digest, valueFrom: {supplied: {}, default: "sha256:00"}}
+    suspend: {}`,
+			wantErr: "not Succeeded",
+		},
+	}
+	for shape, tc := range misshaped {
+		t.Run("misshaped-gate-"+shape, func(t *testing.T) {
+			wf := "ui-misshaped-" + shape
+			t.Cleanup(func() {
+				_ = exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "delete", "workflow", wf, "-n", ns, "--wait=false").Run()
+			})
+			e.sh(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
 kind: Workflow
 metadata: {name: %s, namespace: %s}
 spec:
   entrypoint: main
   serviceAccountName: opr8r-runner
-  activeDeadlineSeconds: 300
+  activeDeadlineSeconds: 600
   templates:
   - name: main
     dag:
@@ -387,28 +412,29 @@ spec:
   - name: plan
     container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sh, -c, "echo planned"]}
   - name: approve
-    container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sleep, "600"]}
-`, wf, ns), e.kubectl, "apply", "-f", "-")
-		// Wait until the wrong gate runs, like the real one waits.
-		var nodes []dagNode
-		for deadline := time.Now().Add(2 * time.Minute); ; {
+    %s
+`, wf, ns, tc.gate), e.kubectl, "apply", "-f", "-")
+			// Wait until the wrong gate waits, like the real one.
+			var nodes []dagNode
 			var err error
-			if nodes, err = waitDAG(ctx, ui, wf, "plan", "approve"); err == nil && strings.Contains(byLabel(nodes, "approve").Classes, "Running") {
-				break
+			for deadline := time.Now().Add(2 * time.Minute); ; {
+				if nodes, err = waitDAG(ctx, ui, wf, "plan", "approve"); err == nil && strings.Contains(byLabel(nodes, "approve").Classes, "Running") {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the misshaped gate never ran: %v (%v)", labels(nodes), err)
+				}
+				time.Sleep(2 * time.Second)
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("the misshaped gate never ran: %v (%v)", labels(nodes), err)
+			err = resumeInUI(t, ctx, ui, wf, "")
+			screenshot(t, ctx, "argo-misshaped-gate-"+shape)
+			if err == nil {
+				t.Fatal("resumeInUI passed a gate the UI cannot resume: the browser check cannot tell a working gate from a broken one")
 			}
-			time.Sleep(2 * time.Second)
-		}
-		err := resumeInUI(t, ctx, ui, wf, "")
-		screenshot(t, ctx, "argo-misshaped-gate")
-		if err == nil {
-			t.Fatal("resumeInUI passed a gate that is no suspend node: the browser check cannot tell a working gate from a broken one")
-		}
-		if !strings.Contains(err.Error(), "has no RESUME button") {
-			t.Fatalf("resumeInUI failed for another reason than the missing RESUME: %v", err)
-		}
-		t.Logf("as expected, the UI would not let a user approve it: %v", err)
-	})
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("resumeInUI failed for another reason than %q: %v", tc.wantErr, err)
+			}
+			t.Logf("as expected, the UI would not let a user approve it: %v", err)
+		})
+	}
 }
