@@ -274,6 +274,7 @@ func argoUI(t *testing.T) string {
 
 // TestArgoDashboard: a TerraformRun seen and approved in the Argo UI.
 func TestArgoDashboard(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	ui := argoUI(t)
 	ctx := browser(t)
@@ -447,6 +448,7 @@ spec:
 // summary, digest and the approve command; after `kubectl tfrun approve`,
 // the CustomRun succeeded and apply ran.
 func TestTektonGateAsListed(t *testing.T) {
+	t.Parallel()
 	e := setup(t)
 	name := "tk-gate"
 	t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
