@@ -86,7 +86,8 @@ argo_server_up() {
   # Plain HTTP (the browser and `make dev` reach it on the node), and two
   # auth modes: client (a bearer token pasted on the login page: the API
   # server sees that user, whose resume opr8r records) and server (no login,
-  # acting as argo-server, for a quick look).
+  # acting as argo-server, for a quick look). No welcome, survey or
+  # new-version modals: they cover the page and link to the internet.
   cat >"${k}/kustomization.yaml" <<YAML
 apiVersion: kustomize.config.k8s.io/v1beta1
 kind: Kustomization
@@ -98,6 +99,9 @@ patches:
 - target: {kind: Deployment, name: argo-server}
   patch: |
     - {op: replace, path: /spec/template/spec/containers/0/args, value: [server, --secure=false, --auth-mode=client, --auth-mode=server]}
+    - op: replace
+      path: /spec/template/spec/containers/0/env
+      value: [{name: FIRST_TIME_USER_MODAL, value: "false"}, {name: FEEDBACK_MODAL, value: "false"}, {name: NEW_VERSION_MODAL, value: "false"}]
     - {op: replace, path: /spec/template/spec/containers/0/readinessProbe/httpGet/scheme, value: HTTP}
     - {op: replace, path: /spec/template/spec/containers/0/readinessProbe/initialDelaySeconds, value: 2}
     - {op: replace, path: /spec/template/spec/containers/0/readinessProbe/periodSeconds, value: 3}
