@@ -430,7 +430,7 @@ spec:
 				}
 				time.Sleep(2 * time.Second)
 			}
-			err = resumeInUI(t, ctx, ui, wf, "")
+			err = resumeInUI(t, ctx, ui, wf, "argo-misshaped-gate-"+shape)
 			screenshot(t, ctx, "argo-misshaped-gate-"+shape)
 			if err == nil {
 				t.Fatal("resumeInUI passed a gate the UI cannot resume: the browser check cannot tell a working gate from a broken one")
