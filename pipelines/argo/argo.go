@@ -164,6 +164,7 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 			Arguments: wfv1.Arguments{Parameters: []wfv1.Parameter{
 				{Name: paramDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
 				{Name: paramSummary, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultSummary))},
+				{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
 			}},
 		})
 		applyTask.Depends = pipeline.StepApprove + ".Succeeded"
@@ -188,10 +189,12 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 // duration would auto-approve when it expires; opr8r enforces the timeout).
 //
 // The Argo UI's RESUME shows every input parameter in its confirmation
-// (an enum as a dropdown) and then sets an output of the same name for
-// each (`argo node set`), which Argo refuses for an output the template
-// does not supply: so every input has a supplied output of its name. The
-// digest and summary are shown there, for the person to read.
+// (an enum as a dropdown), sets an output of the same name for each (`argo
+// node set`), which Argo refuses for an output the template does not
+// supply, and then resumes the node by id, which fills no defaults: so
+// inputs and supplied outputs are the same four, and apply's
+// approved-digest is set even there. The digest and summary are shown in
+// the confirmation for the person to read.
 func gateTemplate() wfv1.Template {
 	supplied := func(name, def string) wfv1.Parameter {
 		return wfv1.Parameter{Name: name, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(def)}}
@@ -207,10 +210,11 @@ func gateTemplate() wfv1.Template {
 				Enum:        []wfv1.AnyString{decisionApprove, decisionReject},
 				Description: wfv1.AnyStringPtr("approve applies the plan whose digest is shown; reject skips apply"),
 			},
+			{Name: paramApprovedDigest, Description: wfv1.AnyStringPtr("the digest apply checks the plan file against")},
 		}},
 		Outputs: wfv1.Outputs{Parameters: []wfv1.Parameter{
 			supplied(paramDecision, decisionApprove),
-			supplied(paramApprovedDigest, "{{inputs.parameters."+paramDigest+"}}"),
+			supplied(paramApprovedDigest, "{{inputs.parameters."+paramApprovedDigest+"}}"),
 			supplied(paramDigest, "{{inputs.parameters."+paramDigest+"}}"),
 			supplied(paramSummary, "{{inputs.parameters."+paramSummary+"}}"),
 		}},
