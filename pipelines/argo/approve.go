@@ -83,6 +83,7 @@ func decideGate(ctx context.Context, c client.Client, obj client.Object, decide 
 	if err := decide(&n); err != nil {
 		return err
 	}
+	supplyDefaults(&n)
 	n.FinishedAt = metav1.Time{Time: time.Now().UTC()}
 	wf.Status.Nodes.Set(id, n)
 	if compressed {
@@ -123,6 +124,21 @@ func supplyOutput(n *wfv1.NodeStatus, name, value string) error {
 		}
 	}
 	return fmt.Errorf("approval node %s has no output parameter %q", n.ID, name)
+}
+
+// supplyDefaults gives every supplied output still unset its default, as
+// ResumeWorkflow does (the gate's digest and summary, which the UI's RESUME
+// sets and opr8r does not need).
+func supplyDefaults(n *wfv1.NodeStatus) {
+	if n.Outputs == nil {
+		return
+	}
+	for i, p := range n.Outputs.Parameters {
+		if p.ValueFrom != nil && p.ValueFrom.Supplied != nil && p.ValueFrom.Default != nil {
+			n.Outputs.Parameters[i].Value = p.ValueFrom.Default
+			n.Outputs.Parameters[i].ValueFrom = nil
+		}
+	}
 }
 
 // Cancel implements engine.Canceller with spec.shutdown=Stop, which still

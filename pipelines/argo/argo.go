@@ -30,6 +30,8 @@ const (
 	// decision input's enum as a dropdown and sets the outputs before resume.
 	paramDecision       = "decision"
 	paramApprovedDigest = "approved-digest"
+	paramDigest         = "digest"
+	paramSummary        = "summary"
 	decisionApprove     = "approve"
 	decisionReject      = "reject"
 
@@ -83,9 +85,10 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			Name:      p.Name,
 			Namespace: p.Namespace,
 			Labels:    maps.Clone(p.Labels),
+			// The Argo UI shows both in its list and on the Workflow's page.
 			Annotations: map[string]string{
-				"workflows.argoproj.io/title":       fmt.Sprintf("terraform %s %s/%s", p.Type, run.Namespace, run.Name),
-				"workflows.argoproj.io/description": description(p),
+				"workflows.argoproj.io/title":       pipeline.Title(p),
+				"workflows.argoproj.io/description": pipeline.Description(p, "RESUME the approve step (decision approve or reject)"),
 			},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},
@@ -125,16 +128,6 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	return wf, nil
 }
 
-func description(p *pipeline.Pipeline) string {
-	if p.ManualApproval {
-		return "Plans, waits for approval, applies and exports outputs. Approve with `kubectl tfrun approve`, `argo resume` or the RESUME button."
-	}
-	if p.Type == infrav1.RunDestroy {
-		return "Destroys everything the TerraformRun manages (it is being deleted)."
-	}
-	return "Plans, applies (approval mode Auto) and exports outputs."
-}
-
 func taskParam(task, name string) string {
 	return fmt.Sprintf("{{tasks.%s.outputs.parameters.%s}}", task, name)
 }
@@ -169,8 +162,9 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 			Depends:  afterPlan,
 			When:     hasChanges,
 			Arguments: wfv1.Arguments{Parameters: []wfv1.Parameter{
-				{Name: "digest", Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
-				{Name: "summary", Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultSummary))},
+				{Name: paramDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
+				{Name: paramSummary, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultSummary))},
+				{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
 			}},
 		})
 		applyTask.Depends = pipeline.StepApprove + ".Succeeded"
@@ -193,22 +187,36 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 
 // gateTemplate is the approval gate: a suspend node without a duration (a
 // duration would auto-approve when it expires; opr8r enforces the timeout).
+//
+// The Argo UI's RESUME shows every input parameter in its confirmation
+// (an enum as a dropdown), sets an output of the same name for each (`argo
+// node set`), which Argo refuses for an output the template does not
+// supply, and then resumes the node by id, which fills no defaults: so
+// inputs and supplied outputs are the same four, and apply's
+// approved-digest is set even there. The digest and summary are shown in
+// the confirmation for the person to read.
 func gateTemplate() wfv1.Template {
+	supplied := func(name, def string) wfv1.Parameter {
+		return wfv1.Parameter{Name: name, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(def)}}
+	}
 	return wfv1.Template{
 		Name: pipeline.StepApprove,
 		Inputs: wfv1.Inputs{Parameters: []wfv1.Parameter{
-			{Name: "digest"},
-			{Name: "summary"},
+			{Name: paramDigest, Description: wfv1.AnyStringPtr("the digest of the plan waiting (kubectl tfrun plan shows it)")},
+			{Name: paramSummary, Description: wfv1.AnyStringPtr("what the plan does: resources to add, change, destroy and replace")},
 			{
 				Name:        paramDecision,
 				Default:     wfv1.AnyStringPtr(decisionApprove),
 				Enum:        []wfv1.AnyString{decisionApprove, decisionReject},
 				Description: wfv1.AnyStringPtr("approve applies the plan whose digest is shown; reject skips apply"),
 			},
+			{Name: paramApprovedDigest, Description: wfv1.AnyStringPtr("the digest apply checks the plan file against")},
 		}},
 		Outputs: wfv1.Outputs{Parameters: []wfv1.Parameter{
-			{Name: paramDecision, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(decisionApprove)}},
-			{Name: paramApprovedDigest, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr("{{inputs.parameters.digest}}")}},
+			supplied(paramDecision, decisionApprove),
+			supplied(paramApprovedDigest, "{{inputs.parameters."+paramApprovedDigest+"}}"),
+			supplied(paramDigest, "{{inputs.parameters."+paramDigest+"}}"),
+			supplied(paramSummary, "{{inputs.parameters."+paramSummary+"}}"),
 		}},
 		Suspend: &wfv1.SuspendTemplate{},
 	}

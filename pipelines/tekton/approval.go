@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // Reasons on the approval CustomRun's Succeeded condition.
@@ -80,8 +81,8 @@ func (r *ApprovalReconciler) Reconcile(ctx context.Context, req ctrl.Request) (c
 		cr.Status.MarkCustomRunFailed(ReasonCustomRunCancelled, "%s", msg)
 	case cr.Status.GetCondition(apis.ConditionSucceeded) == nil:
 		cr.Status.InitializeConditions()
-		cr.Status.MarkCustomRunRunning(ReasonAwaitingApproval, "plan %s waits for approval: kubectl tfrun approve %s",
-			param(cr, "digest"), param(cr, "run"))
+		cr.Status.MarkCustomRunRunning(ReasonAwaitingApproval, "%s",
+			pipeline.GateMessage(param(cr, "run"), cr.Namespace, param(cr, "summary"), param(cr, "digest"), ""))
 	}
 	if !cr.IsDone() && cr.Spec.Timeout != nil && cr.Spec.Timeout.Duration > 0 && cr.Status.StartTime != nil {
 		deadline := cr.Status.StartTime.Add(cr.Spec.Timeout.Duration)

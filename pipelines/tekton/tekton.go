@@ -13,7 +13,6 @@
 package tekton
 
 import (
-	"fmt"
 	"maps"
 	"strings"
 
@@ -107,9 +106,11 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	}
 	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
 	planTask := tektonv1.PipelineTask{
-		Name:       taskPlan,
-		Workspaces: ws,
-		TaskSpec:   taskSpec(p, req.Config.StepImage, stepResults(steps[pipeline.StepClone], steps[pipeline.StepPlan]), steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
+		Name:        taskPlan,
+		DisplayName: "Plan (clone, init, plan)",
+		Description: "One pod: " + pipeline.StepDescription(pipeline.StepClone) + " " + pipeline.StepDescription(pipeline.StepInit) + " " + pipeline.StepDescription(pipeline.StepPlan),
+		Workspaces:  ws,
+		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(steps[pipeline.StepClone], steps[pipeline.StepPlan]), steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
 	}
 	tasks := []tektonv1.PipelineTask{planTask}
 	// Checks run side by side after a plan with changes, a pod each; the
@@ -118,6 +119,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	for _, c := range p.Checks() {
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: ws,
+			DisplayName: "Check " + strings.TrimPrefix(c.Name, pipeline.CheckPrefix), Description: pipeline.StepDescription(c.Name),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
 			When:     tektonv1.WhenExpressions{hasChanges()},
 		})
@@ -144,11 +146,13 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		},
 		Spec: tektonv1.PipelineRunSpec{
 			PipelineSpec: &tektonv1.PipelineSpec{
-				Description: fmt.Sprintf("terraform %s %s/%s", p.Type, run.Namespace, run.Name),
+				DisplayName: pipeline.Title(p),
+				Description: pipeline.Description(p, ""),
 				Workspaces:  []tektonv1.PipelineWorkspaceDeclaration{{Name: pipeline.WorkspaceVolume}},
 				Tasks:       tasks,
 				Finally: []tektonv1.PipelineTask{{
 					Name: taskCleanup, Workspaces: ws,
+					DisplayName: "Cleanup", Description: pipeline.StepDescription(pipeline.StepCleanup),
 					TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
 				}},
 			},
@@ -192,7 +196,9 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 		ts.Steps = append(ts.Steps, step(pipeline.InstallStepContainer(p, stepImage, steps[0].Resources)))
 	}
 	for _, s := range steps {
-		ts.Steps = append(ts.Steps, step(s.Container(s.Name, p, replacer)))
+		st := step(s.Container(s.Name, p, replacer))
+		st.DisplayName = stepDisplayName(s.Name)
+		ts.Steps = append(ts.Steps, st)
 	}
 	return &tektonv1.EmbeddedTask{
 		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{infrav1.StepLabel: steps[len(steps)-1].Name}},
@@ -223,18 +229,22 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		afterPlan = append(afterPlan, c.Name)
 	}
 	applyTask := tektonv1.PipelineTask{
-		Name:       taskApply,
-		Workspaces: ws,
-		TaskSpec:   taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
-		When:       tektonv1.WhenExpressions{hasChanges},
+		Name:        taskApply,
+		DisplayName: "Apply the plan",
+		Description: pipeline.StepDescription(pipeline.StepApply),
+		Workspaces:  ws,
+		TaskSpec:    taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
+		When:        tektonv1.WhenExpressions{hasChanges},
 	}
 	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
 	if p.ManualApproval {
 		tasks = append(tasks, tektonv1.PipelineTask{
-			Name:     taskApprove,
-			RunAfter: afterPlan,
-			TaskRef:  &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
-			When:     tektonv1.WhenExpressions{hasChanges},
+			Name:        taskApprove,
+			DisplayName: "Approve the plan",
+			Description: pipeline.StepDescription(pipeline.StepApprove) + " Approve: " + pipeline.ApproveCommand(p) + " (upstream Tekton has no approve button).",
+			RunAfter:    afterPlan,
+			TaskRef:     &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
+			When:        tektonv1.WhenExpressions{hasChanges},
 			Params: tektonv1.Params{
 				{Name: "run", Value: *tektonv1.NewStructuredValues(run.Name)},
 				{Name: "digest", Value: *tektonv1.NewStructuredValues("$(tasks.plan.results." + pipeline.ResultDigest + ")")},
@@ -258,10 +268,33 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		// not after a failed or rejected one (the run has failed by then).
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
+			DisplayName: "Export outputs", Description: pipeline.StepDescription(pipeline.StepExport),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepExport]),
 		})
 	}
 	return tasks
+}
+
+// stepDisplayName is what the Tekton Dashboard shows for a step.
+func stepDisplayName(name string) string {
+	switch name {
+	case pipeline.StepClone:
+		return "clone the module"
+	case pipeline.StepInit:
+		return "terraform init"
+	case pipeline.StepPlan:
+		return "terraform plan"
+	case pipeline.StepApply:
+		return "terraform apply"
+	case pipeline.StepExport:
+		return "export outputs"
+	case pipeline.StepCleanup:
+		return "cleanup"
+	}
+	if pipeline.IsCheck(name) {
+		return "check " + strings.TrimPrefix(name, pipeline.CheckPrefix)
+	}
+	return ""
 }
 
 // hasChanges is the condition of the tasks that run only for a plan with changes.

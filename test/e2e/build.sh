@@ -4,7 +4,9 @@
 #               kubectl (kube-apiserver comes from hack/envtest-assets.sh)
 #   etcd        etcd (the server Kubernetes pins)
 #   containerd  containerd, containerd-shim-runc-v2, ctr
-#   Argo        workflow-controller, argoexec, argo (the CLI)
+#   Argo        workflow-controller, argoexec, argo (the CLI, and `argo server`
+#               with Argo's own UI built from the module's ui/ with yarn and
+#               webpack from the npm registry: test/e2e/dashboards.sh)
 #   Tekton      controller, webhook, entrypoint, nop, workingdirinit
 #   conftest    conftest, the policy tool the plan-check scenario runs
 #   crane       go-containerregistry's crane, whose `registry serve` is the
@@ -84,6 +86,14 @@ kube_replaces() {
 }
 
 what="${1:-all}"
+# shellcheck source=test/e2e/dashboards.sh
+. "${ROOT}/test/e2e/dashboards.sh"
+# The Argo UI (node, mostly one core) builds while Go builds the rest.
+ui_pid=""
+if { [ "${what}" = all ] || [ "${what}" = argo ]; } && [ ! -f "${OUT}/argo-ui-${ARGO_VERSION}/app/index.html" ]; then
+  mkdir -p "${OUT}"; build_argo_ui & ui_pid=$!
+fi
+if [ "${what}" = argo-ui ]; then build_argo_ui; fi
 minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
 if [ "${what}" = all ] || [ "${what}" = kube ]; then
   # The staging replaces must not be copied verbatim (they point into the
@@ -121,14 +131,17 @@ if [ "${what}" = all ] || [ "${what}" = containerd ]; then
 fi
 if [ "${what}" = all ] || [ "${what}" = argo ]; then
   # Argo is built from a copy of its module, for two files the zip lacks:
-  # the argo CLI embeds the UI's dist/app (like Argo's own Makefile without
-  # the UI, a placeholder page; `argo resume` needs no UI), and a symlink.
+  # the argo CLI embeds the UI's dist/app (as Argo's Makefile does: the UI,
+  # built above, is copied to ui/dist/app before go build), and a symlink.
   # The module cache is read-only and -overlay may not replace files in it.
   argodir="$(go mod download -json "github.com/argoproj/argo-workflows/v3@v${ARGO_VERSION}" | jq -r .Dir)"
   src="$(mktemp -d)/argo-workflows"
+  if [ -n "${ui_pid}" ]; then wait "${ui_pid}" || { log "building the Argo UI failed"; exit 1; }; fi
+  # An argo CLI cached before the UI was built (a placeholder page) is rebuilt.
+  [ -f "${OUT}/argo-${ARGO_VERSION}/ui-embedded" ] || rm -f "${OUT}/argo-${ARGO_VERSION}/argo"
   if [ ! -x "${OUT}/argo-${ARGO_VERSION}/argo" ] || [ ! -x "${OUT}/argo-${ARGO_VERSION}/argoexec" ] || [ ! -x "${OUT}/argo-${ARGO_VERSION}/workflow-controller" ]; then
     cp -r "${argodir}" "${src}" && chmod -R u+w "${src}"
-    mkdir -p "${src}/ui/dist/app" && echo "Argo Server UI not built (opr8r e2e build)" >"${src}/ui/dist/app/index.html"
+    mkdir -p "${src}/ui/dist" && cp -r "${OUT}/argo-ui-${ARGO_VERSION}/app" "${src}/ui/dist/app"
     # Upstream, osspecific/signal_linux.go is a git symlink to signal_darwin.go;
     # module zips drop symlinks, so argoexec does not build from the zip alone.
     osd="${src}/workflow/executor/osspecific"
@@ -137,6 +150,7 @@ if [ "${what}" = all ] || [ "${what}" = argo ]; then
   build argo github.com/argoproj/argo-workflows/v3 "${ARGO_VERSION}" \
     "-X github.com/argoproj/argo-workflows/v3.version=v${ARGO_VERSION}" "replace github.com/argoproj/argo-workflows/v3 => ${src}" \
     github.com/argoproj/argo-workflows/v3/cmd/workflow-controller github.com/argoproj/argo-workflows/v3/cmd/argoexec github.com/argoproj/argo-workflows/v3/cmd/argo
+  touch "${OUT}/argo-${ARGO_VERSION}/ui-embedded"
   rm -rf "$(dirname "${src}")"
 fi
 if [ "${what}" = all ] || [ "${what}" = tekton ]; then

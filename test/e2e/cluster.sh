@@ -3,7 +3,8 @@
 #   etcd 3.6, kube-apiserver, kube-controller-manager, kube-scheduler,
 #   kubelet, kube-proxy (v1.36.3), containerd 2.2 with runc and CNI (Debian),
 #   a local-path volume provisioner, Argo Workflows and Tekton Pipelines from
-#   their pinned module manifests, and opr8r from this checkout (Helm chart).
+#   their pinned module manifests, and opr8r from this checkout (Helm chart);
+#   Argo Server with Argo's UI (test/e2e/dashboards.sh).
 #
 #   test/e2e/cluster.sh up      bring it up (upstream builds are cached in $OPR8R_CACHE/e2e,
 #                               opr8r's own binaries and the images in bin/e2e)
@@ -54,6 +55,9 @@ SHELL_IMAGE="localhost/opr8r/busybox:${E2E_IMAGE_TAG}"
 CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION}"
 REGISTRY_IMAGE="localhost/opr8r/registry:v${GGCR_VERSION}"
 
+# shellcheck source=test/e2e/dashboards.sh
+. "${ROOT}/test/e2e/dashboards.sh"
+
 t0=$(date +%s)
 log() { echo "e2e-cluster [$(( $(date +%s) - t0 ))s] $*" >&2; }
 die() { echo "e2e-cluster: FATAL: $*" >&2; exit 1; }
@@ -65,7 +69,7 @@ node_ip() { ip -4 -o addr show scope global | awk '{print $4}' | cut -d/ -f1 | h
 preflight() {
   [ "$(id -u)" = 0 ] || die "the e2e cluster runs kubelet, containerd and iptables and needs root (uid 0); this is uid $(id -u)"
   local need=() p
-  for p in runc:runc iptables:iptables conntrack:conntrack openssl:openssl busybox:busybox-static jq:jq; do
+  for p in runc:runc iptables:iptables conntrack:conntrack openssl:openssl busybox:busybox-static jq:jq chromium:chromium; do
     command -v "${p%%:*}" >/dev/null 2>&1 || need+=("${p#*:}")
   done
   [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
@@ -110,6 +114,7 @@ build_images() {
     -file "${ABIN}/workflow-controller:/bin/workflow-controller" -entrypoint /bin/workflow-controller -user 8737:8737
   image argoexec "quay.io/argoproj/argoexec:v${ARGO_VERSION}" \
     -file "${ABIN}/argoexec:/bin/argoexec" "${bbl[@]}" -entrypoint /bin/argoexec -user 8737:8737
+  argo_server_image
   local b
   for b in controller webhook entrypoint nop workingdirinit; do
     image "tekton-${b}" "localhost/tekton/${b}:v${TEKTON_VERSION}" -file "${TBIN}/${b}:/ko-app/${b}" -entrypoint "/ko-app/${b}" -user 65532:65532
@@ -429,7 +434,8 @@ up() {
   for p in "${pids[@]}"; do
     wait "$p" || { cat "${S}"/logs/install-*.log >&2; die "installing the engines or opr8r failed"; }
   done
-  log "engines and opr8r installed"
+  argo_server_up >"${S}/logs/install-argo-server.log" 2>&1 || { cat "${S}/logs/install-argo-server.log" >&2; die "installing Argo Server failed"; }
+  log "engines, Argo Server and opr8r installed"
   node_ready
   log "node ${NODE} Ready, default ServiceAccount present"
   wait_deployments

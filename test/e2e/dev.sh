@@ -49,6 +49,23 @@ fi
 echo "==> kubectl tfrun outputs ${name}"
 "${TFRUN}" outputs "${name}" -n "${ns}"
 engine_kind="$("${K}" get terraformrun "${name}" -n "${ns}" -o jsonpath='{.status.run.child.kind}')"
+child="$("${K}" get terraformrun "${name}" -n "${ns}" -o jsonpath='{.status.run.child.name}')"
+# shellcheck source=test/e2e/dashboards.sh
+. "${ROOT}/test/e2e/dashboards.sh"
+ui="$(argo_ui_url)"
+curl -fsS -o /dev/null "${ui}/" || echo "warning: the Argo UI does not answer at ${ui}" >&2
+argo_link="${ui}/workflows?label=infra.opr8r.io/run%3D${name}"
+[ "${engine_kind}" = Workflow ] && argo_link="${ui}/workflows/${ns}/${child}"
+cat <<MSG
+
+Dashboards:
+  Argo UI         ${ui}   (this run: ${argo_link})
+                  no login needed (server mode); to act as a person (client
+                  mode: opr8r records who resumed), paste on ${ui}/login:
+                  Bearer \$(kubectl create token argo-ui -n e2e)
+  Tekton Dashboard  not installed: the Go module proxy refuses
+                  github.com/tektoncd/dashboard (docs/e2e.md)
+MSG
 cat <<MSG
 
 The cluster is still running (built from source, state in ${S}):

@@ -1,0 +1,556 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// The Argo UI, as a person uses it: a real headless Chromium (Debian's
+// chromium) on Argo Server's own UI (built from the pinned argo-workflows
+// module, test/e2e/dashboards.sh), logged in with a bearer token (client
+// mode), so the API server and opr8r see that user.
+
+// argoUIUser is who logs in to the UI: the service account e2e/argo-ui
+// (test/e2e/testdata/argo-ui-user.yaml).
+const argoUIUser = "system:serviceaccount:e2e:argo-ui"
+
+// browser starts Chromium with a fresh profile and returns a tab's context.
+// The flags keep it off the network (there is none here) and runnable as root.
+func browser(t *testing.T) context.Context {
+	t.Helper()
+	exe := os.Getenv("OPR8R_E2E_CHROMIUM")
+	if exe == "" {
+		exe = "/usr/bin/chromium"
+	}
+	if _, err := os.Stat(exe); err != nil {
+		t.Fatalf("no Chromium at %s (apt-get install chromium; cluster.sh's preflight installs it): %v", exe, err)
+	}
+	opts := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.Headless, chromedp.NoSandbox, chromedp.DisableGPU, chromedp.NoFirstRun, chromedp.NoDefaultBrowserCheck,
+		chromedp.Flag("disable-quic", true),
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.Flag("disable-dev-shm-usage", true),
+		chromedp.WindowSize(1600, 1300),
+	}
+	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancel := chromedp.NewContext(actx, chromedp.WithLogf(t.Logf))
+	t.Cleanup(func() { cancel(); cancelAlloc() })
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("starting %s: %v", exe, err)
+	}
+	return ctx
+}
+
+// screenshot saves a full-page PNG as $OPR8R_E2E_SCREENSHOTS/<name>.png.
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("OPR8R_E2E_SCREENSHOTS")
+	if dir == "" {
+		dir = filepath.Join("..", "..", "bin", "e2e", "screenshots")
+	}
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, name+".png")
+	if err := os.WriteFile(path, png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("screenshot %s (%d KiB)", path, len(png)/1024)
+}
+
+// argoLogin logs in on the UI's login page with a token of e2e/argo-ui.
+func (e *env) argoLogin(t *testing.T, ctx context.Context, ui string) {
+	t.Helper()
+	out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "create", "token", "argo-ui", "-n", ns, "--duration=1h").Output()
+	if err != nil {
+		t.Fatalf("kubectl create token argo-ui: %v", err)
+	}
+	tctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	err = chromedp.Do(tctx,
+		chromedp.Navigate(ui+"/login"),
+		chromedp.WaitVisible(chromedp.ID("token")),
+		chromedp.SendKeys(chromedp.ID("token"), "Bearer "+strings.TrimSpace(string(out))),
+		chromedp.Click(chromedp.Search(`//textarea[@id='token']/../following-sibling::div/a`)),
+		chromedp.Sleep(time.Second),
+		chromedp.Navigate(ui+"/userinfo"),
+		chromedp.Sleep(3*time.Second),
+	)
+	if err != nil {
+		t.Fatalf("logging in to the Argo UI at %s: %v", ui, err)
+	}
+	who, err := chromedp.Run(tctx, chromedp.Text(chromedp.CSS("body")))
+	if err != nil {
+		t.Fatalf("logging in to the Argo UI at %s: %v", ui, err)
+	}
+	t.Logf("Argo UI user info: %s", oneLine(who, 300))
+}
+
+// okButton is the OK of argo-ui's confirmation popup.
+const okButton = chromedp.CSS(`button[qe-id="argo-popup-ok-button"]`)
+
+// dagNode is one node of the Workflow's graph as the UI draws it.
+type dagNode struct {
+	ID, Label, Classes string
+	Y                  float64
+}
+
+// dagNodes reads the graph the UI drew: each node's <title> is "<id>
+// (<display name>)", its class the phase as the UI names it: "Suspended"
+// for a Suspend node that waits (workflow-dag.tsx nodeLabel).
+const dagNodesJS = `Array.from(document.querySelectorAll('svg g[transform] > title')).map(t => {
+  const g = t.parentElement, n = g.querySelector(':scope > g.node');
+  if (!n) return null;
+  const m = (t.textContent || '').trim().match(/^(\S+) \((.*)\)$/);
+  const tr = (g.getAttribute('transform') || '').match(/translate\(([-\d.e]+),\s*([-\d.e]+)\)/);
+  return {ID: m ? m[1] : '', Label: m ? m[2] : '', Classes: n.getAttribute('class') || '', Y: tr ? parseFloat(tr[2]) : 0};
+}).filter(x => x)`
+
+// waitDAG opens a Workflow in the UI and waits until its graph shows the
+// named nodes; it returns every node.
+func waitDAG(ctx context.Context, ui, wf string, want ...string) ([]dagNode, error) {
+	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/workflows/%s/%s", ui, ns, wf))); err != nil {
+		return nil, err
+	}
+	for deadline := time.Now().Add(90 * time.Second); ; {
+		nodes, err := chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
+		if err != nil {
+			return nil, err
+		}
+		if missing := missingLabels(nodes, want); len(missing) == 0 {
+			return nodes, nil
+		} else if time.Now().After(deadline) {
+			return nodes, fmt.Errorf("the UI's graph of %s lacks %v; it shows %v", wf, missing, labels(nodes))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func missingLabels(nodes []dagNode, want []string) []string {
+	var missing []string
+	for _, w := range want {
+		if byLabel(nodes, w) == nil {
+			missing = append(missing, w)
+		}
+	}
+	return missing
+}
+
+func byLabel(nodes []dagNode, label string) *dagNode {
+	for i := range nodes {
+		if nodes[i].Label == label {
+			return &nodes[i]
+		}
+	}
+	return nil
+}
+
+func labels(nodes []dagNode) []string {
+	var l []string
+	for _, n := range nodes {
+		l = append(l, fmt.Sprintf("%s[%s]", n.Label, strings.TrimSpace(n.Classes)))
+	}
+	sort.Strings(l)
+	return l
+}
+
+// selectNode clicks a node of the graph (a real mouse click), which opens
+// its panel.
+func selectNode(ctx context.Context, label string) error {
+	sel := fmt.Sprintf(`//*[local-name()='title' and substring(normalize-space(.), string-length(normalize-space(.)) - %d) = '(%s)']/following-sibling::*[local-name()='g' and contains(@class, 'node')]`, len(label)+1, label)
+	tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	nodes, err := chromedp.Run(tctx, chromedp.Nodes(chromedp.Search(sel)))
+	if err != nil {
+		return fmt.Errorf("no graph node %q to click: %w", label, err)
+	}
+	return chromedp.Do(ctx, chromedp.MouseClickNode(nodes[0]))
+}
+
+// resumeInUI does what a person does to approve in the Argo UI: open the
+// Workflow, click the approve node, RESUME in its panel, keep the decision
+// "approve" in the confirmation popup (screenshotted), OK; then wait until
+// the UI shows the node Succeeded. An error says where the UI stopped the
+// person.
+func resumeInUI(t *testing.T, ctx context.Context, ui, wf, shot string) error {
+	nodes, err := waitDAG(ctx, ui, wf, "approve")
+	if err != nil {
+		return err
+	}
+	gate := byLabel(nodes, "approve")
+	if err := selectNode(ctx, "approve"); err != nil {
+		return err
+	}
+	resume := chromedp.Search(`//div[contains(@class, 'white-box')]//button[normalize-space(.)='RESUME']`)
+	tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, chromedp.WaitVisible(resume)); err != nil {
+		return fmt.Errorf("the approve node's panel (node %s) has no RESUME button: %w", strings.TrimSpace(gate.Classes), err)
+	}
+	if shot != "" {
+		screenshot(t, ctx, shot+"-panel")
+	}
+	tctx2, cancel2 := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel2()
+	if err := chromedp.Do(tctx2, chromedp.Click(resume), chromedp.WaitVisible(okButton)); err != nil {
+		return fmt.Errorf("RESUME opened no confirmation: %w", err)
+	}
+	popup, err := chromedp.Run(tctx2, chromedp.Text(chromedp.CSS(".popup-container")))
+	if err != nil {
+		return err
+	}
+	t.Logf("the UI's resume popup: %s", oneLine(popup, 400))
+	if !strings.Contains(popup, "decision") {
+		return fmt.Errorf("the resume popup offers no decision to choose: %q", popup)
+	}
+	if shot != "" {
+		screenshot(t, ctx, shot+"-popup")
+	}
+	if err := chromedp.Do(ctx, chromedp.Click(okButton)); err != nil {
+		return err
+	}
+	clicked := time.Now()
+	for deadline := clicked.Add(60 * time.Second); ; {
+		nodes, _ = chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
+		errText, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`Array.from(document.querySelectorAll('[class*=error]')).map(e => e.textContent).join(' ').trim()`))
+		if g := byLabel(nodes, "approve"); g != nil && strings.Contains(g.Classes, "Succeeded") {
+			return nil
+		}
+		// An error banner that stays: the UI refused.
+		if time.Now().After(deadline) || (errText != "" && time.Since(clicked) > 10*time.Second) {
+			return fmt.Errorf("after RESUME the approve node is not Succeeded (%v); the UI says: %q", labels(nodes), oneLine(errText, 400))
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func oneLine(s string, max int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len(s) > max {
+		s = s[:max] + "…"
+	}
+	return s
+}
+
+// waitGatePublished waits for opr8r's rule on the Workflow (the admission
+// policy refuses a resume before it).
+func (e *env) waitGatePublished(t *testing.T, name, wf string) {
+	e.waitFor(t, name, "the rule published on the Workflow", time.Minute, func(*infrav1.TerraformRun) bool {
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", "workflow", wf, "-n", ns,
+			"-o", `jsonpath={.metadata.annotations.infra\.opr8r\.io/gate-needed}`).CombinedOutput()
+		return err == nil && strings.TrimSpace(string(out)) == "1"
+	})
+}
+
+func argoUI(t *testing.T) string {
+	ui := os.Getenv("OPR8R_E2E_ARGO_UI")
+	if ui == "" {
+		t.Fatal("OPR8R_E2E_ARGO_UI is not set (make e2e sets it to Argo Server's NodePort)")
+	}
+	return strings.TrimSuffix(ui, "/")
+}
+
+// TestArgoDashboard: a TerraformRun seen and approved in the Argo UI.
+func TestArgoDashboard(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ui := argoUI(t)
+	ctx := browser(t)
+	e.argoLogin(t, ctx, ui)
+
+	t.Run("resume-in-ui", func(t *testing.T) {
+		name := "ui-approve"
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+		e.sh(t, manifest(name, "argo", "Hello from the Argo UI"), e.kubectl, "apply", "-f", "-")
+		run := e.waitFor(t, name, "the plan awaiting approval", 5*time.Minute, awaiting(""))
+		wf := run.Status.Run.Child.Name
+		e.waitGatePublished(t, name, wf)
+
+		nodes, err := waitDAG(ctx, ui, wf, "clone", "init", "plan", "approve")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("the UI's graph of %s: %v", wf, labels(nodes))
+		// The DAG reads top to bottom clone → init → plan → approve.
+		order := []string{"clone", "init", "plan", "approve"}
+		for i := 1; i < len(order); i++ {
+			if a, b := byLabel(nodes, order[i-1]), byLabel(nodes, order[i]); a.Y >= b.Y {
+				t.Errorf("the graph draws %s (y=%v) below %s (y=%v)", order[i-1], a.Y, order[i], b.Y)
+			}
+		}
+		for _, s := range order[:3] {
+			if n := byLabel(nodes, s); !strings.Contains(n.Classes, "Succeeded") {
+				t.Errorf("node %s is %q, want Succeeded", s, n.Classes)
+			}
+		}
+		if g := byLabel(nodes, "approve"); !strings.Contains(g.Classes, "Suspended") {
+			t.Fatalf("the approve node is %q, want Suspended (a Suspend node that waits)", g.Classes)
+		}
+		screenshot(t, ctx, "argo-dag-awaiting-approval")
+
+		if err := resumeInUI(t, ctx, ui, wf, "argo-approve"); err != nil {
+			screenshot(t, ctx, "argo-resume-failed")
+			t.Fatal(err)
+		}
+		run = e.waitFor(t, name, "the plan applied after RESUME in the UI", 5*time.Minute, ready)
+		if a := run.Status.Approval; a == nil || a.Source != infrav1.ApprovedByEngine || a.By != argoUIUser {
+			t.Fatalf("approval = %+v, want by %s through the engine (the UI's user)", a, argoUIUser)
+		}
+		hist := e.sh(t, "", e.tfrun, "history", name, "-n", ns)
+		if !strings.Contains(hist, argoUIUser) {
+			t.Fatalf("kubectl tfrun history does not name %s:\n%s", argoUIUser, hist)
+		}
+		e.checkOutputs(t, name, "Hello from the Argo UI")
+		nodes, err = waitDAG(ctx, ui, wf, "clone", "init", "plan", "approve", "apply", "export-outputs")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range []string{"apply", "export-outputs"} {
+			if n := byLabel(nodes, s); !strings.Contains(n.Classes, "Succeeded") {
+				t.Errorf("node %s is %q, want Succeeded", s, n.Classes)
+			}
+		}
+		screenshot(t, ctx, "argo-dag-applied")
+	})
+
+	t.Run("failed-plan", func(t *testing.T) {
+		name := "ui-bad"
+		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+		e.sh(t, manifest(name, "argo", "Hello #1"), e.kubectl, "apply", "-f", "-")
+		run := e.waitFor(t, name, "the run failed", 5*time.Minute, func(r *infrav1.TerraformRun) bool { return runPhase(r) == infrav1.RunFailed })
+		wf := run.Status.Run.Child.Name
+		nodes, err := waitDAG(ctx, ui, wf, "plan")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n := byLabel(nodes, "plan"); !strings.Contains(n.Classes, "Failed") && !strings.Contains(n.Classes, "Error") {
+			t.Fatalf("the plan node is %q, want Failed", n.Classes)
+		}
+		if err := selectNode(ctx, "plan"); err != nil {
+			t.Fatal(err)
+		}
+		tctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		msg, err := chromedp.Run(tctx, chromedp.Text(chromedp.Search(`//div[contains(@class, 'white-box')]//div[normalize-space(.)='MESSAGE']/following-sibling::div[1]`)))
+		if err != nil {
+			screenshot(t, ctx, "argo-failed-plan")
+			t.Fatalf("the plan node's panel shows no MESSAGE: %v", err)
+		}
+		t.Logf("the failed plan node's MESSAGE in the UI: %s", msg)
+		screenshot(t, ctx, "argo-failed-plan")
+		for _, want := range []string{"Invalid value for variable", "greeting must be letters, spaces and punctuation."} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("the failed node's message in the UI lacks terraform's %q: %q", want, msg)
+			}
+		}
+	})
+
+	// The same browser check on gates of the wrong shape, which the UI
+	// would not let a person pass: resumeInUI must fail on each. This
+	// proves the check above can fail.
+	misshaped := map[string]struct{ gate, waiting, wantErr string }{
+		// A container named approve instead of a suspend node: no RESUME.
+		"container": {
+			gate:    `container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sleep, "600"]}`,
+			waiting: "Running",
+			wantErr: "has no RESUME button",
+		},
+		// opr8r's gate before it supplied an output for every input: the
+		// UI sets an output per input, which Argo refuses.
+		"inputs-without-outputs": {
+			gate: `inputs:
+      parameters:
+      - {name: digest, value: "sha256:00"}
+      - {name: summary, value: "{}"}
+      - {name: decision, default: approve, enum: [approve, reject]}
+    outputs:
+      parameters:
+      - {name: decision, valueFrom: {supplied: {}, default: approve}}
+      - {name: approved-digest, valueFrom: {supplied: {}, default: "sha256:00"}}
+    suspend: {}`,
+			waiting: "Suspended",
+			wantErr: "not Succeeded",
+		},
+	}
+	for shape, tc := range misshaped {
+		t.Run("misshaped-gate-"+shape, func(t *testing.T) {
+			wf := "ui-misshaped-" + shape
+			t.Cleanup(func() {
+				_ = exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "delete", "workflow", wf, "-n", ns, "--wait=false").Run()
+			})
+			e.sh(t, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
+kind: Workflow
+metadata: {name: %s, namespace: %s}
+spec:
+  entrypoint: main
+  serviceAccountName: opr8r-runner
+  activeDeadlineSeconds: 600
+  templates:
+  - name: main
+    dag:
+      tasks:
+      - {name: plan, template: plan}
+      - {name: approve, template: approve, depends: plan}
+  - name: plan
+    container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sh, -c, "echo planned"]}
+  - name: approve
+    %s
+`, wf, ns, tc.gate), e.kubectl, "apply", "-f", "-")
+			// Wait until the wrong gate waits, like the real one.
+			var nodes []dagNode
+			var err error
+			for deadline := time.Now().Add(2 * time.Minute); ; {
+				if nodes, err = waitDAG(ctx, ui, wf, "plan", "approve"); err == nil && strings.Contains(byLabel(nodes, "approve").Classes, tc.waiting) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatalf("the misshaped gate never ran: %v (%v)", labels(nodes), err)
+				}
+				time.Sleep(2 * time.Second)
+			}
+			err = resumeInUI(t, ctx, ui, wf, "argo-misshaped-gate-"+shape)
+			screenshot(t, ctx, "argo-misshaped-gate-"+shape)
+			if err == nil {
+				t.Fatal("resumeInUI passed a gate the UI cannot resume: the browser check cannot tell a working gate from a broken one")
+			}
+			if !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("resumeInUI failed for another reason than %q: %v", tc.wantErr, err)
+			}
+			t.Logf("as expected, the UI would not let a user approve it: %v", err)
+		})
+	}
+}
+
+// TestTektonGateAsListed: what the Tekton Dashboard would show of a
+// TerraformRun (it is not installed: the module proxy refuses its module),
+// read as kubectl reads it: the plan TaskRun's steps clone, init and plan
+// with their display names, the approval CustomRun pending with the plan's
+// summary, digest and the approve command; after `kubectl tfrun approve`,
+// the CustomRun succeeded and apply ran.
+func TestTektonGateAsListed(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	name := "tk-gate"
+	t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
+	e.sh(t, manifest(name, "tekton", "Hello Tekton"), e.kubectl, "apply", "-f", "-")
+	run := e.waitFor(t, name, "the plan awaiting approval", 5*time.Minute, awaiting(""))
+	pr := run.Status.Run.Child.Name
+
+	type condition struct{ Type, Status, Reason, Message string }
+	var taskRuns struct {
+		Items []struct {
+			Metadata struct{ Labels map[string]string }
+			Spec     struct {
+				TaskSpec struct {
+					Steps []struct{ Name, DisplayName string }
+				} `json:"taskSpec"`
+			}
+			Status struct {
+				Conditions []condition
+				Steps      []struct {
+					Name       string
+					Terminated *struct{ ExitCode int } `json:"terminated"`
+				}
+			}
+		}
+	}
+	getJSON := func(v any, kind string) {
+		t.Helper()
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", kind, "-n", ns, "-l", "tekton.dev/pipelineRun="+pr, "-o", "json").Output()
+		if err != nil {
+			t.Fatalf("kubectl get %s: %v", kind, err)
+		}
+		if err := json.Unmarshal(out, v); err != nil {
+			t.Fatalf("kubectl get %s: %v", kind, err)
+		}
+	}
+	getJSON(&taskRuns, "taskruns")
+	var plan *struct{ steps, display []string }
+	for _, tr := range taskRuns.Items {
+		if tr.Metadata.Labels["tekton.dev/pipelineTask"] != "plan" {
+			continue
+		}
+		plan = &struct{ steps, display []string }{}
+		for _, s := range tr.Status.Steps {
+			if s.Terminated == nil || s.Terminated.ExitCode != 0 {
+				t.Errorf("plan TaskRun step %s did not succeed: %+v", s.Name, s.Terminated)
+			}
+			plan.steps = append(plan.steps, s.Name)
+		}
+		for _, s := range tr.Spec.TaskSpec.Steps {
+			plan.display = append(plan.display, s.DisplayName)
+		}
+	}
+	if plan == nil {
+		t.Fatalf("no TaskRun of the plan task of %s", pr)
+	}
+	if got := strings.Join(plan.steps, " "); !strings.HasSuffix(got, "clone init plan") {
+		t.Errorf("plan TaskRun steps = %q, want … clone init plan", got)
+	}
+	if got := strings.Join(plan.display, "|"); !strings.HasSuffix(got, "clone the module|terraform init|terraform plan") {
+		t.Errorf("plan TaskRun step display names = %q", got)
+	}
+
+	var customRuns struct {
+		Items []struct {
+			Status struct{ Conditions []condition }
+		}
+	}
+	gate := func() condition {
+		t.Helper()
+		getJSON(&customRuns, "customruns")
+		if len(customRuns.Items) != 1 || len(customRuns.Items[0].Status.Conditions) == 0 {
+			t.Fatalf("want one approval CustomRun of %s with a condition, got %+v", pr, customRuns.Items)
+		}
+		return customRuns.Items[0].Status.Conditions[0]
+	}
+	c := gate()
+	t.Logf("the approval CustomRun: %+v", c)
+	if c.Status != "Unknown" || c.Reason != "AwaitingApproval" {
+		t.Fatalf("the approval CustomRun is %s/%s, want Unknown/AwaitingApproval (pending)", c.Status, c.Reason)
+	}
+	for _, want := range []string{"Plan +1 ~0 -0 (" + run.Status.Plan.Digest + ") waits for approval",
+		"kubectl tfrun approve " + name + " -n " + ns + " --plan " + run.Status.Plan.Digest} {
+		if !strings.Contains(c.Message, want) {
+			t.Errorf("the approval CustomRun's message lacks %q: %q", want, c.Message)
+		}
+	}
+
+	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	e.waitFor(t, name, "the plan applied", 5*time.Minute, ready)
+	if c = gate(); c.Status != "True" || c.Reason != "Approved" {
+		t.Errorf("after kubectl tfrun approve the approval CustomRun is %s/%s (%s), want True/Approved", c.Status, c.Reason, c.Message)
+	}
+	getJSON(&taskRuns, "taskruns")
+	applied := false
+	for _, tr := range taskRuns.Items {
+		if tr.Metadata.Labels["tekton.dev/pipelineTask"] == "apply" {
+			applied = len(tr.Status.Conditions) > 0 && tr.Status.Conditions[0].Status == "True"
+		}
+	}
+	if !applied {
+		t.Errorf("no succeeded apply TaskRun of %s", pr)
+	}
+}
