@@ -11,8 +11,10 @@ KUBE_VERSION="${KUBE_VERSION:-1.36.3}"
 EXAMPLE="${DEV_EXAMPLE:-${ROOT}/examples/inline.yaml}"
 export KUBECONFIG="${S}/admin.kubeconfig"
 # One e2e cluster per machine: a second `make e2e` or `make dev` (another
-# clone or worktree) waits here until the first has finished.
-exec 9>"${E2E_LOCK:-/var/lock/opr8r-e2e.lock}"
+# clone or worktree) waits here until the first has finished. The lock sits
+# next to the cluster's state (/var/lib), not in /run, so that every process
+# that can see the state also sees the lock.
+exec 9>"${E2E_LOCK:-/var/lib/opr8r-e2e.lock}"
 if ! flock -n 9; then echo "e2e: another e2e run holds the cluster; waiting for it..." >&2; flock 9; fi
 CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
 K="${CACHE}/e2e/kube-${KUBE_VERSION}/kubectl"

@@ -11,8 +11,10 @@ ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2
 CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
 t0=$(date +%s)
 # One e2e cluster per machine: a second `make e2e` or `make dev` (another
-# clone or worktree) waits here until the first has finished.
-exec 9>"${E2E_LOCK:-/var/lock/opr8r-e2e.lock}"
+# clone or worktree) waits here until the first has finished. The lock sits
+# next to the cluster's state (/var/lib), not in /run, so that every process
+# that can see the state also sees the lock.
+exec 9>"${E2E_LOCK:-/var/lib/opr8r-e2e.lock}"
 if ! flock -n 9; then echo "e2e: another e2e run holds the cluster; waiting for it..." >&2; flock 9; fi
 phase() { echo "== e2e [$(( $(date +%s) - t0 ))s] $*"; }
 
