@@ -179,6 +179,14 @@ func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.Te
 			return 0, nil, err
 		}
 		if existing == nil {
+			// A recorded child is not cached whole: it is finished, so never
+			// this run's to adopt, and its number is taken.
+			if taken, err := r.recordedChild(ctx, run.Namespace, e, name); err != nil || taken {
+				if err != nil {
+					return 0, nil, err
+				}
+				continue
+			}
 			return n, nil, nil
 		}
 		adopt, err := r.mayAdopt(ctx, run, st, existing, t)
@@ -256,7 +264,9 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	return existing, nil
 }
 
-// createInputs creates the ConfigMap the child mounts, owned by the child.
+// createInputs creates the ConfigMap the child mounts, owned by the child,
+// when the inputs are too large to travel in the child
+// (pipeline.EmbeddedInputs); small ones cost no write here.
 func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.TerraformRun, child client.Object) error {
 	cms, err := pipeline.InputObjects(eff, child.GetName())
 	if err != nil {
@@ -294,7 +304,9 @@ func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infr
 		return "", err
 	}
 	for _, obj := range children {
-		if obj.GetName() == name {
+		if obj.GetName() == name || isRecorded(obj) {
+			// A recorded child finished (it was seen so when labelled), and
+			// its step objects have left the cache that observe reads.
 			continue
 		}
 		pr, err := r.observe(ctx, e, obj)

@@ -211,7 +211,7 @@ func conformance(g given) {
 		childJSON, err := json.Marshal(s.Object())
 		Expect(err).NotTo(HaveOccurred())
 		Expect(string(childJSON)).NotTo(ContainSubstring(pipeline.InputsEnv))
-		Expect(string(childJSON)).To(ContainSubstring(`"name":"` + cm.Name + `"`), "the child mounts it")
+		Expect(string(childJSON)).To(ContainSubstring(`"name":"`+cm.Name+`"`), "the child mounts it")
 		Expect(s.Validate()).To(Succeed())
 	})
 
