@@ -100,7 +100,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 		return ctrl.Result{}, err
 	}
 	name := pipeline.ChildName(run.Name, n.typ, number)
-	if other, err := r.otherActiveChild(ctx, run, e, name); err != nil {
+	if other, err := r.otherActiveChild(ctx, run, e, name, number); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
 		r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for %s %s to finish before starting %s", e.ChildGVK().Kind, other, name))
@@ -297,8 +297,14 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 // TerraformRun other than name, if any. An unfinished child that status
 // does not record (left by a crash, or a check) is asked to stop. The list
 // is read from the API server, not the cache: a check created a moment ago
-// may not be cached yet, and a run must never start beside it.
-func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string) (string, error) {
+// may not be cached yet, and a run must never start beside it. The first
+// run of a TerraformRun (number 1) has no other child: checks come after a
+// run, and claimChild adopts an unrecorded child of number 1 or skips its
+// number. So starting new TerraformRuns in bulk lists nothing.
+func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string, number int64) (string, error) {
+	if number == 1 {
+		return "", nil
+	}
 	children, err := r.listChildrenFrom(ctx, r.APIReader, run, e)
 	if err != nil {
 		return "", err
