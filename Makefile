@@ -101,6 +101,11 @@ $(VERSITYGW):
 test: envtest-assets tofu tools versitygw ## Unit, golden, step-runner (real git, terraform, OpenTofu, an OCI registry), records stores (a real S3 server), install and envtest integration tests.
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) OPR8R_TOFU=$(TOFU) OPR8R_VERSITYGW=$(VERSITYGW) OPR8R_HELM=$(HELM) OPR8R_KUSTOMIZE=$(KUSTOMIZE) go test -timeout 30m $(GO_TEST_FLAGS) ./...
 
+.PHONY: bench-shards
+bench-shards: envtest-assets ## Sharding at scale (docs/performance.md): BENCH_SIZES runs over shards a, b, c and the default one, one manager each; runs reconciled by more than one shard, RSS per shard.
+	go build -o bin/bench-manager ./cmd/manager
+	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCH_SHARDS=1 BENCH_SIZES=$(BENCH_SIZES) go run ./test/bench
+
 .PHONY: bench-checks
 bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.
 	go build -o bin/bench-manager ./cmd/manager

@@ -1,12 +1,16 @@
 package pipelines_test
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,6 +20,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines/pipelinestest"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/inputs"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
@@ -127,6 +132,18 @@ func depsFrom(ns string, choice uint8, a, b string) []engine.Dependency {
 	}
 }
 
+// hexChain is n bytes of hex that gzip cannot shrink below half: a chain of
+// SHA-256 sums.
+func hexChain(n int) string {
+	var b strings.Builder
+	sum := sha256.Sum256([]byte("opr8r"))
+	for b.Len() < n {
+		b.WriteString(hex.EncodeToString(sum[:]))
+		sum = sha256.Sum256(sum[:])
+	}
+	return b.String()[:n]
+}
+
 // FuzzTranslate checks that every admission-valid spec translates, for every
 // engine and run type, into an object the engine's own validator accepts,
 // without panicking. make test runs the seed corpus; make fuzz runs it
@@ -138,6 +155,8 @@ func FuzzTranslate(f *testing.F) {
 	f.Add("all", uint8(255), "a", "b", "c", []byte(`null`), uint8(255))
 	f.Add("auto", uint8(0x35), "x", "y", "z", []byte(`not json`), uint8(7))
 	f.Add("", uint8(0x96), "", "", "", []byte{}, uint8(0))
+	// An inline file too large to travel in the child: its inputs ConfigMap.
+	f.Add("large", uint8(1), "main.tf", hexChain(40<<10), "ns", []byte(`"s"`), uint8(1))
 	f.Fuzz(func(t *testing.T, name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) {
 		run := specFrom(name, choice, a, b, c, jsonVal, n)
 		deps := depsFrom(run.Namespace, choice, a, b)
@@ -160,14 +179,31 @@ func FuzzTranslate(f *testing.F) {
 	})
 }
 
-// checkInputs checks that a child's inputs are one ConfigMap with valid keys,
-// and that every volume mounting it selects keys it has, with vars.json
-// among them.
+// checkInputs checks where a child's inputs travel. Small ones are in the
+// clone step's InputsEnv, which decodes to the run's vars and inline files,
+// with no ConfigMap and no volume naming one. Large ones are one ConfigMap
+// with valid keys, and every volume mounting it selects keys it has, with
+// vars.json among them.
 func checkInputs(t *testing.T, req engine.Request) {
 	t.Helper()
 	cms, err := pipeline.InputObjects(req.Run, req.Name)
 	if err != nil {
 		t.Fatalf("input ConfigMaps: %v", err)
+	}
+	p, err := pipeline.Build(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, embedded, err := pipeline.EmbeddedInputs(req.Run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if embedded {
+		checkEmbedded(t, req, p, cms, enc)
+		return
+	}
+	if len(enc) <= pipeline.MaxEmbeddedInputs {
+		t.Fatalf("inputs of %d bytes encoded are not embedded", len(enc))
 	}
 	if len(cms) != 1 || cms[0].Name != pipeline.InputsConfigMapName(req.Name) {
 		t.Fatalf("want one input ConfigMap %s, got %d", pipeline.InputsConfigMapName(req.Name), len(cms))
@@ -176,10 +212,6 @@ func checkInputs(t *testing.T, req engine.Request) {
 		if errs := validation.IsConfigMapKey(k); len(errs) > 0 {
 			t.Fatalf("input ConfigMap key %q: %v", k, errs)
 		}
-	}
-	p, err := pipeline.Build(req)
-	if err != nil {
-		t.Fatal(err)
 	}
 	vars := false
 	for _, v := range p.Volumes {
@@ -199,5 +231,50 @@ func checkInputs(t *testing.T, req engine.Request) {
 	}
 	if !vars {
 		t.Fatalf("no volume mounts %s at %s", pipeline.VarsKey, pipeline.VarsFile)
+	}
+}
+
+// checkEmbedded checks a child whose inputs travel in its clone step.
+func checkEmbedded(t *testing.T, req engine.Request, p *pipeline.Pipeline, cms []*corev1.ConfigMap, enc string) {
+	t.Helper()
+	if len(cms) != 0 {
+		t.Fatalf("inputs of %d bytes encoded travel in the child, yet %d ConfigMaps are made", len(enc), len(cms))
+	}
+	for _, v := range p.Volumes {
+		if v.ConfigMap != nil && v.ConfigMap.Name == pipeline.InputsConfigMapName(req.Name) {
+			t.Fatalf("volume %s mounts the inputs ConfigMap, which is not made", v.Name)
+		}
+	}
+	clone, _ := p.StepNamed(pipeline.StepClone)
+	var got string
+	for _, e := range clone.Env {
+		if e.Name == pipeline.InputsEnv {
+			got = e.Value
+		}
+	}
+	if got != enc {
+		t.Fatalf("the clone step's %s is not the run's encoded inputs", pipeline.InputsEnv)
+	}
+	in, err := inputs.Decode(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantVars := map[string]json.RawMessage{}
+	for _, v := range req.Run.Spec.Terraform.Vars {
+		wantVars[v.Name] = json.RawMessage(v.Value.Raw)
+	}
+	var gotVars map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(in.Vars), &gotVars); err != nil {
+		t.Fatalf("vars.json: %v", err)
+	}
+	if len(gotVars) != len(wantVars) {
+		t.Fatalf("vars.json has %d variables, want %d", len(gotVars), len(wantVars))
+	}
+	if src := req.Run.Spec.Source.Inline; src != nil && len(in.Files) != len(src.Files) {
+		t.Fatalf("the inputs carry %d files, the inline source has %d", len(in.Files), len(src.Files))
+	}
+	plan, _ := p.StepNamed(pipeline.StepPlan)
+	if !slices.Contains(plan.Args, "--vars-file="+pipeline.EmbeddedVarsFile) || !slices.Contains(clone.Args, "--vars-out="+pipeline.EmbeddedVarsFile) {
+		t.Fatalf("clone must write and plan read %s: clone %v, plan %v", pipeline.EmbeddedVarsFile, clone.Args, plan.Args)
 	}
 }

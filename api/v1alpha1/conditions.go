@@ -142,6 +142,12 @@ const (
 	// RunNumberLabel on an engine object is its run's number (see
 	// status.run.number).
 	RunNumberLabel = "infra.opr8r.io/run-number"
+	// RecordedLabel ("true") on a finished child, and on the step objects
+	// its engine made for it (Tekton's TaskRuns and CustomRuns, the Job
+	// engine's Jobs and pods), says that its run's result is recorded in
+	// the TerraformRun's status. The manager then caches only its metadata,
+	// for pruning (spec.history), and no longer its status.
+	RecordedLabel = "infra.opr8r.io/recorded"
 	// ManagedByLabel marks every object opr8r creates; the manager's caches
 	// of engine objects, Secrets and ConfigMaps select on it.
 	ManagedByLabel = "app.kubernetes.io/managed-by"

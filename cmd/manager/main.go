@@ -156,7 +156,7 @@ func run(s settings) error {
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
 		MaxActiveRuns: s.maxActiveRuns, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
-		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList,
+		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 	}); err != nil {
 		return err

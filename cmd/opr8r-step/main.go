@@ -135,7 +135,11 @@ func run(args []string, out io.Writer) int {
 	case "install":
 		err = install(o.dest)
 	case "clone":
-		err = r.Clone(ctx, step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest})
+		co := step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest, VarsOut: o.varsOut}
+		if o.inputsEnv != "" {
+			co.Inputs = os.Getenv(o.inputsEnv)
+		}
+		err = r.Clone(ctx, co)
 	case "init":
 		err = r.Init(ctx, mod, be)
 	case "plan":
@@ -222,7 +226,7 @@ type options struct {
 	namespace, terraformBin                                 string
 	termLog, holderPrefix, inputsSalt                       string
 	checkInputDir, checkName, outputSecret, planJSON        string
-	shard                                                   string
+	shard, inputsEnv, varsOut                               string
 	recordsRun, recordsRunUID, recordsRunID                 string
 	destroy, insecure                                       bool
 	envFiles, varsDirs, depVars                             multi
@@ -232,7 +236,9 @@ type options struct {
 func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
-	fs.StringVar(&o.source, "source", "git", "clone: git, oci or dir")
+	fs.StringVar(&o.source, "source", "git", "clone: git, oci, dir, or inline (the files in --inputs-env)")
+	fs.StringVar(&o.inputsEnv, "inputs-env", "", "clone: environment variable holding the run's inputs (vars.json and inline files) when the child carries them")
+	fs.StringVar(&o.varsOut, "vars-out", "", "clone: where to write vars.json from --inputs-env")
 	fs.StringVar(&o.url, "url", "", "clone: repository URL (oci://registry/repository for oci)")
 	fs.StringVar(&o.ref, "ref", "main", "clone: branch, tag or full commit SHA (git); tag or sha256: digest (oci)")
 	fs.StringVar(&o.credsDir, "credentials-dir", "", "clone: mounted git or registry credentials Secret")

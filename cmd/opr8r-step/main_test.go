@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/opr8r/opr8r/pkg/inputs"
 )
 
 // TestFailureSummaryGoesToTerminationLog runs the real binary's entry point
@@ -180,5 +182,28 @@ func TestResultsFileHoldsEveryResult(t *testing.T) {
 	var res map[string]string
 	if err := json.Unmarshal(b, &res); err != nil || !strings.HasPrefix(res["commit"], "sha256:") || len(res) != 1 {
 		t.Fatalf("results file = %q (%v), want the source's digest as the commit result, as JSON", b, err)
+	}
+}
+
+// TestCloneReadsInputsFromTheNamedVariable: --inputs-env names the variable
+// that carries the run's inputs; clone writes the files and vars.json.
+func TestCloneReadsInputsFromTheNamedVariable(t *testing.T) {
+	dir := t.TempDir()
+	enc, err := inputs.Encode(inputs.Inputs{Vars: `{"n":1}`, Files: map[string]string{"main.tf": "output \"x\" { value = 1 }\n"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OPR8R_INPUTS_TEST", enc)
+	varsOut := filepath.Join(dir, ".opr8r", "vars.json")
+	var out bytes.Buffer
+	if code := run([]string{"clone", "--source=inline", "--inputs-env=OPR8R_INPUTS_TEST", "--vars-out=" + varsOut, "--dest=" + filepath.Join(dir, "src"),
+		"--results-dir=" + filepath.Join(dir, "results"), "--termination-log=" + filepath.Join(dir, "tl")}, &out); code != 0 {
+		t.Fatalf("clone exited %d:\n%s", code, out.String())
+	}
+	if b, err := os.ReadFile(varsOut); err != nil || string(b) != `{"n":1}` {
+		t.Fatalf("vars.json = %q (%v)", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "src", "main.tf")); err != nil {
+		t.Fatal(err)
 	}
 }

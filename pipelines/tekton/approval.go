@@ -29,8 +29,8 @@ const (
 )
 
 // +kubebuilder:rbac:groups=tekton.dev,resources=pipelineruns,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=tekton.dev,resources=taskruns,verbs=get;list;watch
-// +kubebuilder:rbac:groups=tekton.dev,resources=customruns,verbs=get;list;watch
+// +kubebuilder:rbac:groups=tekton.dev,resources=taskruns,verbs=get;list;watch;patch
+// +kubebuilder:rbac:groups=tekton.dev,resources=customruns,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=tekton.dev,resources=customruns/status,verbs=get;update;patch
 
 // ApprovalReconciler implements opr8r's approval custom task, following

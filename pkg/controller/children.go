@@ -15,17 +15,19 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 
-// reconcileChildren deletes finished children (with the plan and outputs
-// Secrets they own) beyond spec.history.keepFinished, and those older than
-// spec.history.ttlAfterFinished, on every engine. A child is deleted only
-// once its run's result is in status as stored on the API server (the
-// status this pass started from), so no result is lost with its child.
-// Sets nothing; requeues for the next TTL expiry.
+// recordRetry is how long after finishing a run the pass that labels its
+// child recorded comes: once the status that records it is stored.
+const recordRetry = time.Second
+
+// reconcileChildren labels finished children recorded once their result
+// is in the status stored on the API server (the status this pass started
+// from), so the cache lets go of them; and deletes finished children (with
+// the plan and outputs Secrets they own) beyond
+// spec.history.keepFinished, and those older than
+// spec.history.ttlAfterFinished, on every engine. So no result is lost
+// with its child. Sets nothing; requeues for the next TTL expiry, and
+// shortly after a run finished, to label its child.
 func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	ttl := st.eff.Spec.History.TTLAfterFinished
-	if !st.finished && ttl == nil {
-		return ctrl.Result{}, nil
-	}
 	e, ok := r.Engines.Get(st.eff.Spec.Engine)
 	if cur := run.Status.Run; cur != nil {
 		e, ok = r.Engines.Get(cur.Engine)
@@ -33,10 +35,64 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 	if !ok || !r.Available.IsAvailable(e.Name()) {
 		return ctrl.Result{}, nil
 	}
-	children, err := r.listChildren(ctx, run, e)
-	if err != nil {
-		return ctrl.Result{}, err
+	var res ctrl.Result
+	if st.finished {
+		res.RequeueAfter = recordRetry
 	}
+	ttl := st.eff.Spec.History.TTLAfterFinished
+	if st.persisted.LastRunNumber == 0 || (st.active && !st.finished && ttl == nil) {
+		// No run recorded yet, or one in progress: every earlier child was
+		// labelled on the pass after its run finished.
+		return res, nil
+	}
+	cached, err := r.listChildren(ctx, run, e)
+	if err != nil {
+		return res, err
+	}
+	marked := 0
+	for _, c := range cached {
+		if !recordedIn(c, st.persisted) {
+			continue
+		}
+		if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
+			continue
+		}
+		if err := r.markRecorded(ctx, e, c); err != nil {
+			return res, err
+		}
+		marked++
+	}
+	if !st.finished && ttl == nil && marked == 0 {
+		return res, nil
+	}
+	recorded, err := r.listRecorded(ctx, run, e)
+	if err != nil {
+		return res, err
+	}
+	next, err := r.prune(ctx, e, mergeChildren(cached, recorded), st)
+	return lowestRequeue(res, ctrl.Result{RequeueAfter: next}), err
+}
+
+// mergeChildren is the cached children and the recorded ones, each once
+// (a child just labelled may still be in the cache).
+func mergeChildren(cached, recorded []client.Object) []client.Object {
+	out := append([]client.Object{}, cached...)
+	seen := map[string]bool{}
+	for _, c := range cached {
+		seen[c.GetName()] = true
+	}
+	for _, c := range recorded {
+		if !seen[c.GetName()] {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// prune deletes the finished children past keepFinished and the TTL, and
+// returns when the next TTL expires.
+func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, children []client.Object, st *passState) (time.Duration, error) {
+	ttl := st.eff.Spec.History.TTLAfterFinished
 	sort.Slice(children, func(i, j int) bool { return childNumber(children[i]) > childNumber(children[j]) })
 	var next time.Duration
 	for i, c := range children {
@@ -59,10 +115,10 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 			continue
 		}
 		if err := r.deleteFinished(ctx, e, c); err != nil {
-			return ctrl.Result{}, err
+			return next, err
 		}
 	}
-	return ctrl.Result{RequeueAfter: next}, nil
+	return next, nil
 }
 
 // recordedIn says whether the stored status has a child's result: every run
@@ -107,10 +163,13 @@ func (r *TerraformRunReconciler) ttlLeft(c client.Object, persisted infrav1.Terr
 	return ttl - r.now().Sub(finished.Time)
 }
 
-// deleteFinished deletes a child once the engine confirms it has finished.
+// deleteFinished deletes a child once the engine confirms it has finished;
+// a recorded child was confirmed when it was labelled.
 func (r *TerraformRunReconciler) deleteFinished(ctx context.Context, e engine.Engine, c client.Object) error {
-	if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
-		return nil
+	if !isRecorded(c) {
+		if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
+			return nil
+		}
 	}
 	err := r.Delete(ctx, c, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {

@@ -25,16 +25,23 @@ func TestReconcileChildren(t *testing.T) {
 		ttl         *time.Duration
 		finishedAgo time.Duration // when every run finished
 		want        []string      // children left
+		wantLabel   []string      // children left labelled recorded
 		wantRequeue time.Duration
 	}{
 		"keepFinished 3 of 5: the newest three stay": {
-			runs: 5, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 3, want: []string{"a-3", "a-4", "a-5"},
+			runs: 5, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 3, want: []string{"a-3", "a-4", "a-5"}, wantLabel: []string{"a-3", "a-4", "a-5"}, wantRequeue: recordRetry,
 		},
 		"keepFinished 1: only the latest": {
-			runs: 3, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 1, want: []string{"a-3"},
+			runs: 3, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 1, want: []string{"a-3"}, wantLabel: []string{"a-3"}, wantRequeue: recordRetry,
 		},
-		"the latest run finished in this pass: kept until its result is stored": {
-			runs: 2, lastPhase: infrav1.RunRunning, finishedNow: true, keep: 1, want: []string{"a-2"},
+		"the latest run finished in this pass: kept and unlabelled until its result is stored; looks again then": {
+			runs: 2, lastPhase: infrav1.RunRunning, finishedNow: true, keep: 1, want: []string{"a-2"}, wantRequeue: recordRetry,
+		},
+		"the pass after: the stored result's child is labelled recorded": {
+			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, want: []string{"a-1", "a-2"}, wantLabel: []string{"a-1", "a-2"},
+		},
+		"a run in progress: nothing is labelled or pruned": {
+			runs: 2, lastPhase: infrav1.RunRunning, keep: 1, want: []string{"a-1", "a-2"},
 		},
 		"ttl expired: gone once recorded, the latest too": {
 			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(time.Minute), finishedAgo: 2 * time.Minute, want: nil,
@@ -43,7 +50,7 @@ func TestReconcileChildren(t *testing.T) {
 			runs: 1, lastPhase: infrav1.RunRunning, finishedNow: true, keep: 3, ttl: ptr.To(time.Duration(0)), want: []string{"a-1"}, wantRequeue: time.Second,
 		},
 		"ttl not yet expired: requeued for it": {
-			runs: 1, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(10 * time.Minute), finishedAgo: 4 * time.Minute, want: []string{"a-1"}, wantRequeue: 6 * time.Minute,
+			runs: 1, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(10 * time.Minute), finishedAgo: 4 * time.Minute, want: []string{"a-1"}, wantLabel: []string{"a-1"}, wantRequeue: 6 * time.Minute,
 		},
 	}
 	for name, tc := range cases {
@@ -78,13 +85,20 @@ func TestReconcileChildren(t *testing.T) {
 			if err := c.List(ctx(), jobs); err != nil {
 				t.Fatal(err)
 			}
-			var left []string
+			var left, labelled []string
 			for _, j := range jobs.Items {
 				left = append(left, j.Name)
+				if isRecorded(&j) {
+					labelled = append(labelled, j.Name)
+				}
 			}
 			sort.Strings(left)
+			sort.Strings(labelled)
 			if diff := cmp.Diff(tc.want, left); diff != "" {
 				t.Errorf("children left (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantLabel, labelled); diff != "" {
+				t.Errorf("children labelled recorded (-want +got):\n%s", diff)
 			}
 			if res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)

@@ -100,7 +100,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 		return ctrl.Result{}, err
 	}
 	name := pipeline.ChildName(run.Name, n.typ, number)
-	if other, err := r.otherActiveChild(ctx, run, e, name); err != nil {
+	if other, err := r.otherActiveChild(ctx, run, e, name, number); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
 		r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for %s %s to finish before starting %s", e.ChildGVK().Kind, other, name))
@@ -179,6 +179,14 @@ func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.Te
 			return 0, nil, err
 		}
 		if existing == nil {
+			// A recorded child is not cached whole: it is finished, so never
+			// this run's to adopt, and its number is taken.
+			if taken, err := r.recordedChild(ctx, run.Namespace, e, name); err != nil || taken {
+				if err != nil {
+					return 0, nil, err
+				}
+				continue
+			}
 			return n, nil, nil
 		}
 		adopt, err := r.mayAdopt(ctx, run, st, existing, t)
@@ -256,7 +264,9 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	return existing, nil
 }
 
-// createInputs creates the ConfigMap the child mounts, owned by the child.
+// createInputs creates the ConfigMap the child mounts, owned by the child,
+// when the inputs are too large to travel in the child
+// (pipeline.EmbeddedInputs); small ones cost no write here.
 func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.TerraformRun, child client.Object) error {
 	cms, err := pipeline.InputObjects(eff, child.GetName())
 	if err != nil {
@@ -287,14 +297,22 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 // TerraformRun other than name, if any. An unfinished child that status
 // does not record (left by a crash, or a check) is asked to stop. The list
 // is read from the API server, not the cache: a check created a moment ago
-// may not be cached yet, and a run must never start beside it.
-func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string) (string, error) {
+// may not be cached yet, and a run must never start beside it. The first
+// run of a TerraformRun (number 1) has no other child: checks come after a
+// run, and claimChild adopts an unrecorded child of number 1 or skips its
+// number. So starting new TerraformRuns in bulk lists nothing.
+func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string, number int64) (string, error) {
+	if number == 1 {
+		return "", nil
+	}
 	children, err := r.listChildrenFrom(ctx, r.APIReader, run, e)
 	if err != nil {
 		return "", err
 	}
 	for _, obj := range children {
-		if obj.GetName() == name {
+		if obj.GetName() == name || isRecorded(obj) {
+			// A recorded child finished (it was seen so when labelled), and
+			// its step objects have left the cache that observe reads.
 			continue
 		}
 		pr, err := r.observe(ctx, e, obj)

@@ -58,6 +58,10 @@ type TerraformRunReconciler struct {
 	// APIReader reads around the cache, to confirm that a child the cache
 	// lacks is really gone before acting on it.
 	APIReader client.Reader
+	// Recorded reads the metadata of the children whose result status
+	// records (labelled infra.opr8r.io/recorded), which the cache behind
+	// Client no longer holds; nil reads them from APIReader.
+	Recorded client.Reader
 	// Recorder emits Events on condition transitions.
 	Recorder events.EventRecorder
 	// Engines are the enabled engines.

@@ -80,6 +80,8 @@ type Options struct {
 	// RestoreTTL is how long records brought back from the object store
 	// stay as Secrets.
 	RestoreTTL time.Duration
+	// Shard is the shard the manager handles, as given to ShardCacheOptions.
+	Shard Shard
 }
 
 // Scheme returns a scheme with every type the manager reads or writes: the
@@ -188,13 +190,35 @@ func withShard(sel labels.Selector, s Shard) labels.Selector {
 	return sel
 }
 
+// notRecorded leaves out the children (and their steps) whose result the
+// run's status records (infra.opr8r.io/recorded): finished runs cost the
+// cache nothing but their children's metadata, in the recorded cache.
+func notRecorded(sel labels.Selector) labels.Selector {
+	r, err := labels.NewRequirement(infrav1.RecordedLabel, selection.DoesNotExist, nil)
+	if err != nil {
+		panic(err)
+	}
+	return sel.Add(*r)
+}
+
+// RecordedSelector selects the recorded children of the shard's runs: the
+// recorded cache holds their metadata, for pruning (spec.history).
+func RecordedSelector(shard Shard) labels.Selector {
+	r, err := labels.NewRequirement(infrav1.RecordedLabel, selection.Equals, []string{"true"})
+	if err != nil {
+		panic(err)
+	}
+	return withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard).Add(*r)
+}
+
 // ShardCacheOptions is CacheOptions for one shard: the TerraformRuns and
 // every object of opr8r's it caches (children, their steps, Secrets, the
 // Job engine's pods) carry the shard's label, which the run's children and
 // Secrets copy from the run; TerraformRunApprovals, small and unlabelled,
 // are cached whole (an approval of another shard's run wakes nothing here).
+// Engine objects labelled recorded are left out (see RecordedSelector).
 func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard) cache.Options {
-	ours := withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard)
+	ours := notRecorded(withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard))
 	slim := slimmer(engines)
 	o := cache.Options{
 		DefaultTransform:     slim,
@@ -210,19 +234,46 @@ func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard
 		if cc, ok := e.(engine.CacheConfigurer); ok {
 			for obj, by := range cc.CacheByObject() {
 				if by.Label != nil {
-					by.Label = withShard(by.Label, shard)
+					by.Label = notRecorded(withShard(by.Label, shard))
 				}
 				o.ByObject[obj] = by
 			}
 		}
 	}
-	if len(namespaces) > 0 {
-		o.DefaultNamespaces = map[string]cache.Config{}
-		for _, ns := range namespaces {
-			o.DefaultNamespaces[ns] = cache.Config{}
-		}
-	}
+	o.DefaultNamespaces = namespaceConfigs(namespaces)
 	return o
+}
+
+func namespaceConfigs(namespaces []string) map[string]cache.Config {
+	if len(namespaces) == 0 {
+		return nil
+	}
+	out := map[string]cache.Config{}
+	for _, ns := range namespaces {
+		out[ns] = cache.Config{}
+	}
+	return out
+}
+
+// newRecordedCache is the cache of recorded children's metadata: names,
+// labels and owners, with no annotations (the Job engine keeps its later
+// steps there). Its informers start on first use, one per engine kind,
+// once the reconciler prunes that engine's children.
+func newRecordedCache(mgr ctrl.Manager, o Options) (cache.Cache, error) {
+	return cache.New(mgr.GetConfig(), cache.Options{
+		HTTPClient:           mgr.GetHTTPClient(),
+		Scheme:               mgr.GetScheme(),
+		Mapper:               mgr.GetRESTMapper(),
+		DefaultLabelSelector: RecordedSelector(o.Shard),
+		DefaultNamespaces:    namespaceConfigs(o.WatchNamespaces),
+		DefaultTransform: func(obj any) (any, error) {
+			if m, ok := obj.(metav1.Object); ok {
+				m.SetManagedFields(nil)
+				m.SetAnnotations(nil)
+			}
+			return obj, nil
+		},
+	})
 }
 
 // CachedSecretComponents are the kinds of opr8r Secret the manager reads.
@@ -390,9 +441,17 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
 	}
 	avail := controller.NewAvailability()
+	recorded, err := newRecordedCache(mgr, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(recorded); err != nil {
+		return nil, err
+	}
 	r := &controller.TerraformRunReconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
+		Recorded:        recorded,
 		Recorder:        mgr.GetEventRecorder("opr8r"),
 		Engines:         reg,
 		Available:       avail,

@@ -3,6 +3,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pipelines"
 	"github.com/opr8r/opr8r/pipelines/argo"
 	"github.com/opr8r/opr8r/pkg/engine"
 )
@@ -190,5 +192,45 @@ func TestShardSelectsItsRunsAndWhatTheyOwn(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRecordedChildrenLeaveTheCache: engine objects labelled recorded are
+// left out of the main cache (every engine's kinds, the Job engine's pods
+// too) and selected by the recorded cache, each within its shard.
+func TestRecordedChildrenLeaveTheCache(t *testing.T) {
+	ours := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job"}
+	recorded := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job", infrav1.RecordedLabel: "true"}
+	for _, shard := range []Shard{{}, {Name: "a"}} {
+		o := ShardCacheOptions(nil, pipelines.All(), shard)
+		sels := map[string]labels.Selector{"default": o.DefaultLabelSelector}
+		for obj, by := range o.ByObject {
+			if _, ok := obj.(*corev1.Pod); ok {
+				sels["pods"] = by.Label
+			}
+		}
+		if len(sels) != 2 {
+			t.Fatalf("no pod selector among %v", o.ByObject)
+		}
+		withShard := func(l map[string]string) labels.Set {
+			out := labels.Set{}
+			maps.Copy(out, l)
+			if shard.Name != "" {
+				out[infrav1.ShardLabel] = shard.Name
+			}
+			return out
+		}
+		for what, sel := range sels {
+			if !sel.Matches(withShard(ours)) || sel.Matches(withShard(recorded)) {
+				t.Errorf("shard %q: %s selector %q must take an unrecorded object and leave a recorded one", shard, what, sel)
+			}
+		}
+		rs := RecordedSelector(shard)
+		if rs.Matches(withShard(ours)) || !rs.Matches(withShard(recorded)) {
+			t.Errorf("shard %q: recorded selector %q must take only recorded objects", shard, rs)
+		}
+		if shard.Name != "" && rs.Matches(labels.Set(recorded)) {
+			t.Errorf("shard %q: recorded selector %q takes another shard's objects", shard, rs)
+		}
 	}
 }

@@ -25,6 +25,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/inputs"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -68,11 +69,15 @@ const (
 	SourceDir       = "/opr8r/source"
 	InputsDir       = "/opr8r/inputs"
 	VarsFile        = InputsDir + "/vars.json"
-	GitCredsDir     = "/opr8r/secrets/git"
-	OCICredsDir     = "/opr8r/secrets/oci"
-	BackendDir      = "/opr8r/secrets/backend"
-	VarsFromDir     = "/opr8r/vars"
-	EnvSecretsDir   = "/opr8r/secrets/env"
+	// EmbeddedVarsFile is where the clone step writes vars.json when the
+	// inputs travel in the child (InputsEnv): in the workspace, which the
+	// plan step shares with it.
+	EmbeddedVarsFile = WorkspaceDir + "/.opr8r/vars.json"
+	GitCredsDir      = "/opr8r/secrets/git"
+	OCICredsDir      = "/opr8r/secrets/oci"
+	BackendDir       = "/opr8r/secrets/backend"
+	VarsFromDir      = "/opr8r/vars"
+	EnvSecretsDir    = "/opr8r/secrets/env"
 	// DependenciesDir holds, in one directory per dependency, the outputs
 	// of spec.dependsOn a run takes as variables (same namespace only).
 	DependenciesDir = "/opr8r/deps"
@@ -176,6 +181,28 @@ type Step struct {
 // run's vars (key VarsKey) and an inline source's files (one key per file,
 // named as the file).
 func InputsConfigMapName(child string) string { return child + "-inputs" }
+
+// InputsEnv is the clone step's environment variable that carries the
+// run's inputs (pkg/inputs) when they are small enough to travel in the
+// child (EmbeddedInputs).
+const InputsEnv = "OPR8R_INPUTS"
+
+// MaxEmbeddedInputs is the largest encoded size of inputs that travel in
+// the child instead of a ConfigMap. Every copy of the child's step carries
+// them: the child itself, the engine's copy of its spec in status (Tekton's
+// PipelineRun and TaskRun), the pod, and on Argo the executor's
+// ARGO_TEMPLATE variable, which holds the whole template in one environment
+// string, and Linux refuses to start a process with any one environment
+// string over 128 KiB. At 16 KiB (gzip shrinks Terraform's text four to
+// six times: 60-100 KiB of inline module and vars) a run stores at most
+// about 80 KiB more across its objects, far from etcd's 1.5 MiB per object,
+// and the step's environment stays far from the kernel's limit. Past it,
+// the inputs go in a ConfigMap, one write more.
+const MaxEmbeddedInputs = 16 << 10
+
+// maxConfigMapData is the API server's limit on a ConfigMap's data: keys
+// and values together.
+const maxConfigMapData = 1 << 20
 
 // VarsKey is the key of vars.json in the inputs ConfigMap. Its leading dot
 // keeps it apart from inline file names, which cannot start with one; each
@@ -354,6 +381,13 @@ func Build(req engine.Request) (*Pipeline, error) {
 	if b.tfImage == "" {
 		return nil, fmt.Errorf("spec.terraform.image is empty and the manager has no --terraform-image")
 	}
+	enc, embedded, err := EmbeddedInputs(run)
+	if err != nil {
+		return nil, err
+	}
+	if embedded {
+		b.embedded = enc
+	}
 	b.collectVolumes()
 
 	p := &Pipeline{
@@ -494,26 +528,68 @@ func DefaultResources() corev1.ResourceRequirements {
 	}
 }
 
-// InputObjects returns the ConfigMaps a child needs besides user objects:
-// one, holding vars.json and the inline source's files. The reconciler
-// creates it owned by the child, so it goes away with it.
-func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap, error) {
+// runInputs returns the run's inputs: vars.json, a JSON object of
+// spec.terraform.vars, and the inline source's files.
+func runInputs(run *infrav1.TerraformRun) (inputs.Inputs, error) {
 	vars := map[string]json.RawMessage{}
 	for _, v := range run.Spec.Terraform.Vars {
 		vars[v.Name] = json.RawMessage(v.Value.Raw)
 	}
 	vb, err := json.Marshal(vars)
 	if err != nil {
-		return nil, fmt.Errorf("spec.terraform.vars: %w", err)
+		return inputs.Inputs{}, fmt.Errorf("spec.terraform.vars: %w", err)
 	}
-	data := map[string]string{VarsKey: string(vb)}
-	if in := run.Spec.Source.Inline; in != nil {
-		for k, v := range in.Files {
-			if k == VarsKey {
-				return nil, fmt.Errorf("spec.source.inline.files: %q is reserved", k)
-			}
-			data[k] = string(v)
+	in := inputs.Inputs{Vars: string(vb)}
+	if src := run.Spec.Source.Inline; src != nil {
+		in.Files = make(map[string]string, len(src.Files))
+		for k, v := range src.Files {
+			in.Files[k] = string(v)
 		}
+	}
+	return in, nil
+}
+
+// EmbeddedInputs returns the run's inputs encoded for the clone step's
+// InputsEnv, and whether they travel in the child: when their encoded size
+// is at most MaxEmbeddedInputs and a ConfigMap could hold them. Then
+// starting a run writes no ConfigMap.
+func EmbeddedInputs(run *infrav1.TerraformRun) (string, bool, error) {
+	in, err := runInputs(run)
+	if err != nil {
+		return "", false, err
+	}
+	enc, err := inputs.Encode(in)
+	if err != nil {
+		return "", false, fmt.Errorf("encoding the inputs: %w", err)
+	}
+	// Inputs a ConfigMap could not hold are never embedded, however well
+	// they compress: the rule a user meets stays one (under 1 MiB
+	// together), with the ConfigMap's clear refusal.
+	raw := len(VarsKey) + len(in.Vars)
+	for k, v := range in.Files {
+		raw += len(k) + len(v)
+	}
+	return enc, len(enc) <= MaxEmbeddedInputs && raw <= maxConfigMapData, nil
+}
+
+// InputObjects returns the ConfigMaps a child needs besides user objects:
+// none when the inputs travel in the child (EmbeddedInputs), else one,
+// holding vars.json and the inline source's files. The reconciler creates
+// it owned by the child, so it goes away with it.
+func InputObjects(run *infrav1.TerraformRun, child string) ([]*corev1.ConfigMap, error) {
+	if _, embedded, err := EmbeddedInputs(run); err != nil || embedded {
+		return nil, err
+	}
+	in, err := runInputs(run)
+	if err != nil {
+		return nil, err
+	}
+	data := map[string]string{VarsKey: in.Vars}
+	for k, v := range in.Files {
+		if k == VarsKey {
+			return nil, fmt.Errorf("spec.source.inline.files: %q is reserved", k)
+		}
+		data[k] = v
 	}
 	labels := map[string]string{
 		infrav1.ManagedByLabel: infrav1.ManagedByValue,
@@ -532,6 +608,9 @@ type builder struct {
 	run     *infrav1.TerraformRun
 	tfImage string
 	volumes []corev1.Volume
+	// embedded holds the encoded inputs when they travel in the child
+	// (EmbeddedInputs); empty when they are in the inputs ConfigMap.
+	embedded string
 
 	sourceMount  *corev1.VolumeMount
 	credsMount   *corev1.VolumeMount
@@ -557,6 +636,8 @@ func (b *builder) collectVolumes() {
 	case spec.Source.OCI != nil && spec.Source.OCI.CredentialsSecretRef != nil:
 		b.addVolume(secretVolume("oci-credentials", spec.Source.OCI.CredentialsSecretRef.Name, nil, false))
 		b.credsMount = &corev1.VolumeMount{Name: "oci-credentials", MountPath: OCICredsDir, ReadOnly: true}
+	case spec.Source.Inline != nil && b.embedded != "":
+		// The clone step writes the files from its InputsEnv.
 	case spec.Source.Inline != nil:
 		files := SortedKeys(spec.Source.Inline.Files)
 		b.addVolume(configMapVolume("source", InputsConfigMapName(b.req.Name), false, keyItems(files, files)...))
@@ -565,7 +646,9 @@ func (b *builder) collectVolumes() {
 		b.addVolume(configMapVolume("source", spec.Source.ConfigMapRef.Name, false))
 		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
 	}
-	b.addVolume(configMapVolume("inputs", InputsConfigMapName(b.req.Name), false, keyItems([]string{VarsKey}, []string{path.Base(VarsFile)})...))
+	if b.embedded == "" {
+		b.addVolume(configMapVolume("inputs", InputsConfigMapName(b.req.Name), false, keyItems([]string{VarsKey}, []string{path.Base(VarsFile)})...))
+	}
 
 	if be := spec.Backend; be != nil && be.ConfigSecretRef != nil {
 		b.addVolume(secretVolume("backend-config", be.ConfigSecretRef.Name, nil, false))
@@ -722,11 +805,18 @@ func (b *builder) clone() Step {
 			s.Args = append(s.Args, "--credentials-dir="+OCICredsDir)
 			s.VolumeMounts = append(s.VolumeMounts, *b.credsMount)
 		}
+	} else if b.sourceMount == nil {
+		s.Args = append(s.Args, "--source=inline")
 	} else {
 		s.Args = append(s.Args, "--source=dir", "--from="+SourceDir)
 		s.VolumeMounts = append(s.VolumeMounts, *b.sourceMount)
 	}
-	s.Args = append(s.Args, "--dest="+CheckoutDir, PhResults)
+	s.Args = append(s.Args, "--dest="+CheckoutDir)
+	if b.embedded != "" {
+		s.Args = append(s.Args, "--inputs-env="+InputsEnv, "--vars-out="+EmbeddedVarsFile)
+		s.Env = append(s.Env, corev1.EnvVar{Name: InputsEnv, Value: b.embedded})
+	}
+	s.Args = append(s.Args, PhResults)
 	s.Args = append(s.Args, b.recordArgs()...)
 	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
 	return s
@@ -776,7 +866,11 @@ func (b *builder) ownerArgs() []string {
 }
 
 func (b *builder) plan() Step {
-	args := []string{"--plan-file=" + PlanFile, "--vars-file=" + VarsFile}
+	vars := VarsFile
+	if b.embedded != "" {
+		vars = EmbeddedVarsFile
+	}
+	args := []string{"--plan-file=" + PlanFile, "--vars-file=" + vars}
 	for _, m := range b.varsMounts {
 		args = append(args, "--vars-dir="+m.MountPath)
 	}
@@ -791,7 +885,9 @@ func (b *builder) plan() Step {
 	args = append(args, b.ownerArgs()...)
 	args = append(args, PhResults)
 	s := b.terraformStep(StepPlan, args...)
-	s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
+	if b.embedded == "" {
+		s.VolumeMounts = append(s.VolumeMounts, corev1.VolumeMount{Name: "inputs", MountPath: InputsDir, ReadOnly: true})
+	}
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
 	s.VolumeMounts = append(s.VolumeMounts, b.depMounts...)
 	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs}

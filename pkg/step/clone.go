@@ -17,11 +17,13 @@ import (
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
 	gitssh "github.com/go-git/go-git/v5/plumbing/transport/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
+
+	"github.com/opr8r/opr8r/pkg/inputs"
 )
 
 // CloneOptions fetches the module.
 type CloneOptions struct {
-	// Source is git, oci or dir.
+	// Source is git, oci, dir, or inline (the files in Inputs).
 	Source string
 	// URL and Ref of a git source (Ref is a branch, tag or full commit
 	// SHA) or of an OCI artifact (oci://registry/repository; Ref is a tag
@@ -37,6 +39,12 @@ type CloneOptions struct {
 	From string
 	// Dest receives the checkout.
 	Dest string
+	// Inputs are the run's inputs carried in the child (pkg/inputs), empty
+	// when they are in a mounted ConfigMap. An inline source's files come
+	// from them.
+	Inputs string
+	// VarsOut receives vars.json from Inputs, for the plan step.
+	VarsOut string
 }
 
 var fullSHA = regexp.MustCompile(`^[0-9a-f]{40}$`)
@@ -51,17 +59,28 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 	if err := os.MkdirAll(o.Dest, 0o755); err != nil {
 		return err
 	}
+	in, err := r.writeInputs(o)
+	if err != nil {
+		return err
+	}
 	switch o.Source {
-	case "dir":
-		n, err := copyPlainFiles(o.From, o.Dest)
+	case "dir", "inline":
+		var n int
+		if o.Source == "dir" {
+			n, err = copyPlainFiles(o.From, o.Dest)
+		} else {
+			n, err = writeFiles(in.Files, o.Dest)
+		}
 		if err != nil {
 			return err
 		}
+		// The same files give the same revision, whether they came from a
+		// ConfigMap or from the child.
 		rev, err := TreeDigest(o.Dest)
 		if err != nil {
 			return err
 		}
-		r.logf("copied %d files from %s (revision %s)", n, o.From, rev)
+		r.logf("wrote %d files from the %s source (revision %s)", n, o.Source, rev)
 		return r.WriteResult("commit", rev)
 	case "oci":
 		digest, err := r.cloneOCI(ctx, o)
@@ -72,7 +91,7 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 		return r.WriteResult("commit", digest)
 	case "git":
 	default:
-		return fmt.Errorf("--source must be git, oci or dir, not %q", o.Source)
+		return fmt.Errorf("--source must be git, oci, dir or inline, not %q", o.Source)
 	}
 	auth, err := r.gitAuth(o.URL, o.CredentialsDir)
 	if err != nil {
@@ -84,6 +103,48 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 	}
 	r.logf("checked out %s at %s (commit %s)", redactURL(o.URL), o.Ref, commit)
 	return r.WriteResult("commit", commit)
+}
+
+// writeInputs decodes the inputs carried in the child and writes vars.json
+// to VarsOut.
+func (r *Runner) writeInputs(o CloneOptions) (inputs.Inputs, error) {
+	if o.Inputs == "" {
+		if o.Source == "inline" {
+			return inputs.Inputs{}, errors.New("--source=inline needs the inputs (--inputs-env names an empty or unset variable)")
+		}
+		return inputs.Inputs{}, nil
+	}
+	in, err := inputs.Decode(o.Inputs)
+	if err != nil {
+		return in, err
+	}
+	if o.VarsOut == "" {
+		return in, errors.New("the inputs carry vars.json but --vars-out is not set")
+	}
+	if err := os.MkdirAll(filepath.Dir(o.VarsOut), 0o755); err != nil {
+		return in, err
+	}
+	if err := os.WriteFile(o.VarsOut, []byte(in.Vars), 0o644); err != nil {
+		return in, fmt.Errorf("writing vars.json: %w", err)
+	}
+	return in, nil
+}
+
+// writeFiles writes an inline source's files into dest, as copyPlainFiles
+// copies them from a mounted ConfigMap.
+func writeFiles(files map[string]string, dest string) (int, error) {
+	if len(files) == 0 {
+		return 0, errors.New("the inline source has no files")
+	}
+	for name, content := range files {
+		if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+			return 0, fmt.Errorf("the inline source's file name %q is not a plain file name", name)
+		}
+		if err := os.WriteFile(filepath.Join(dest, name), []byte(content), 0o644); err != nil {
+			return 0, err
+		}
+	}
+	return len(files), nil
 }
 
 func fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (string, error) {

@@ -24,7 +24,9 @@
 // BENCH_P1_ONLY=1 stops after P1; BENCH_MANAGER_BIN runs another manager
 // build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4;
 // BENCH_APISERVER_PROFILE=dir saves 10s CPU profiles of kube-apiserver
-// (baseline, P1) and of the manager (P1).
+// (baseline, P1) and of the manager (P1). BENCH_ENGINE=tekton plays Tekton
+// instead of Argo (engines.go); BENCH_SHARDS=1 runs P6 instead, four
+// managers over shards of the runs (shards.go).
 package main
 
 import (
@@ -53,6 +55,7 @@ import (
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
@@ -66,11 +69,8 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines"
-	"github.com/opr8r/opr8r/pipelines/argo"
-	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
-	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -81,6 +81,7 @@ const (
 
 type result struct {
 	N                      int
+	Engine                 infrav1.EngineName
 	P1Manager, P1Baseline  time.Duration
 	P1Floor, P1RunsCreated time.Duration
 	// CPU seconds used by the manager, kube-apiserver and etcd during
@@ -97,6 +98,10 @@ type result struct {
 	P4Variants                       []p4Variant
 	CreatesPerRun, WritesPerRun      float64
 	ReadsPerRun                      float64
+	// P1b: the manager's writes per run started without the finalizer
+	// policy (opr8r-finalizer's binding deleted), over P1bRuns runs.
+	WritesPerRunNoPolicy float64
+	P1bRuns              int
 	// How long P2 waited for the P1 storm to pass, and the CPU seconds
 	// (manager, kube-apiserver, etcd) used meanwhile.
 	P2Settle    time.Duration
@@ -128,6 +133,18 @@ func main() {
 			}
 			sizes = append(sizes, n)
 		}
+	}
+	if os.Getenv("BENCH_SHARDS") == "1" {
+		for _, n := range sizes {
+			r, err := benchShards(n)
+			if err != nil {
+				fail(err)
+			}
+			printShards(r)
+			b, _ := json.MarshalIndent(r, "", "  ")
+			_ = os.WriteFile(filepath.Join(envtestutil.RepoRoot(), "bin", fmt.Sprintf("bench-shards-%d.json", n)), b, 0o644)
+		}
+		return
 	}
 	var results []result
 	for _, n := range sizes {
@@ -198,22 +215,23 @@ func pct(d []time.Duration, p float64) time.Duration {
 }
 
 func print(r result) {
-	fmt.Printf("\n== N=%d\n", r.N)
+	fmt.Printf("\n== N=%d, engine %s\n", r.N, r.Engine)
 	fmt.Printf("manager flags: %q, environment: %q\n", r.ManagerFlags, r.ManagerEnv)
-	fmt.Printf("P1 throughput: manager %.2fs, bare client %.2fs, ratio %.2f (target <= 1.25)\n", r.P1Manager.Seconds(), r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Baseline.Seconds())
-	fmt.Printf("P1 floor: a bare client making the 5 unavoidable writes per run %.2fs, ratio %.2f; manager / floor %.2f\n", r.P1Floor.Seconds(), r.P1Floor.Seconds()/r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Floor.Seconds())
+	fmt.Printf("P1 throughput: manager %.2fs, bare client %.2fs, ratio %.2f (target <= 1.5)\n", r.P1Manager.Seconds(), r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Baseline.Seconds())
+	fmt.Printf("P1 floor: a bare client making the 3 unavoidable writes per run %.2fs, ratio %.2f; manager / floor %.2f\n", r.P1Floor.Seconds(), r.P1Floor.Seconds()/r.P1Baseline.Seconds(), r.P1Manager.Seconds()/r.P1Floor.Seconds())
 	fmt.Printf("P1 detail: the bench's %d creates took %.2fs; CPU seconds (manager, kube-apiserver, etcd): baseline %s, floor %s, manager %s\n",
 		r.N, r.P1RunsCreated.Seconds(), fmtCPU(r.P1BaselineCPU), fmtCPU(r.P1FloorCPU), fmtCPU(r.P1CPU))
 	fmt.Printf("P1 API server CPU per run: baseline %.1f ms, floor %.1f ms, manager %.1f ms (manager / baseline %.2f)\n",
 		1000*r.P1BaselineCPU[1]/float64(r.N), 1000*r.P1FloorCPU[1]/float64(r.N), 1000*r.P1CPU[1]/float64(r.N), r.P1CPU[1]/r.P1BaselineCPU[1])
-	fmt.Printf("P3 writes: %.2f manager writes per run to start it (and %.2f reads: get, list)\n", r.WritesPerRun, r.ReadsPerRun)
+	fmt.Printf("P1b writes: %.2f manager writes per run to start it with the finalizer policy (and %.2f reads: get, list); %.2f without it (%d runs) (targets 2, 3)\n",
+		r.WritesPerRun, r.ReadsPerRun, r.WritesPerRunNoPolicy, r.P1bRuns)
 	if r.P4RSS == 0 {
 		return
 	}
 	fmt.Printf("P2 started after %.1fs of waiting for an idle control plane (CPU seconds meanwhile: %s)\n", r.P2Settle.Seconds(), fmtCPU(r.P2SettleCPU))
 	fmt.Printf("P2 latency over %d events: p50 %dms, p95 %dms, p99 %dms (target p99 <= 100ms)\n", len(r.P2), pct(r.P2, .5).Milliseconds(), pct(r.P2, .95).Milliseconds(), pct(r.P2, .99).Milliseconds())
 	fmt.Printf("P3 writes: %.2f status writes per observed child change; %d writes on a resync of %d Ready runs (target 0)\n", r.P3StatusWritesPerChange, r.P3ResyncWrites, r.N)
-	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d plan Secrets of 16 KiB and %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 150 MiB, < 10%%)\n",
+	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d plan Secrets of 16 KiB and %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 120 MiB at 5000, +0%%)\n",
 		r.P4RSS>>20, r.N, r.P4RSSForeign>>20, r.N, 2*r.N, 100*float64(r.P4RSSForeign-r.P4RSS)/float64(r.P4RSS))
 	fmt.Printf("P4 live heap after a forced GC: %d MiB; the restarted manager's peak RSS: %d MiB; RSS anonymous %d MiB, file-backed %d MiB\n",
 		r.P4LiveHeap>>20, r.P4PeakRSS>>20, r.P4RSSAnon>>20, r.P4RSSFile>>20)
@@ -232,7 +250,11 @@ rules:
 `
 
 func benchOne(n int) (result, error) {
-	res := result{N: n}
+	p, err := benchEngine()
+	if err != nil {
+		return result{}, err
+	}
+	res := result{N: n, Engine: p.name}
 	tmp, err := os.MkdirTemp("", "opr8r-bench-")
 	if err != nil {
 		return res, err
@@ -252,6 +274,11 @@ func benchOne(n int) (result, error) {
 	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
 		return res, err
 	}
+	// opr8r's admission policies, as installed by kustomize and Helm:
+	// opr8r-finalizer adds the finalizer in the user's create.
+	if err := envtestutil.InstallPolicies(cfg); err != nil {
+		return res, err
+	}
 	scheme, _ := manager.Scheme(pipelines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
@@ -259,24 +286,22 @@ func benchOne(n int) (result, error) {
 	if err != nil {
 		return res, err
 	}
-	for _, ns := range []string{"runs", "baseline", "foreign", "floor", "warmup"} {
+	for _, ns := range []string{"runs", "baseline", "foreign", "floor", "warmup", "nopolicy"} {
 		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
 			return res, err
 		}
 	}
 
-	logf("P1 baseline (N=%d)", n)
-	// P1 baseline: a bare client creating N Workflows the manager would create.
+	logf("P1 baseline (N=%d, %s)", n, p.name)
+	// P1 baseline: a bare client creating the N children the manager would
+	// create (Workflows or PipelineRuns).
 	if dir := os.Getenv("BENCH_APISERVER_PROFILE"); dir != "" {
 		go profileAPIServer(ctx, bcfg, filepath.Join(dir, fmt.Sprintf("apiserver-baseline-%d.pb.gz", n)))
 	}
 	cpu0 := usage(0)
 	start := time.Now()
 	if err := parallel(n, func(i int) error {
-		run := testutil.MakeRun(fmt.Sprintf("b%05d", i), "baseline").Auto().Obj()
-		eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
-		hash := pipeline.SpecHash(eff)
-		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: pipeline.ChildName(run.Name, infrav1.RunApply, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+		obj, err := p.build(p.run(fmt.Sprintf("b%05d", i), "baseline").Obj())
 		if err != nil {
 			return err
 		}
@@ -289,7 +314,7 @@ func benchOne(n int) (result, error) {
 	res.P1BaselineCPU = sub(usage(0), cpu0)
 
 	logf("P1 floor (N=%d)", n)
-	if res.P1Floor, res.P1FloorCPU, err = floor(ctx, c, n); err != nil {
+	if res.P1Floor, res.P1FloorCPU, err = floor(ctx, c, p, n); err != nil {
 		return res, fmt.Errorf("P1 floor: %w", err)
 	}
 
@@ -313,7 +338,7 @@ func benchOne(n int) (result, error) {
 
 	// P1 times a running manager, not its start: one warm-up run first,
 	// whose child proves the caches synced and the engines are watched.
-	warm := testutil.MakeRun("warmup", "warmup").Auto().Obj()
+	warm := p.run("warmup", "warmup").Obj()
 	warm.UID = ""
 	if err := c.Create(ctx, warm); err != nil {
 		return res, err
@@ -335,7 +360,7 @@ func benchOne(n int) (result, error) {
 	logf("P1 (N=%d)", n)
 	// P1: N TerraformRuns at once; time until N children exist, counted
 	// with a metadata-only watch (see countChildren).
-	children, err := countChildren(ctx, bcfg, "runs", n)
+	children, err := countChildren(ctx, bcfg, p.gvr, "runs", n)
 	if err != nil {
 		return res, err
 	}
@@ -352,7 +377,7 @@ func benchOne(n int) (result, error) {
 	cpu0 = usage(mgr.Process.Pid)
 	start = time.Now()
 	if err := parallel(n, func(i int) error {
-		run := testutil.MakeRun(fmt.Sprintf("r%05d", i), "runs").Auto().Obj()
+		run := p.run(fmt.Sprintf("r%05d", i), "runs").Obj()
 		run.UID = ""
 		return c.Create(ctx, run)
 	}); err != nil {
@@ -384,6 +409,12 @@ func benchOne(n int) (result, error) {
 			logf("P1 audit: %s %d", k, sum[k])
 		}
 	}
+
+	logf("P1b (N=%d): writes to start a run without the finalizer policy", n)
+	res.P1bRuns = min(n, 100)
+	if res.WritesPerRunNoPolicy, err = withoutFinalizerPolicy(ctx, c, bcfg, p, auditLog, res.P1bRuns); err != nil {
+		return res, fmt.Errorf("P1b: %w", err)
+	}
 	if os.Getenv("BENCH_P1_ONLY") == "1" {
 		return res, nil
 	}
@@ -394,6 +425,35 @@ func benchOne(n int) (result, error) {
 	events := n
 	if events > 1000 {
 		events = 1000
+	}
+	// Tekton's first change of a run is its plan TaskRun: made before the
+	// timed changes, and shown (its steps pending) before P2 starts.
+	if err := parallel(events, func(i int) error {
+		run := &infrav1.TerraformRun{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: fmt.Sprintf("r%05d", i)}, run); err != nil {
+			return err
+		}
+		return p.prepare(ctx, c, "runs", run.Status.Run.ID)
+	}); err != nil {
+		return res, fmt.Errorf("P2 prepare: %w", err)
+	}
+	if p.name == infrav1.EngineTekton {
+		if err := waitFor(5*time.Minute, func() (bool, error) {
+			time.Sleep(time.Second)
+			l := &infrav1.TerraformRunList{}
+			if err := c.List(ctx, l, client.InNamespace("runs")); err != nil {
+				return false, err
+			}
+			shown := 0
+			for _, r := range l.Items {
+				if r.Status.Run != nil && len(r.Status.Run.Steps) > 0 {
+					shown++
+				}
+			}
+			return shown >= events, nil
+		}); err != nil {
+			return res, fmt.Errorf("P2 prepare: %w", err)
+		}
 	}
 	statusBefore := settled(auditLog, countStatusWrites)
 	// P2 is latency in a steady state, not in the wake of P1's N creates
@@ -411,26 +471,12 @@ func benchOne(n int) (result, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: name}, run); err != nil {
 			return res, err
 		}
-		wfName := run.Status.Run.ID
+		child := run.Status.Run.ID
 		t0 := time.Now()
-		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
-			wf := &wfv1.Workflow{}
-			if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: wfName}, wf); err != nil {
-				return err
-			}
-			wf.Status.Phase = wfv1.WorkflowRunning
-			wf.Status.StartedAt = metav1.Now()
-			if wf.Status.Nodes == nil {
-				wf.Status.Nodes = wfv1.Nodes{}
-			}
-			wf.Status.Nodes.Set(wfName+"-clone", cloneNode(wfName))
-			return c.Update(ctx, wf)
-		}); err != nil {
+		if err := p.stepDone(ctx, c, "runs", child); err != nil {
 			return res, err
 		}
-		if err := runs.await(name, time.Minute, func(r *infrav1.TerraformRun) bool {
-			return r.Status.Run != nil && len(r.Status.Run.Steps) > 0
-		}); err != nil {
+		if err := runs.await(name, time.Minute, cloneDone); err != nil {
 			runs.stop()
 			return res, fmt.Errorf("P2: %w", err)
 		}
@@ -443,7 +489,13 @@ func benchOne(n int) (result, error) {
 	logf("P3 (N=%d)", n)
 	// P3: finish every run, then restart the manager and count its writes
 	// while it resyncs N Ready runs.
-	if err := parallel(n, func(i int) error { return finish(ctx, c, fmt.Sprintf("r%05d", i)) }); err != nil {
+	if err := parallel(n, func(i int) error {
+		run := &infrav1.TerraformRun{}
+		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: fmt.Sprintf("r%05d", i)}, run); err != nil {
+			return err
+		}
+		return p.finish(ctx, c, "runs", run.Status.Run.ID)
+	}); err != nil {
 		return res, err
 	}
 	if err := waitFor(10*time.Minute, func() (bool, error) {
@@ -460,6 +512,11 @@ func benchOne(n int) (result, error) {
 		}
 		return ready == n, nil
 	}); err != nil {
+		return res, fmt.Errorf("P3: %w", err)
+	}
+	// The manager labels each finished child recorded on the pass after
+	// the one that recorded its result: the resync starts once all are.
+	if err := waitRecorded(ctx, bcfg, p, "runs", n); err != nil {
 		return res, fmt.Errorf("P3: %w", err)
 	}
 	time.Sleep(2 * time.Second)
@@ -567,16 +624,16 @@ type p4Variant struct {
 	RSS, Peak, Anon, File, LiveHeap int64
 }
 
-// countChildren reports on the returned channel once n Workflows exist in
-// ns. It counts the ADDED events of one metadata-only watch: polling lists
+// countChildren reports on the returned channel once n children (of the
+// resource gvr) exist in ns. It counts the ADDED events of one metadata-only watch: polling lists
 // of up to N Workflows would load the API server the manager is being
 // timed on, and the baselines carry no such load.
-func countChildren(ctx context.Context, cfg *rest.Config, ns string, n int) (<-chan error, error) {
+func countChildren(ctx context.Context, cfg *rest.Config, gvr schema.GroupVersionResource, ns string, n int) (<-chan error, error) {
 	mc, err := metadata.NewForConfig(cfg)
 	if err != nil {
 		return nil, err
 	}
-	res := mc.Resource(wfv1.SchemeGroupVersion.WithResource("workflows")).Namespace(ns)
+	res := mc.Resource(gvr).Namespace(ns)
 	l, err := res.List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return nil, err
@@ -595,7 +652,7 @@ func countChildren(ctx context.Context, cfg *rest.Config, ns string, n int) (<-c
 		for len(seen) < n {
 			ev, ok := <-w.ResultChan()
 			if !ok {
-				done <- fmt.Errorf("the watch of Workflows closed after %d of %d", len(seen), n)
+				done <- fmt.Errorf("the watch of %s closed after %d of %d", gvr.Resource, len(seen), n)
 				return
 			}
 			switch ev.Type {
@@ -604,7 +661,7 @@ func countChildren(ctx context.Context, cfg *rest.Config, ns string, n int) (<-c
 					seen[m.Name] = true
 				}
 			case watch.Error:
-				done <- fmt.Errorf("watching Workflows: %v", ev.Object)
+				done <- fmt.Errorf("watching %s: %v", gvr.Resource, ev.Object)
 				return
 			}
 		}
@@ -675,51 +732,37 @@ func (rw *runWatch) await(name string, limit time.Duration, ok func(*infrav1.Ter
 func (rw *runWatch) stop() { rw.w.Stop() }
 
 // floor times a bare client making, for each of n runs, the writes a
-// finalizer-first controller cannot avoid, with the run's creation that
-// the manager's P1 also includes: create the run, patch the finalizer,
-// create the child and its one input ConfigMap, patch the status. Its
-// objects are removed before the manager starts.
-func floor(ctx context.Context, c client.Client, n int) (time.Duration, [3]float64, error) {
+// controller cannot avoid, with the run's creation that the manager's P1
+// also includes: create the run (the finalizer comes with it, from the
+// admission policy opr8r-finalizer), create the child (its small inputs
+// inside), patch the status. Its objects are removed before the manager
+// starts.
+func floor(ctx context.Context, c client.Client, p enginePlayer, n int) (time.Duration, [3]float64, error) {
 	const ns = "floor"
-	children := make([]string, n)
+	children := make([]client.Object, n)
+	gvk := p.eng.ChildGVK()
 	cpu0 := usage(0)
 	start := time.Now()
 	if err := parallel(n, func(i int) error {
-		run := testutil.MakeRun(fmt.Sprintf("f%05d", i), ns).Auto().Obj()
+		run := p.run(fmt.Sprintf("f%05d", i), ns).Obj()
 		run.UID = ""
 		if err := c.Create(ctx, run); err != nil {
 			return err
 		}
-		patch := client.MergeFrom(run.DeepCopy())
-		run.Finalizers = append(run.Finalizers, infrav1.Finalizer)
-		if err := c.Patch(ctx, run, patch); err != nil {
-			return err
-		}
-		eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
-		hash := pipeline.SpecHash(eff)
-		name := pipeline.ChildName(run.Name, infrav1.RunApply, 1)
-		children[i] = name
-		obj, err := argo.New().Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: name, Number: 1, SpecHash: hash, Config: testutil.Config})
+		obj, err := p.build(run)
 		if err != nil {
 			return err
 		}
+		obj.SetOwnerReferences([]metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))})
 		if err := c.Create(ctx, obj); err != nil {
 			return err
 		}
-		cms, err := pipeline.InputObjects(eff, name)
-		if err != nil {
-			return err
-		}
-		for _, cm := range cms {
-			cm.OwnerReferences = []metav1.OwnerReference{*metav1.NewControllerRef(obj, wfv1.SchemeGroupVersion.WithKind("Workflow"))}
-			if err := c.Create(ctx, cm); err != nil {
-				return err
-			}
-		}
+		children[i] = obj
+		name := obj.GetName()
 		base := run.DeepCopy()
 		now := metav1.Now()
-		run.Status.Run = &infrav1.RunStatus{ID: name, Type: infrav1.RunApply, Engine: infrav1.EngineArgo, SpecHash: hash, Attempt: 1,
-			Child: infrav1.ChildReference{APIVersion: wfv1.SchemeGroupVersion.String(), Kind: "Workflow", Name: name}, Phase: infrav1.RunPending, StartedAt: &now}
+		run.Status.Run = &infrav1.RunStatus{ID: name, Type: infrav1.RunApply, Engine: p.name, Attempt: 1,
+			Child: infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: name}, Phase: infrav1.RunPending, StartedAt: &now}
 		for _, t := range []string{infrav1.PlannedCondition, infrav1.ReconcilingCondition, infrav1.ReadyCondition} {
 			apimeta.SetStatusCondition(&run.Status.Conditions, metav1.Condition{Type: t, Status: metav1.ConditionUnknown, Reason: infrav1.ReasonProgressing, Message: "run " + name + ": pending"})
 		}
@@ -729,14 +772,11 @@ func floor(ctx context.Context, c client.Client, n int) (time.Duration, [3]float
 		return 0, [3]float64{}, err
 	}
 	took, cpu := time.Since(start), sub(usage(0), cpu0)
-	// Removed one by one: a deletecollection of thousands of Workflows
+	// Removed one by one: a deletecollection of thousands of children
 	// outlasts the API server's request timeout.
 	if err := parallel(n, func(i int) error {
 		run := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%05d", i), Namespace: ns}}
-		if err := c.Delete(ctx, &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: children[i], Namespace: ns}}); client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		if err := c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: pipeline.InputsConfigMapName(children[i]), Namespace: ns}}); client.IgnoreNotFound(err) != nil {
+		if err := c.Delete(ctx, children[i]); client.IgnoreNotFound(err) != nil {
 			return err
 		}
 		if err := c.Patch(ctx, run, client.RawPatch(types.JSONPatchType, []byte(`[{"op":"remove","path":"/metadata/finalizers"}]`))); client.IgnoreNotFound(err) != nil {
@@ -777,19 +817,6 @@ func freeAddr() (string, error) {
 	}
 	defer l.Close()
 	return l.Addr().String(), nil
-}
-
-// finish completes a run's Workflow as Argo 3.7 would for a run with no
-// changes and no outputs: the DAG, clone, init and plan pods, apply skipped,
-// and the exit handler. The fields are those a Workflow of the e2e cluster
-// carries (status about 5 KB of JSON), so that P4 caches what a real
-// Workflow holds.
-func finish(ctx context.Context, c client.Client, name string) error {
-	run := &infrav1.TerraformRun{}
-	if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: name}, run); err != nil {
-		return err
-	}
-	return finishChild(ctx, c, "runs", run.Status.Run.ID)
 }
 
 // finishChild completes the Workflow wfName in ns (see finish): a plan
@@ -900,7 +927,9 @@ func startManager(kubeconfig string, extra []string, env ...string) (*exec.Cmd, 
 	if b := os.Getenv("BENCH_MANAGER_BIN"); b != "" {
 		bin = b // e.g. an older build, for before-and-after figures
 	}
-	args := []string{"--engines=argo,tekton", "--metrics-bind-address=0", "--health-probe-bind-address=0",
+	// No cap on active children (--max-active-runs, 100 by default): P1
+	// starts N runs at once, and their children never finish during it.
+	args := []string{"--engines=argo,tekton", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--max-active-runs=0",
 		fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst), "--zap-log-level=error"}
 	pprofAddr := ""
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "pprof-bind-address") {
@@ -1057,6 +1086,8 @@ type auditEvent struct {
 	ObjectRef struct {
 		Resource    string `json:"resource"`
 		Subresource string `json:"subresource"`
+		Namespace   string `json:"namespace"`
+		Name        string `json:"name"`
 	} `json:"objectRef"`
 	ResponseStatus struct {
 		Code int `json:"code"`

@@ -78,10 +78,10 @@ func TestRBACAllowList(t *testing.T) {
 		},
 		"config/rbac/tekton/role.yaml": {
 			"tekton.dev/customruns/status:get", "tekton.dev/customruns/status:patch", "tekton.dev/customruns/status:update",
-			"tekton.dev/customruns:get", "tekton.dev/customruns:list", "tekton.dev/customruns:watch",
+			"tekton.dev/customruns:get", "tekton.dev/customruns:list", "tekton.dev/customruns:patch", "tekton.dev/customruns:watch",
 			"tekton.dev/pipelineruns:create", "tekton.dev/pipelineruns:delete", "tekton.dev/pipelineruns:get", "tekton.dev/pipelineruns:list",
 			"tekton.dev/pipelineruns:patch", "tekton.dev/pipelineruns:update", "tekton.dev/pipelineruns:watch",
-			"tekton.dev/taskruns:get", "tekton.dev/taskruns:list", "tekton.dev/taskruns:watch",
+			"tekton.dev/taskruns:get", "tekton.dev/taskruns:list", "tekton.dev/taskruns:patch", "tekton.dev/taskruns:watch",
 		},
 		"config/rbac/users/approver.yaml": {
 			"infra.opr8r.io/terraformrunapprovals:create", "infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
@@ -94,7 +94,7 @@ func TestRBACAllowList(t *testing.T) {
 		},
 		"config/rbac/job/role.yaml": {
 			"/persistentvolumeclaims:create", "/persistentvolumeclaims:delete", "/persistentvolumeclaims:get",
-			"/pods:get", "/pods:list", "/pods:watch",
+			"/pods:get", "/pods:list", "/pods:patch", "/pods:watch",
 			"batch/jobs:create", "batch/jobs:delete", "batch/jobs:get", "batch/jobs:list", "batch/jobs:patch", "batch/jobs:update", "batch/jobs:watch",
 		},
 		"config/rbac/runner/role.yaml": {

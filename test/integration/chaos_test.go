@@ -166,7 +166,7 @@ func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...fun
 	o := manager.Options{
 		Engines: pipelines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
-		MinCheckInterval: time.Second,
+		MinCheckInterval: time.Second, Shard: shard,
 	}
 	for _, f := range opts {
 		f(&o)

@@ -199,6 +199,26 @@ var _ = Describe("engine conformance", func() {
 func conformance(g given) {
 	ctx := context.Background()
 
+	It("puts inputs too large to travel in the child in one ConfigMap, which the child mounts", func() {
+		ns := newNamespace()
+		run := g.run("large", ns).Var("name", `"demo"`).Obj()
+		run.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent("# " + incompressible(40<<10))
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		cm := &corev1.ConfigMap{}
+		Eventually(func() error {
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pipeline.InputsConfigMapName(s.Key().Name)}, cm)
+		}, timeout, interval).Should(Succeed())
+		Expect(cm.Data[pipeline.VarsKey]).To(MatchJSON(`{"name":"demo"}`))
+		Expect(cm.Data).To(HaveKey("big.tf"), "the inline source shares the inputs ConfigMap")
+		Expect(metav1.IsControlledBy(cm, s.Object())).To(BeTrue())
+		childJSON, err := json.Marshal(s.Object())
+		Expect(err).NotTo(HaveOccurred())
+		Expect(string(childJSON)).NotTo(ContainSubstring(pipeline.InputsEnv))
+		Expect(string(childJSON)).To(ContainSubstring(`"name":"`+cm.Name+`"`), "the child mounts it")
+		Expect(s.Validate()).To(Succeed())
+	})
+
 	It("plans, waits, is approved through the CR, applies and writes outputs", func() {
 		ns := newNamespace()
 		digest := digestOf("happy")
@@ -208,11 +228,12 @@ func conformance(g given) {
 		By("the child is ours and valid for the engine")
 		Expect(metav1.IsControlledBy(s.Object(), getRun(ns, run.Name))).To(BeTrue())
 		Expect(s.Validate()).To(Succeed())
-		cm := &corev1.ConfigMap{}
-		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: s.Key().Name + "-inputs"}, cm)).To(Succeed())
-		Expect(cm.Data[pipeline.VarsKey]).To(MatchJSON(`{"name":"demo"}`))
-		Expect(cm.Data).To(HaveKey("main.tf"), "the inline source shares the inputs ConfigMap")
-		Expect(metav1.IsControlledBy(cm, s.Object())).To(BeTrue())
+		By("its small inputs travel in the child: no ConfigMap")
+		in := childInputs(s.Object())
+		Expect(in.Vars).To(MatchJSON(`{"name":"demo"}`))
+		Expect(in.Files).To(HaveKey("main.tf"), "the inline source travels with the vars")
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pipeline.InputsConfigMapName(s.Key().Name)}, &corev1.ConfigMap{})
+		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no inputs ConfigMap: %v", err)
 
 		By("status shows the plan and waits for approval")
 		got := getRun(ns, run.Name)

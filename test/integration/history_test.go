@@ -158,6 +158,46 @@ func runIdentity(g given) {
 		Consistently(func() []infrav1.RunRecord { return getRun(ns, run.Name).Status.History }, 2*time.Second, interval).Should(Equal(h))
 	})
 
+	It("labels a finished child and its step objects recorded once status records its run, and not before", func() {
+		ns := newNamespace()
+		run := g.run("rec", ns).Auto().Retain().Obj()
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		s.Start()
+		s.Plan(1, 0, 0, digestOf("rec"))
+		recorded := func(o client.Object) func() string {
+			return func() string {
+				obj := o.DeepCopyObject().(client.Object)
+				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(o), obj); err != nil {
+					return err.Error()
+				}
+				return obj.GetLabels()[infrav1.RecordedLabel]
+			}
+		}
+		Consistently(recorded(s.Object()), time.Second, interval).Should(BeEmpty(), "an active child stays cached whole")
+		s.FinishApply(`{}`)
+		Eventually(condReason(ns, run.Name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+		Eventually(recorded(s.Object()), timeout, interval).Should(Equal("true"))
+		if rl, ok := g.e.kit.Engine.(engine.RelatedLister); ok {
+			related, err := rl.Related(ctx, k8sClient, s.Object())
+			Expect(err).NotTo(HaveOccurred())
+			Expect(related).NotTo(BeEmpty())
+			for _, o := range related {
+				Expect(recorded(o)()).To(Equal("true"), "%T %s", o, o.GetName())
+			}
+		}
+
+		By("a rerun starts under the next number, and the recorded child is kept (keepFinished)")
+		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.RunRequestAnnotation: "again"}
+		})
+		next := g.nextRun(ns, run.Name, s.Key().Name)
+		Expect(getRun(ns, run.Name).Status.Run.Number).To(Equal(int64(2)))
+		completeAuto(ns, run.Name, next, digestOf("rec2"))
+		Eventually(recorded(next.Object()), timeout, interval).Should(Equal("true"))
+		Expect(g.childCount(ns)()).To(Equal(2))
+	})
+
 	It("honours ttlAfterFinished 0s on every engine: the child goes once its result is recorded", func() {
 		ns := newNamespace()
 		run := g.run("ttl", ns).Auto().Obj()

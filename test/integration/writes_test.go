@@ -177,10 +177,10 @@ var _ = Describe("API writes", Serial, func() {
 			Eventually(phase(ns, name), timeout, interval).Should(Equal(infrav1.RunPending))
 			Eventually(w.snapshot, timeout, interval).Should(HaveKeyWithValue("patch/status TerraformRun", 1))
 			// The finalizer came with the user's create (the admission
-			// policy opr8r-finalizer): no manager write adds it.
+			// policy opr8r-finalizer): no manager write adds it. The vars
+			// and the inline source travel in the child: no ConfigMap.
 			want := map[string]int{
 				"create " + e.kit.Engine.ChildGVK().Kind: 1,
-				"create ConfigMap":                       1, // vars and the inline source, in one
 				"patch/status TerraformRun":              1, // the run started
 			}
 			maps.Copy(want, e.kit.StartWrites)
@@ -229,6 +229,22 @@ var _ = Describe("API writes", Serial, func() {
 			Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
 			Eventually(gone(ns, name), timeout, interval).Should(BeTrue())
 		})
+
+		By("inputs too large to travel in the child go in one ConfigMap: one write more")
+		{
+			e := engines[0]
+			name := "large"
+			w.resetTo(name)
+			run := given{e}.run(name, ns).Auto().Obj()
+			run.Spec.Source.Inline.Files["big.tf"] = infrav1.FileContent("# " + incompressible(40<<10))
+			Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
+			Eventually(phase(ns, name), timeout, interval).Should(Equal(infrav1.RunPending))
+			want := map[string]int{"create " + e.kit.Engine.ChildGVK().Kind: 1, "create ConfigMap": 1, "patch/status TerraformRun": 1}
+			maps.Copy(want, e.kit.StartWrites)
+			Eventually(w.snapshot, timeout, interval).Should(Equal(want), "writes to start a run with large inputs: %s", describeCounts(w.snapshot()))
+			Expect(k8sClient.Delete(context.Background(), getRun(ns, name))).To(Succeed())
+			Eventually(gone(ns, name), timeout, interval).Should(BeTrue())
+		}
 
 		By("a scheduled check that finds nothing writes status once: its record")
 		for _, e := range engines {

@@ -1,0 +1,111 @@
+package controller
+
+import (
+	"context"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// A finished child whose result the TerraformRun's stored status records
+// is labelled infra.opr8r.io/recorded, with the step objects its engine
+// made for it. The manager's cache selects objects without the label, so
+// finished runs cost no memory for their children's status; a second
+// cache, of metadata only, holds the recorded children for pruning
+// (spec.history). The labels cost one patch per object at the end of a
+// run, never at its start.
+
+// recordedPatch adds the recorded label.
+var recordedPatch = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+infrav1.RecordedLabel+`":"true"}}}`))
+
+// isRecorded says whether an object carries the recorded label.
+func isRecorded(o client.Object) bool { return o.GetLabels()[infrav1.RecordedLabel] == "true" }
+
+// markRecorded labels a finished child recorded: its related objects
+// first, then the child, so a pass cut short leaves the child in the cache
+// and the next pass finishes the job.
+func (r *TerraformRunReconciler) markRecorded(ctx context.Context, e engine.Engine, child client.Object) error {
+	if rl, ok := e.(engine.RelatedLister); ok {
+		related, err := rl.Related(ctx, r.Client, child)
+		if err != nil {
+			return generic("ListSteps", err, "listing the steps of %s", child.GetName())
+		}
+		for _, o := range related {
+			if err := r.labelRecorded(ctx, o); err != nil {
+				return err
+			}
+		}
+	}
+	return r.labelRecorded(ctx, child)
+}
+
+// labelRecorded patches the recorded label onto one object, as metadata:
+// the answer is the object's metadata, not a whole Workflow.
+func (r *TerraformRunReconciler) labelRecorded(ctx context.Context, o client.Object) error {
+	if isRecorded(o) {
+		return nil
+	}
+	gvk, err := apiutil.GVKForObject(o, r.Scheme())
+	if err != nil {
+		return err
+	}
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	m.SetNamespace(o.GetNamespace())
+	m.SetName(o.GetName())
+	if err := r.Patch(ctx, m, recordedPatch); err != nil && !apierrors.IsNotFound(err) {
+		return generic("LabelRecorded", err, "labelling %s %s recorded", gvk.Kind, o.GetName())
+	}
+	return nil
+}
+
+// recordedReader is where recorded children are read.
+func (r *TerraformRunReconciler) recordedReader() client.Reader {
+	if r.Recorded != nil {
+		return r.Recorded
+	}
+	return r.APIReader
+}
+
+// listRecorded lists the metadata of this TerraformRun's recorded children.
+func (r *TerraformRunReconciler) listRecorded(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
+	list := &metav1.PartialObjectMetadataList{}
+	list.SetGroupVersionKind(e.ChildGVK().GroupVersion().WithKind(e.ChildGVK().Kind + "List"))
+	sel := client.MatchingLabels{infrav1.RunNameLabel: run.Name, infrav1.RecordedLabel: "true"}
+	if err := r.recordedReader().List(ctx, list, client.InNamespace(run.Namespace), sel); err != nil {
+		if apimeta.IsNoMatchError(err) {
+			return nil, nil
+		}
+		return nil, generic("ListChildren", err, "listing recorded children")
+	}
+	var out []client.Object
+	for i := range list.Items {
+		if metav1.IsControlledBy(&list.Items[i], run) {
+			out = append(out, &list.Items[i])
+		}
+	}
+	return out, nil
+}
+
+// recordedChild says whether a recorded child holds a name: a run number
+// that a new run must skip (the children of an earlier TerraformRun of
+// the same name, orphaned by its deletion, may hold the next numbers).
+func (r *TerraformRunReconciler) recordedChild(ctx context.Context, ns string, e engine.Engine, name string) (bool, error) {
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(e.ChildGVK())
+	err := r.recordedReader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m)
+	switch {
+	case apierrors.IsNotFound(err), apimeta.IsNoMatchError(err):
+		return false, nil
+	case err != nil:
+		return false, generic("GetChild", err, "getting %s", name)
+	}
+	return isRecorded(m), nil
+}
