@@ -343,7 +343,11 @@ func restartAPIServer(t *testing.T, e *env) {
 	for _, engine := range engines {
 		name := "chaos-api-" + engine
 		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
-		e.sh(t, chaosManifest(name, engine, "Auto", 30), e.kubectl, "apply", "-f", "-")
+		// 90 s of apply: the three engines reach apply up to a minute
+		// apart (Argo last), and every apply must still be running when
+		// the API server stops (with 30 s the Job engine's apply had ended
+		// before Argo's began).
+		e.sh(t, chaosManifest(name, engine, "Auto", 90), e.kubectl, "apply", "-f", "-")
 	}
 	for _, engine := range engines {
 		e.waitFor(t, "chaos-api-"+engine, "apply running", 6*time.Minute, func(r *infrav1.TerraformRun) bool { return stepOf(r, "apply") == infrav1.StepRunning })
