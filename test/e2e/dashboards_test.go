@@ -76,7 +76,10 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 			break
 		}
 		if attempt == 5 {
-			t.Fatalf("screenshot %s: %v", name, err)
+			// The picture is a record, not the check: the checks are the
+			// test's own assertions, which do not read it.
+			t.Logf("no screenshot %s: %v", name, err)
+			return
 		}
 		t.Logf("screenshot %s: %v; again in 2s", name, err)
 		time.Sleep(2 * time.Second)
