@@ -174,7 +174,8 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 const unreadGrace = 2 * time.Minute
 
 // unreadTaskRun names a TaskRun of the PipelineRun's childReferences that
-// is not in the view.
+// is not in the view, or, of a PipelineRun that succeeded, not yet done
+// there.
 func unreadTaskRun(pr *tektonv1.PipelineRun, taskRuns map[string]*tektonv1.TaskRun, now time.Time) string {
 	if ct := pr.Status.CompletionTime; ct != nil && now.Sub(ct.Time) > unreadGrace {
 		return ""
@@ -183,7 +184,13 @@ func unreadTaskRun(pr *tektonv1.PipelineRun, taskRuns map[string]*tektonv1.TaskR
 		if ref.Kind != "TaskRun" {
 			continue
 		}
-		if tr := taskRuns[ref.PipelineTaskName]; tr == nil || tr.Name != ref.Name {
+		tr := taskRuns[ref.PipelineTaskName]
+		if tr == nil || tr.Name != ref.Name {
+			return ref.Name
+		}
+		// A PipelineRun succeeds once all its TaskRuns are done: one that
+		// is not, in the view, is an older copy.
+		if succeeded(pr.Status.GetCondition(apis.ConditionSucceeded)) && !done(tr) {
 			return ref.Name
 		}
 	}
@@ -191,6 +198,12 @@ func unreadTaskRun(pr *tektonv1.PipelineRun, taskRuns map[string]*tektonv1.TaskR
 }
 
 func succeeded(c *apis.Condition) bool { return c != nil && c.Status == corev1.ConditionTrue }
+
+// done says whether a TaskRun has ended.
+func done(tr *tektonv1.TaskRun) bool {
+	c := tr.Status.GetCondition(apis.ConditionSucceeded)
+	return c != nil && c.Status != corev1.ConditionUnknown
+}
 
 func runPhase(c *apis.Condition, g engine.GateState) (infrav1.RunPhase, bool) {
 	switch {

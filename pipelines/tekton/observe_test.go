@@ -71,6 +71,10 @@ func TestObserveWaitsForTheTaskRunsThePipelineRunNames(t *testing.T) {
 		t.Fatalf("without its TaskRun: finished %v, phase %s, message %q; want not finished, Running, waiting", got.Finished, got.Phase, got.Message)
 	}
 	export := &tektonv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-export-outputs", Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: "export-outputs"}}}
+	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running"})
+	if got, _ = tekton.New().Observe(pr, []client.Object{export}); got.Finished {
+		t.Fatalf("with an older copy of its TaskRun, still running: finished %v, phase %s; want not finished", got.Finished, got.Phase)
+	}
 	export.Status.Steps = []tektonv1.StepState{{Name: "export-outputs", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: "Succeeded"})
 	got, err = tekton.New().Observe(pr, []client.Object{export})
