@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -65,7 +66,7 @@ func nextStep(v runView, pr engine.Progress) (string, string) {
 // once approved, export-outputs (apply runs), and cleanup after everything
 // else, or as soon as the run was stopped, rejected or failed.
 func dueStep(v runView, pr engine.Progress) (string, string) {
-	if !jobDone(v.child) {
+	if !jobDone(v.child) || v.unread(time.Now()) != "" {
 		return "", ""
 	}
 	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected

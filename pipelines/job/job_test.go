@@ -119,6 +119,19 @@ func TestObserveAndDrive(t *testing.T) {
 			child: approved, related: []client.Object{planned(true), stepJob("r-1", "apply", true), pod("r-1", "apply", map[string]corev1.ContainerState{"apply": term(1, "Error: boom")})},
 			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved, wantSteps: map[string]infrav1.StepPhase{"apply": "Failed"}, wantNext: "r-1-cleanup",
 		},
+		// The cache of pods lags the one of Jobs (seconds after an API
+		// server restart): a completed apply Job whose pod is not seen yet
+		// is not a failed or skipped apply. The driver waits (no cleanup
+		// before export), and the run is not finished without its outputs.
+		"apply Job complete, its pod not seen yet: nothing created": {
+			child: approved, related: []client.Object{planned(true), stepJob("r-1", "apply", true)},
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved, wantSteps: map[string]infrav1.StepPhase{"apply": "Pending"},
+		},
+		"export Job complete, its pod not seen yet, cleanup done: still running": {
+			child: approved, related: []client.Object{planned(true), stepJob("r-1", "apply", true), pod("r-1", "apply", map[string]corev1.ContainerState{"apply": term(0, "")}),
+				stepJob("r-1", "export-outputs", true), stepJob("r-1", "cleanup", true)},
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved, wantSteps: map[string]infrav1.StepPhase{"apply": "Succeeded", "export-outputs": "Pending"},
+		},
 		"cleanup done after a failed apply: Failed, terraform's text": {
 			child: approved, related: []client.Object{planned(true), stepJob("r-1", "apply", true), pod("r-1", "apply", map[string]corev1.ContainerState{"apply": term(1, "Error: boom")}), stepJob("r-1", "cleanup", true)},
 			wantPhase: infrav1.RunFailed, wantGate: engine.GateApproved, wantSteps: map[string]infrav1.StepPhase{"apply": "Failed", "export-outputs": "Skipped"},

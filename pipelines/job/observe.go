@@ -178,6 +178,12 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	pr.Applied = stepPhase(pr.Steps, pipeline.StepApply) == infrav1.StepSucceeded
 	pr.OutputsExported = stepPhase(pr.Steps, pipeline.StepExport) == infrav1.StepSucceeded
 	v.phase(&pr, failed)
+	if step := v.unread(time.Now()); step != "" && pr.Finished {
+		// Not finished until every step's pod has been read: a result
+		// taken now would lack that step's (no apply, no outputs).
+		pr.Finished, pr.FinishedAt, pr.Phase = false, nil, infrav1.RunRunning
+		pr.Message = "waiting to read the pod of step " + step
+	}
 	return pr, nil
 }
 
@@ -284,6 +290,51 @@ func jobFinishedAt(j *batchv1.Job) *metav1.Time {
 		}
 	}
 	return nil
+}
+
+// unreadGrace is how long after a step Job completed opr8r waits to see
+// its pod before it takes the step as it can read it.
+const unreadGrace = 2 * time.Minute
+
+// unread names a step Job that completed while its pod's end is not in the
+// view yet (the cache of pods lags the one of Jobs, for seconds after an
+// API server restart): what the step made (the plan, the apply, the
+// outputs) is in that pod's termination message, so the run's next step
+// and result wait for it, for up to unreadGrace after the Job completed
+// (a pod deleted since is not waited for longer).
+func (v runView) unread(now time.Time) string {
+	for step, j := range v.jobs {
+		if _, failed := jobFailed(j); failed || !jobDone(j) || step == pipeline.StepCleanup {
+			continue // cleanup's pod holds nothing the result needs
+		}
+		if at := jobFinishedAt(j); at != nil && now.Sub(at.Time) > unreadGrace {
+			continue
+		}
+		if !podEnded(v.pods[step]) {
+			return step
+		}
+	}
+	return ""
+}
+
+// podEnded says whether a pod's end is known: its phase, or every
+// container terminated.
+func podEnded(pod *corev1.Pod) bool {
+	if pod == nil {
+		return false
+	}
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return true
+	}
+	if len(pod.Status.ContainerStatuses) == 0 {
+		return false
+	}
+	for _, cs := range pod.Status.ContainerStatuses {
+		if cs.State.Terminated == nil {
+			return false
+		}
+	}
+	return true
 }
 
 func jobDone(j *batchv1.Job) bool {

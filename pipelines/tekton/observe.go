@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
@@ -156,10 +157,53 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	if out.Gate.State == engine.GateRejected {
 		out.Message = "plan rejected: " + out.Gate.Message
 	}
+	if tr := unreadTaskRun(pr, taskRuns, time.Now()); tr != "" && out.Finished {
+		// The TaskRuns are cached apart from the PipelineRun and may lag
+		// it (seconds after an API server restart): a result taken now
+		// would lack that task's (no apply, no outputs: seen in make
+		// chaos). Not finished until every TaskRun the PipelineRun names
+		// has been read, for up to unreadGrace after it completed.
+		out.Finished, out.FinishedAt, out.Phase = false, nil, infrav1.RunRunning
+		out.Message = "waiting to read TaskRun " + tr
+	}
 	return out, nil
 }
 
+// unreadGrace is how long after a PipelineRun completed opr8r waits to see
+// the TaskRuns it names.
+const unreadGrace = 2 * time.Minute
+
+// unreadTaskRun names a TaskRun of the PipelineRun's childReferences that
+// is not in the view, or, of a PipelineRun that succeeded, not yet done
+// there.
+func unreadTaskRun(pr *tektonv1.PipelineRun, taskRuns map[string]*tektonv1.TaskRun, now time.Time) string {
+	if ct := pr.Status.CompletionTime; ct != nil && now.Sub(ct.Time) > unreadGrace {
+		return ""
+	}
+	for _, ref := range pr.Status.ChildReferences {
+		if ref.Kind != "TaskRun" {
+			continue
+		}
+		tr := taskRuns[ref.PipelineTaskName]
+		if tr == nil || tr.Name != ref.Name {
+			return ref.Name
+		}
+		// A PipelineRun succeeds once all its TaskRuns are done: one that
+		// is not, in the view, is an older copy.
+		if succeeded(pr.Status.GetCondition(apis.ConditionSucceeded)) && !done(tr) {
+			return ref.Name
+		}
+	}
+	return ""
+}
+
 func succeeded(c *apis.Condition) bool { return c != nil && c.Status == corev1.ConditionTrue }
+
+// done says whether a TaskRun has ended.
+func done(tr *tektonv1.TaskRun) bool {
+	c := tr.Status.GetCondition(apis.ConditionSucceeded)
+	return c != nil && c.Status != corev1.ConditionUnknown
+}
 
 func runPhase(c *apis.Condition, g engine.GateState) (infrav1.RunPhase, bool) {
 	switch {

@@ -6,6 +6,7 @@ import (
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtime "k8s.io/apimachinery/pkg/runtime"
 	"knative.dev/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -47,5 +48,40 @@ func TestObserveFailedStepAndSkippedRest(t *testing.T) {
 	got, _ = tekton.New().Observe(pr, []client.Object{noPod})
 	if got.Steps[0].Phase != infrav1.StepFailed || got.Steps[0].Message != `"step-init" exited with code 1` {
 		t.Errorf("first step = %+v, want Failed with the TaskRun's message", got.Steps[0])
+	}
+}
+
+// The TaskRuns are cached apart from the PipelineRun: a Succeeded
+// PipelineRun whose export TaskRun is not in the view yet is not a
+// finished run without outputs (make chaos saw one Ready with none after
+// an API server restart); it finishes once the TaskRun is seen.
+func TestObserveWaitsForTheTaskRunsThePipelineRunNames(t *testing.T) {
+	pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr"}}
+	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: "Succeeded"})
+	now := metav1.Now()
+	pr.Status.CompletionTime = &now
+	pr.Status.ChildReferences = []tektonv1.ChildStatusReference{
+		{TypeMeta: runtime.TypeMeta{Kind: "TaskRun"}, Name: "pr-export-outputs", PipelineTaskName: "export-outputs"},
+	}
+	got, err := tekton.New().Observe(pr, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Finished || got.Phase != infrav1.RunRunning || got.Message != "waiting to read TaskRun pr-export-outputs" {
+		t.Fatalf("without its TaskRun: finished %v, phase %s, message %q; want not finished, Running, waiting", got.Finished, got.Phase, got.Message)
+	}
+	export := &tektonv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-export-outputs", Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: "export-outputs"}}}
+	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running"})
+	if got, _ = tekton.New().Observe(pr, []client.Object{export}); got.Finished {
+		t.Fatalf("with an older copy of its TaskRun, still running: finished %v, phase %s; want not finished", got.Finished, got.Phase)
+	}
+	export.Status.Steps = []tektonv1.StepState{{Name: "export-outputs", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
+	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: "Succeeded"})
+	got, err = tekton.New().Observe(pr, []client.Object{export})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !got.Finished || got.Phase != infrav1.RunSucceeded || !got.OutputsExported {
+		t.Fatalf("with its TaskRun: finished %v, phase %s, outputs exported %v; want finished, Succeeded, exported", got.Finished, got.Phase, got.OutputsExported)
 	}
 }

@@ -95,6 +95,10 @@ var errStaleCache = errors.New("the cached TerraformRun is older than its status
 
 const staleCacheRetry = 200 * time.Millisecond
 
+// conflictRetry is when a pass whose status patch the API server refused
+// (409: the cache lags) looks again.
+const conflictRetry = time.Second
+
 // errEnginesUnknown says the manager has just started and has not yet
 // looked for the engines' CRDs: the pass writes nothing (no
 // EngineUnavailable for an engine that is installed) and looks again soon.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -216,5 +217,44 @@ func TestOutputsOfAnEarlierIncarnationAreAdopted(t *testing.T) {
 				t.Fatalf("adopted %v, want %v: %+v", adopted, !tc.wantErr, got)
 			}
 		})
+	}
+}
+
+// A status patch refused as a conflict (the cache lags the API server)
+// comes back after conflictRetry, not in the rate limiter's exponential
+// backoff: the update that brings the cache level changes only status,
+// which the watch's predicates drop, so nothing else would wake the run.
+func TestReconcileRetriesAConflictAtASteadyPace(t *testing.T) {
+	f := &fakeEngine{progress: map[string]engine.Progress{}}
+	run := aRun("a")
+	conflicts := 0
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).WithStatusSubresource(&infrav1.TerraformRun{}).WithObjects(run).
+		WithInterceptorFuncs(interceptor.Funcs{
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, p client.Patch, o ...client.SubResourcePatchOption) error {
+				if conflicts < 3 {
+					conflicts++
+					return apierrors.NewConflict(infrav1.GroupVersion.WithResource("terraformruns").GroupResource(), obj.GetName(), errors.New("the object has been modified"))
+				}
+				return c.SubResource(sub).Patch(ctx, obj, p, o...)
+			},
+		}).Build()
+	r, _ := newReconciler(t, f)
+	r.Client, r.APIReader = c, c
+	req := ctrl.Request{NamespacedName: client.ObjectKeyFromObject(run)}
+	for i := 1; i <= 3; i++ {
+		res, err := r.Reconcile(ctx(), req)
+		if err != nil || res.RequeueAfter != conflictRetry {
+			t.Fatalf("pass %d refused as a conflict: %v, %+v; want no error and RequeueAfter %v", i, err, res, conflictRetry)
+		}
+	}
+	if _, err := r.Reconcile(ctx(), req); err != nil {
+		t.Fatal(err)
+	}
+	stored := &infrav1.TerraformRun{}
+	if err := c.Get(ctx(), req.NamespacedName, stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored.Status.Run == nil || stored.Status.Run.ID != "a-1" {
+		t.Fatalf("after the conflicts, the status was not written: %+v", stored.Status)
 	}
 }

@@ -173,6 +173,17 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 		res, retErr = r.reportError(run, res, retErr)
 		summarize(run)
 		if err := r.patchStatus(ctx, base, run); err != nil {
+			if apierrors.IsConflict(err) && retErr == nil {
+				// The cache lags the API server (after an API server
+				// restart it may lag for seconds). The update that brings
+				// it level changes only status, which the watch's
+				// predicates drop, so it wakes nothing: look again soon,
+				// at a steady pace, rather than in controller-runtime's
+				// exponential backoff, which a burst of conflicts grows to
+				// many minutes (seen in make chaos).
+				res, retErr = ctrl.Result{RequeueAfter: conflictRetry}, nil
+				return
+			}
 			retErr = kerrors.NewAggregate([]error{retErr, err})
 		}
 	}()

@@ -320,9 +320,20 @@ func restartEngine(t *testing.T, e *env, engine string) {
 	if run.Status.Run.Number != 1 {
 		t.Fatalf("the run completed as run %d, want 1", run.Status.Run.Number)
 	}
+	requireOutputs(t, run)
 	runs, dup := e.applies(t, name)
 	record(chaosRow{Fault: engine + " controller restarted mid-apply", Engine: engine, Outcome: "Ready",
 		Runs: runs, Duplicated: dup, Locks: e.locks(t, name)})
+}
+
+// requireOutputs fails unless a Ready run exported the module's output: a
+// run whose export step was skipped or not read is Ready with none (the Job
+// engine did that once after an API server restart).
+func requireOutputs(t *testing.T, run *infrav1.TerraformRun) {
+	t.Helper()
+	if len(run.Status.Outputs) == 0 || run.Status.OutputsSecretName == "" {
+		t.Fatalf("%s is Ready without its outputs (outputs %v, Secret %q)", run.Name, run.Status.Outputs, run.Status.OutputsSecretName)
+	}
 }
 
 // restartAPIServer: kube-apiserver is stopped while a run of every engine
@@ -332,7 +343,11 @@ func restartAPIServer(t *testing.T, e *env) {
 	for _, engine := range engines {
 		name := "chaos-api-" + engine
 		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
-		e.sh(t, chaosManifest(name, engine, "Auto", 30), e.kubectl, "apply", "-f", "-")
+		// 90 s of apply: the three engines reach apply up to a minute
+		// apart (Argo last), and every apply must still be running when
+		// the API server stops (with 30 s the Job engine's apply had ended
+		// before Argo's began).
+		e.sh(t, chaosManifest(name, engine, "Auto", 90), e.kubectl, "apply", "-f", "-")
 	}
 	for _, engine := range engines {
 		e.waitFor(t, "chaos-api-"+engine, "apply running", 6*time.Minute, func(r *infrav1.TerraformRun) bool { return stepOf(r, "apply") == infrav1.StepRunning })
@@ -349,6 +364,7 @@ func restartAPIServer(t *testing.T, e *env) {
 		if _, resources := e.state(t, name); resources != 1 {
 			t.Fatalf("%s: state holds %d resources, want 1", name, resources)
 		}
+		requireOutputs(t, run)
 		runs, dup := e.applies(t, name)
 		outcome := "Ready"
 		if e.stepLogContains(t, name, "apply", "the state is saved") {
