@@ -432,17 +432,29 @@ spec:
   - name: approve
     %s
 `, wf, ns, tc.gate), e.kubectl, "apply", "-f", "-")
-			// Wait until the wrong gate waits, like the real one.
+			// Wait until the wrong gate waits, like the real one: first in
+			// the Workflow's status (the gate's node Running: a pod started,
+			// or a suspend node), which takes minutes while the other
+			// scenarios load the node (clean-clone CI: no Running gate
+			// after 2 minutes), then in the UI's graph.
+			start := time.Now()
+			var phase string
+			for deadline := start.Add(6 * time.Minute); phase != "Running"; time.Sleep(2 * time.Second) {
+				phase = workflowNodePhase(t, e, wf, "approve")
+				if phase != "Running" && time.Now().After(deadline) {
+					t.Fatalf("the misshaped gate's node is not Running after %s: %q", time.Since(start).Round(time.Second), phase)
+				}
+			}
+			t.Logf("%s: the misshaped gate's node Running after %s", wf, time.Since(start).Round(time.Second))
 			var nodes []dagNode
 			var err error
-			for deadline := time.Now().Add(2 * time.Minute); ; {
+			for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
 				if nodes, err = waitDAG(ctx, ui, wf, "plan", "approve"); err == nil && strings.Contains(byLabel(nodes, "approve").Classes, tc.waiting) {
 					break
 				}
 				if time.Now().After(deadline) {
-					t.Fatalf("the misshaped gate never ran: %v (%v)", labels(nodes), err)
+					t.Fatalf("the UI never showed the misshaped gate %s: %v (%v)", tc.waiting, labels(nodes), err)
 				}
-				time.Sleep(2 * time.Second)
 			}
 			err = resumeInUI(t, ctx, ui, wf, "argo-misshaped-gate-"+shape)
 			screenshot(t, ctx, "argo-misshaped-gate-"+shape)
@@ -455,6 +467,30 @@ spec:
 			t.Logf("as expected, the UI would not let a user approve it: %v", err)
 		})
 	}
+}
+
+// workflowNodePhase is the phase of the Workflow's node of that display
+// name, as its status says ("" while there is none).
+func workflowNodePhase(t *testing.T, e *env, wf, node string) string {
+	out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", "workflow", wf, "-n", ns, "-o", "json").Output()
+	if err != nil {
+		t.Logf("kubectl get workflow %s: %v", wf, err)
+		return ""
+	}
+	var w struct {
+		Status struct {
+			Nodes map[string]struct{ DisplayName, Phase string }
+		}
+	}
+	if err := json.Unmarshal(out, &w); err != nil {
+		t.Fatalf("Workflow %s: %v", wf, err)
+	}
+	for _, n := range w.Status.Nodes {
+		if n.DisplayName == node {
+			return n.Phase
+		}
+	}
+	return ""
 }
 
 // TestTektonGateAsListed: what the Tekton Dashboard would show of a

@@ -39,11 +39,13 @@ cleanup() {
   else
     echo "E2E_KEEP=1: the cluster is still up; KUBECONFIG=${S}/admin.kubeconfig; make e2e-down removes it"
   fi
+  if [ "${rc}" != 0 ] && [ -s "${ROOT}/bin/e2e/failures.txt" ]; then cat "${ROOT}/bin/e2e/failures.txt"; fi
   phase "done (exit ${rc})"
   exit "${rc}"
 }
 trap cleanup EXIT
 
+mkdir -p "${ROOT}/bin/e2e"; rm -f "${ROOT}/bin/e2e/failures.txt"
 phase "cluster up (test/e2e/cluster.sh up)"
 "${ROOT}/test/e2e/cluster.sh" up
 cd "${ROOT}"
@@ -63,7 +65,29 @@ scenarios() {
   local log="${ROOT}/bin/e2e/$1"; shift
   go test -tags e2e -count=1 -timeout 45m -parallel 32 -v "$@" ./test/e2e/ 2>&1 | tee "${log}" \
     | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+: [a-z-]+: .* after |fault table|^\s*\|' || true
-  grep -q '^ok ' "${log}" || { tail -n 80 "${log}"; exit 1; }
+  grep -q '^ok ' "${log}" || { tail -n 40 "${log}"; failures "${log}" > "${ROOT}/bin/e2e/failures.txt"; exit 1; }
+}
+
+# failures LOG: what each failed test printed (go test -v interleaves the
+# parallel tests; a "=== RUN/CONT/NAME T" line says whose lines follow);
+# cleanup prints it last, after the diagnostics, so that a failure's own
+# message is what a reader of the end of the output sees.
+failures() {
+  awk '
+    /^=== (RUN|CONT|NAME) / { cur = $3; next }
+    /^=== PAUSE / { next }
+    /^(FAIL|ok|PASS)/ { cur = ""; next }
+    /^ *--- FAIL: / { failed[$3] = 1; next }
+    /^ *--- (PASS|SKIP): / { next }
+    cur != "" { n[cur]++; out[cur, n[cur]] = $0 }
+    END {
+      for (t in failed) {
+        if (!(t in n)) continue
+        print "---- what " t " printed (its last 60 lines)"
+        from = n[t] > 60 ? n[t] - 59 : 1
+        for (i = from; i <= n[t]; i++) print out[t, i]
+      }
+    }' "$1"
 }
 
 # E2E_RUN focuses on some tests; otherwise the engine scenarios run first
