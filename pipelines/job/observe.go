@@ -292,22 +292,18 @@ func jobFinishedAt(j *batchv1.Job) *metav1.Time {
 	return nil
 }
 
-// unreadGrace is how long after a step Job completed opr8r waits to see
-// its pod before it takes the step as it can read it.
-const unreadGrace = 2 * time.Minute
-
 // unread names a step Job that completed while its pod's end is not in the
 // view yet (the cache of pods lags the one of Jobs, for seconds after an
 // API server restart): what the step made (the plan, the apply, the
 // outputs) is in that pod's termination message, so the run's next step
-// and result wait for it, for up to unreadGrace after the Job completed
+// and result wait for it, for up to engine.CacheLagGrace after the Job completed
 // (a pod deleted since is not waited for longer).
 func (v runView) unread(now time.Time) string {
 	for step, j := range v.jobs {
 		if _, failed := jobFailed(j); failed || !jobDone(j) || step == pipeline.StepCleanup {
 			continue // cleanup's pod holds nothing the result needs
 		}
-		if at := jobFinishedAt(j); at != nil && now.Sub(at.Time) > unreadGrace {
+		if at := jobFinishedAt(j); at != nil && now.Sub(at.Time) > engine.CacheLagGrace {
 			continue
 		}
 		if !podEnded(v.pods[step]) {

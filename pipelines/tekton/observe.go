@@ -162,22 +162,18 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		// it (seconds after an API server restart): a result taken now
 		// would lack that task's (no apply, no outputs: seen in make
 		// chaos). Not finished until every TaskRun the PipelineRun names
-		// has been read, for up to unreadGrace after it completed.
+		// has been read, for up to engine.CacheLagGrace after it completed.
 		out.Finished, out.FinishedAt, out.Phase = false, nil, infrav1.RunRunning
 		out.Message = "waiting to read TaskRun " + tr
 	}
 	return out, nil
 }
 
-// unreadGrace is how long after a PipelineRun completed opr8r waits to see
-// the TaskRuns it names.
-const unreadGrace = 2 * time.Minute
-
 // unreadTaskRun names a TaskRun of the PipelineRun's childReferences that
 // is not in the view, or, of a PipelineRun that succeeded, not yet done
 // there.
 func unreadTaskRun(pr *tektonv1.PipelineRun, taskRuns map[string]*tektonv1.TaskRun, now time.Time) string {
-	if ct := pr.Status.CompletionTime; ct != nil && now.Sub(ct.Time) > unreadGrace {
+	if ct := pr.Status.CompletionTime; ct != nil && now.Sub(ct.Time) > engine.CacheLagGrace {
 		return ""
 	}
 	for _, ref := range pr.Status.ChildReferences {

@@ -177,6 +177,14 @@ type Decision struct {
 // ActorName is who engines record as deciding when opr8r decides a gate.
 const ActorName = "opr8r"
 
+// CacheLagGrace is how long after a child (or a step object of it)
+// completed an engine waits to see the step objects it names in its view
+// before it reads the child as it can: after a kube-apiserver restart one
+// informer's cache lags another's for seconds (the pods behind the Job
+// engine's Jobs, the TaskRuns behind a PipelineRun), and a finished child
+// read without its steps would end a run Ready without its outputs.
+const CacheLagGrace = 2 * time.Minute
+
 // Actor names the decider as engines record it: "opr8r", or "opr8r (who)"
 // when the decision names who made it.
 func (d Decision) Actor() string {
