@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -180,6 +182,37 @@ func TestReconcileProgress(t *testing.T) {
 				t.Fatalf("Stalled = %q, want %q", got, tc.wantStalled)
 			}
 		})
+	}
+}
+
+// A stalled run's message does not change from one pass to the next, so
+// a pass of a run that stays stalled writes no status.
+func TestStalledMessageIsTheSameOnEveryPass(t *testing.T) {
+	f := &fakeEngine{}
+	r, _ := newReconciler(t, f)
+	run := withRun(r, aRun("a"), 1, infrav1.RunRunning, infrav1.RunApply)
+	at := metav1.NewTime(t0.Add(-2 * time.Hour))
+	run.Status.Run.StartedAt = &at
+	run.Status.Run.Steps = []infrav1.StepStatus{{Name: "plan", Phase: infrav1.StepRunning, StartedAt: &at}}
+	var msgs []string
+	for _, now := range []time.Time{t0, t0.Add(17 * time.Minute)} {
+		r.Now = func() time.Time { return now }
+		st := r.newPassState(run)
+		st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
+		if _, err := r.reconcileProgress(ctx(), run, st); err != nil {
+			t.Fatal(err)
+		}
+		c := apimeta.FindStatusCondition(run.Status.Conditions, infrav1.StalledCondition)
+		if c == nil {
+			t.Fatal("not stalled")
+		}
+		msgs = append(msgs, c.Message)
+	}
+	if msgs[0] != msgs[1] {
+		t.Fatalf("the Stalled message changed between passes:\n%s\n%s", msgs[0], msgs[1])
+	}
+	if !strings.Contains(msgs[0], "since "+at.UTC().Format(time.RFC3339)) {
+		t.Fatalf("the message does not say since when: %s", msgs[0])
 	}
 }
 

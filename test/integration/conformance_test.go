@@ -410,7 +410,7 @@ func conformance(g given) {
 		s.Start()
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/NoProgress"))
 		msg := cond(getRun(ns, run.Name), infrav1.StalledCondition).Message
-		Expect(msg).To(And(ContainSubstring("has made no progress for"), MatchRegexp(`\(step (plan is Running|init finished and the next has not started)\)`), ContainSubstring("opr8r keeps waiting")))
+		Expect(msg).To(And(ContainSubstring("has made no progress for over"), MatchRegexp(` since \d{4}-\d\d-\d\dT`), MatchRegexp(`\(step (plan is Running|init finished and the next has not started)\)`), ContainSubstring("opr8r keeps waiting")))
 		s.Plan(1, 0, 0, digestOf("stuck-run"))
 		s.Suspend(digestOf("stuck-run"))
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(BeEmpty())
