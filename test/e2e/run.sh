@@ -68,8 +68,9 @@ scenarios() {
   grep -q '^ok ' "${log}" || { tail -n 40 "${log}"; failures "${log}" > "${ROOT}/bin/e2e/failures.txt"; exit 1; }
 }
 
-# failures LOG: what each failed test printed (go test -v interleaves the
-# parallel tests; a "=== RUN/CONT/NAME T" line says whose lines follow);
+# failures LOG: the messages (file:line lines) each failed test logged, not
+# the command output under them (go test -v interleaves the parallel tests;
+# a "=== RUN/CONT/NAME T" line says whose lines follow);
 # cleanup prints it last, after the diagnostics, so that a failure's own
 # message is what a reader of the end of the output sees.
 failures() {
@@ -79,12 +80,12 @@ failures() {
     /^(FAIL|ok|PASS)/ { cur = ""; next }
     /^ *--- FAIL: / { failed[$3] = 1; next }
     /^ *--- (PASS|SKIP): / { next }
-    cur != "" { n[cur]++; out[cur, n[cur]] = $0 }
+    cur != "" && /^ +[A-Za-z0-9_]+_test\.go:[0-9]+: / { n[cur]++; out[cur, n[cur]] = substr($0, 1, 400) }
     END {
       for (t in failed) {
         if (!(t in n)) continue
-        print "---- what " t " printed (its last 60 lines)"
-        from = n[t] > 60 ? n[t] - 59 : 1
+        print "---- what " t " logged (its last 25 messages, the failure last)"
+        from = n[t] > 25 ? n[t] - 24 : 1
         for (i = from; i <= n[t]; i++) print out[t, i]
       }
     }' "$1"

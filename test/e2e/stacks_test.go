@@ -210,7 +210,19 @@ func (e *env) noLeak(t *testing.T, value string) {
 		"the network's status (digest too)": {"get", "tfrun", "stack-network", "-n", ns, "-o", "jsonpath={.status}"},
 	}
 	for where, args := range places {
-		out, err := exec.Command(e.kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...).CombinedOutput()
+		// A pod that went away between kubectl's list and its log request
+		// (Tekton deletes a PipelineRun's affinity-assistant pod when it
+		// completes) fails the whole command with NotFound: scan again.
+		var out []byte
+		var err error
+		for attempt := 1; ; attempt++ {
+			out, err = exec.Command(e.kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...).CombinedOutput()
+			if err == nil || attempt == 5 || !strings.Contains(string(out), "(NotFound)") {
+				break
+			}
+			t.Logf("kubectl %s: a pod went away while it read (%v); again", strings.Join(args, " "), err)
+			time.Sleep(2 * time.Second)
+		}
 		if err != nil {
 			t.Fatalf("kubectl %s: %v\n%s", strings.Join(args, " "), err, out)
 		}
