@@ -142,6 +142,14 @@ const (
 	// RunNumberLabel on an engine object is its run's number (see
 	// status.run.number).
 	RunNumberLabel = "infra.opr8r.io/run-number"
+	// ApprovalLabel on an engine object says where its plan's approval
+	// stands: waiting, approved, rejected, timed-out or superseded. It is
+	// absent where the run has no gate (approval mode Auto, a plan without
+	// changes). The dashboards filter by it (infra.opr8r.io/approval=waiting
+	// lists every run that waits for a person), and the Tekton Dashboard's
+	// run header shows it, as the dashboard shows no state of a custom task
+	// such as the approval gate.
+	ApprovalLabel = "infra.opr8r.io/approval"
 	// RecordedLabel ("true") on a finished child, and on the step objects
 	// its engine made for it (Tekton's TaskRuns and CustomRuns, the Job
 	// engine's Jobs and pods), says that its run's result is recorded in
@@ -168,4 +176,18 @@ const (
 	ComponentCheck = "check"
 	// ComponentOutputs labels the user's outputs Secret.
 	ComponentOutputs = "outputs"
+)
+
+// Values of ApprovalLabel.
+const (
+	// ApprovalLabelWaiting: the plan waits at the gate for a decision.
+	ApprovalLabelWaiting = "waiting"
+	// ApprovalLabelApproved: the plan was approved; apply runs or ran.
+	ApprovalLabelApproved = "approved"
+	// ApprovalLabelRejected: the plan was rejected; apply does not run.
+	ApprovalLabelRejected = "rejected"
+	// ApprovalLabelTimedOut: nobody decided within spec.approval.timeout.
+	ApprovalLabelTimedOut = "timed-out"
+	// ApprovalLabelSuperseded: a new run replaced the plan before a decision.
+	ApprovalLabelSuperseded = "superseded"
 )

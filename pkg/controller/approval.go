@@ -144,6 +144,9 @@ func (r *TerraformRunReconciler) approvalHint(run *infrav1.TerraformRun, st *pas
 func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []vote, t infrav1.ApprovalTally) error {
 	digest := st.progress.Plan.Digest
 	by := strings.Join(t.ApprovedBy, ", ")
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelApproved); err != nil {
+		return err
+	}
 	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by}); err != nil {
 		return err
 	}
@@ -168,6 +171,9 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 		reason = "rejected through " + v.source
 	}
 	by := strings.Join(t.RejectedBy, ", ")
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelRejected); err != nil {
+		return err
+	}
 	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by, Reason: reason}); err != nil {
 		return err
 	}
@@ -186,6 +192,9 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, after time.Duration) error {
 	digest := st.progress.Plan.Digest
 	reason := fmt.Sprintf("approval timed out after %s", after)
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelTimedOut); err != nil {
+		return err
+	}
 	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "timeout", Reason: reason}); err != nil {
 		return err
 	}
@@ -299,6 +308,9 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 	why := "a spec change"
 	if trigger == infrav1.TriggerDependencyChange {
 		why = detail
+	}
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelSuperseded); err != nil {
+		return gateErr(err)
 	}
 	if err := c.Cancel(ctx, r.Client, st.child, "superseded by "+why); err != nil {
 		return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)

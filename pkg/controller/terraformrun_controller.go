@@ -133,6 +133,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 		r.reconcileDependencies,
 		r.reconcileSupersede,
 		r.reconcileApproval,
+		r.reconcileGateLabel,
 		r.reconcileProgress,
 		r.reconcileOutputs,
 		r.reconcileSchedule,

@@ -79,6 +79,11 @@ func gateState(s engineSim) func() string {
 	return func() string { st, _, _ := s.Gate(); return st }
 }
 
+// approvalLabel is the stored child's infra.opr8r.io/approval label.
+func approvalLabel(s engineSim) func() string {
+	return func() string { return s.Object().GetLabels()[infrav1.ApprovalLabel] }
+}
+
 const sensitiveMarker = "S3NSITIVE-0UTPUT-MARKER-7f3a"
 
 // leakScans counts, per engine, the (marker, place) pairs the leak test
@@ -243,6 +248,8 @@ func conformance(g given) {
 		Expect(got.Status.Run.Commit).To(HaveLen(40))
 		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("Unknown/AwaitingApproval"))
 		Expect(condReason(ns, run.Name, infrav1.ReconcilingCondition)()).To(Equal("True/AwaitingApproval"))
+		By("the child is labelled as waiting, for the dashboards' label filters")
+		Eventually(approvalLabel(s), timeout, interval).Should(Equal(infrav1.ApprovalLabelWaiting))
 
 		By("approving the current digest passes the gate with that digest")
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
@@ -252,6 +259,7 @@ func conformance(g given) {
 		Expect(approved).To(Equal(digest))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedBySpec))
+		Eventually(approvalLabel(s), timeout, interval).Should(Equal(infrav1.ApprovalLabelApproved))
 
 		By("apply and export finish; the outputs Secret gets the values, status only names")
 		s.FinishApply(outputsJSON())
@@ -349,6 +357,7 @@ func conformance(g given) {
 		Expect(condReason(ns, run.Name, infrav1.StalledCondition)()).To(Equal("True/Rejected"))
 		Expect(condReason(ns, run.Name, infrav1.ReadyCondition)()).To(Equal("False/Rejected"))
 		Expect(getRun(ns, run.Name).Status.Approval.Reason).To(Equal("deletes the prod database"))
+		Expect(approvalLabel(s)()).To(Equal(infrav1.ApprovalLabelRejected))
 	})
 
 	It("rejects a plan whose approval timed out", func() {
@@ -360,6 +369,7 @@ func conformance(g given) {
 		_, msg, _ := s.Gate()
 		Expect(msg).To(ContainSubstring("approval timed out after 2s"))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/ApprovalTimeout"))
+		Expect(approvalLabel(s)()).To(Equal(infrav1.ApprovalLabelTimedOut))
 		s.CompleteAfterGate()
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/ApprovalTimeout"))
 	})

@@ -167,6 +167,7 @@ func stacks(g given) {
 		Eventually(s.CancelRequested, timeout, interval).Should(BeTrue())
 		Eventually(condReason(ns, "cluster", infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/Superseded"))
 		Expect(cond(getRun(ns, "cluster"), infrav1.ApprovedCondition).Message).To(ContainSubstring("dependency network"))
+		Expect(approvalLabel(s)()).To(Equal(infrav1.ApprovalLabelSuperseded), "the superseded child says so to the dashboards")
 		s.CompleteAfterGate()
 		s2 := g.nextRun(ns, "cluster", s.Key().Name)
 		Expect(getRun(ns, "cluster").Status.Run.Trigger).To(Equal(infrav1.TriggerDependencyChange))
