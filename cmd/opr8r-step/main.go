@@ -133,7 +133,7 @@ func run(args []string, out io.Writer) int {
 	var err error
 	switch cmd {
 	case "install":
-		err = install(o.dest)
+		err = install(o.dest, out)
 	case "clone":
 		co := step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest, VarsOut: o.varsOut}
 		if o.inputsEnv != "" {
@@ -173,7 +173,10 @@ func run(args []string, out io.Writer) int {
 
 // install copies this binary into dest, so steps that run in a stock
 // Terraform or OpenTofu image (which has only sh) can run it.
-func install(dest string) error {
+// install copies this binary into dest for the steps that follow, and
+// says so: it is the first step of a pod, the one a dashboard shows first
+// (the Tekton Dashboard selects it when a PipelineRun opens).
+func install(dest string, out io.Writer) error {
 	if dest == "" {
 		return errors.New("install needs --dest")
 	}
@@ -194,14 +197,19 @@ func install(dest string) error {
 	if err != nil {
 		return err
 	}
-	if _, err := io.Copy(outF, in); err != nil {
+	n, err := io.Copy(outF, in)
+	if err != nil {
 		outF.Close()
 		return err
 	}
 	if err := outF.Close(); err != nil {
 		return err
 	}
-	return os.Rename(target+".tmp", target)
+	if err := os.Rename(target+".tmp", target); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "opr8r-step: installed %s (%.1f MiB); the next steps of this pod run it, their logs follow in their own steps\n", target, float64(n)/(1<<20))
+	return nil
 }
 
 func truncate(s string, n int) string {

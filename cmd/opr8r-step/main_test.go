@@ -207,3 +207,26 @@ func TestCloneReadsInputsFromTheNamedVariable(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestInstallSaysWhatItDid: install copies the binary and prints a line,
+// the log a dashboard shows first of a pod (the Tekton Dashboard selects
+// the first step, this one, when a PipelineRun opens).
+func TestInstallSaysWhatItDid(t *testing.T) {
+	dest := filepath.Join(t.TempDir(), "bin")
+	var out bytes.Buffer
+	if code := run([]string{"install", "--dest=" + dest}, &out); code != 0 {
+		t.Fatalf("install exited %d:\n%s", code, out.String())
+	}
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, _ := os.ReadFile(self)
+	got, err := os.ReadFile(filepath.Join(dest, "opr8r-step"))
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("install did not copy the binary whole (%d of %d bytes): %v", len(got), len(want), err)
+	}
+	if line := out.String(); !strings.HasPrefix(line, "opr8r-step: installed "+filepath.Join(dest, "opr8r-step")+" (") {
+		t.Errorf("install printed %q", line)
+	}
+}
