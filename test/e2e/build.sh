@@ -7,6 +7,9 @@
 #   Argo        workflow-controller, argoexec, argo (the CLI, and `argo server`
 #               with Argo's own UI built from the module's ui/ with yarn and
 #               webpack from the npm registry: test/e2e/dashboards.sh)
+#   Tekton page the Tekton Dashboard's components (@tektoncd/dashboard-
+#               components) in a page of ours, built with vite from npm
+#               (test/e2e/dashboards.sh build_tekton_view)
 #   Tekton      controller, webhook, entrypoint, nop, workingdirinit
 #   conftest    conftest, the policy tool the plan-check scenario runs
 #   crane       go-containerregistry's crane, whose `registry serve` is the
@@ -94,6 +97,11 @@ if { [ "${what}" = all ] || [ "${what}" = argo ]; } && [ ! -f "${OUT}/argo-ui-${
   mkdir -p "${OUT}"; build_argo_ui & ui_pid=$!
 fi
 if [ "${what}" = argo-ui ]; then build_argo_ui; fi
+# The Tekton page (the Tekton Dashboard's components from npm) likewise.
+tv_pid=""
+if { [ "${what}" = all ] || [ "${what}" = tekton-view ]; } && [ ! -f "$(tekton_view_dir)/dist/index.html" ]; then
+  mkdir -p "${OUT}"; build_tekton_view & tv_pid=$!
+fi
 minor="${KUBE_VERSION#*.}"; minor="${minor%%.*}"
 if [ "${what}" = all ] || [ "${what}" = kube ]; then
   # The staging replaces must not be copied verbatim (they point into the
@@ -184,4 +192,5 @@ if [ "${what}" = all ] || [ "${what}" = crane ]; then
   build crane github.com/google/go-containerregistry "${GGCR_VERSION}" "" "" \
     github.com/google/go-containerregistry/cmd/crane
 fi
+if [ -n "${tv_pid}" ]; then wait "${tv_pid}" || { log "building the Tekton page failed"; exit 1; }; fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

@@ -4,7 +4,8 @@
 #   kubelet, kube-proxy (v1.36.3), containerd 2.2 with runc and CNI (Debian),
 #   a local-path volume provisioner, Argo Workflows and Tekton Pipelines from
 #   their pinned module manifests, and opr8r from this checkout (Helm chart);
-#   Argo Server with Argo's UI (test/e2e/dashboards.sh).
+#   Argo Server with Argo's UI, and the Tekton page of the Tekton Dashboard's
+#   components (test/e2e/dashboards.sh).
 #
 #   test/e2e/cluster.sh up      bring it up (upstream builds are cached in $OPR8R_CACHE/e2e,
 #                               opr8r's own binaries and the images in bin/e2e)
@@ -89,7 +90,7 @@ build_all() {
   bash "${ROOT}/test/e2e/build.sh" all
   mkdir -p "${ROOT}/bin/e2e/opr8r"
   (cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -o bin/e2e/opr8r/ ./cmd/manager ./cmd/opr8r-step ./cmd/kubectl-tfrun \
-     ./test/e2e/pause ./test/e2e/provisioner ./test/e2e/imagebuild)
+     ./test/e2e/pause ./test/e2e/provisioner ./test/e2e/imagebuild ./test/e2e/tektonview)
 }
 
 # image NAME REF ARGS...: builds bin/e2e/images/NAME.tar unless its inputs are unchanged.
@@ -115,6 +116,7 @@ build_images() {
   image argoexec "quay.io/argoproj/argoexec:v${ARGO_VERSION}" \
     -file "${ABIN}/argoexec:/bin/argoexec" "${bbl[@]}" -entrypoint /bin/argoexec -user 8737:8737
   argo_server_image
+  tekton_view_image
   local b
   for b in controller webhook entrypoint nop workingdirinit; do
     image "tekton-${b}" "localhost/tekton/${b}:v${TEKTON_VERSION}" -file "${TBIN}/${b}:/ko-app/${b}" -entrypoint "/ko-app/${b}" -user 65532:65532
@@ -435,7 +437,8 @@ up() {
     wait "$p" || { cat "${S}"/logs/install-*.log >&2; die "installing the engines or opr8r failed"; }
   done
   argo_server_up >"${S}/logs/install-argo-server.log" 2>&1 || { cat "${S}/logs/install-argo-server.log" >&2; die "installing Argo Server failed"; }
-  log "engines, Argo Server and opr8r installed"
+  tekton_view_up >"${S}/logs/install-tekton-view.log" 2>&1 || { cat "${S}/logs/install-tekton-view.log" >&2; die "installing the Tekton page failed"; }
+  log "engines, Argo Server, the Tekton page and opr8r installed"
   node_ready
   log "node ${NODE} Ready, default ServiceAccount present"
   wait_deployments

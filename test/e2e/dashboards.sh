@@ -12,12 +12,25 @@
 #                        auth modes client and server, NodePort 32746; and a
 #                        service account e2e/argo-ui for people who log in
 #                        with a token (client mode: the API server sees it).
+#   build_tekton_view    the Tekton page (test/e2e/tektonview/web): the
+#                        Tekton Dashboard's own components
+#                        (@tektoncd/dashboard-components) in a small page of
+#                        ours, built with vite from the npm registry, cached
+#                        in $OUT/tekton-view-<hash of its sources>/dist.
+#   tekton_view_image    its image: test/e2e/tektonview (a Go server that
+#                        serves the page and proxies its reads) and the page.
+#   tekton_view_up       it in namespace tekton-pipelines, read-only,
+#                        NodePort $TEKTON_VIEW_PORT.
 #
-# The Tekton Dashboard is not installed: the Go module proxy refuses
-# github.com/tektoncd/dashboard (403 for every version), so it cannot be
-# built from source here (docs/e2e.md).
+# The Tekton Dashboard itself is not installed: the Go module proxy refuses
+# github.com/tektoncd/dashboard (403 for every version) and npm has only its
+# component libraries, so it cannot be built from source here
+# (docs/dashboards.md). The page above renders a PipelineRun with the same
+# components and the same placeholder rule as the dashboard's own page.
 
 ARGO_UI_PORT="${ARGO_UI_PORT:-32746}"
+TEKTON_VIEW_PORT="${TEKTON_VIEW_PORT:-32097}"
+TEKTON_VIEW_SRC="${ROOT}/test/e2e/tektonview/web"
 YARN_VERSION="${YARN_VERSION:-1.22.22}"
 # argo-ui, the component library the UI imports, is pinned upstream to a git
 # commit of github.com/argoproj/argo-ui; the npm registry serves it as
@@ -116,3 +129,51 @@ YAML
 
 # argo_ui_url: where the host reaches the UI (kube-proxy's NodePort).
 argo_ui_url() { echo "http://127.0.0.1:${ARGO_UI_PORT}"; }
+
+# tekton_view_dir: where the page built from these sources is cached (the
+# key is a hash of every source file, package-lock.json among them).
+tekton_view_dir() {
+  local key
+  key="$(cd "${TEKTON_VIEW_SRC}" && find . -type f ! -path './node_modules/*' ! -path './dist/*' | LC_ALL=C sort | xargs sha256sum | sha256sum | cut -c1-12)"
+  echo "${CACHE}/e2e/tekton-view-${key}"
+}
+
+# build_tekton_view: the page's dist/ unless it is there. npm ci installs
+# exactly package-lock.json's versions from the npm registry.
+build_tekton_view() {
+  local dest; dest="$(tekton_view_dir)"
+  [ -f "${dest}/dist/index.html" ] && return 0
+  command -v node >/dev/null 2>&1 || { log "node is not installed: the Tekton page is built with node >= 20.19"; return 1; }
+  local work; work="$(mktemp -d)"
+  cp -r "${TEKTON_VIEW_SRC}/." "${work}/"
+  rm -rf "${work}/node_modules" "${work}/dist"
+  log "building the Tekton page (@tektoncd/dashboard-components with vite; about a minute cold)"
+  (
+    cd "${work}"
+    npm ci --no-audit --no-fund --loglevel=error >&2
+    node_modules/.bin/vite build --logLevel warn >&2
+    [ -f dist/index.html ] || { echo "vite wrote no dist/index.html" >&2; exit 1; }
+  ) || { rm -rf "${work}"; return 1; }
+  rm -rf "${dest}" && mkdir -p "${dest}" && cp -r "${work}/dist" "${dest}/dist"
+  rm -rf "${work}"
+  # Builds of earlier sources are of no further use.
+  find "${CACHE}/e2e" -maxdepth 1 -name 'tekton-view-*' ! -path "${dest}" -exec rm -rf {} + 2>/dev/null || true
+  log "Tekton page built: $(du -sh "${dest}/dist" | cut -f1) in ${dest}"
+}
+
+# tekton_view_image: the server and the page in one image.
+tekton_view_image() {
+  local dist f files=(); dist="$(tekton_view_dir)/dist"
+  [ -f "${dist}/index.html" ] || die "the Tekton page is not built (${dist}); test/e2e/build.sh tekton-view builds it"
+  while IFS= read -r f; do files+=(-file "${dist}/${f}:/web/${f}"); done < <(cd "${dist}" && find . -type f | sed 's#^\./##' | LC_ALL=C sort)
+  image tekton-view "localhost/opr8r/tekton-view:e2e" -file "${ROOT}/bin/e2e/opr8r/tektonview:/tektonview" "${files[@]}" \
+    -entrypoint /tektonview -user 65532:65532
+}
+
+# tekton_view_up: the page in namespace tekton-pipelines on NodePort $TEKTON_VIEW_PORT.
+tekton_view_up() {
+  sed "s/nodePort: 32097/nodePort: ${TEKTON_VIEW_PORT}/" "${ROOT}/test/e2e/testdata/tekton-view.yaml" | kc apply -f - >/dev/null
+}
+
+# tekton_view_url: where the host reaches the page.
+tekton_view_url() { echo "http://127.0.0.1:${TEKTON_VIEW_PORT}"; }

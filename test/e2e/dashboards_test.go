@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -324,6 +325,23 @@ func TestArgoDashboard(t *testing.T) {
 		}
 		screenshot(t, ctx, "argo-dag-awaiting-approval")
 
+		// The workflow list, filtered by opr8r's approval label: every run
+		// that waits for someone.
+		if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/workflows/%s?label=%s", ui, ns, url.QueryEscape(infrav1.ApprovalLabel+"="+infrav1.ApprovalLabelWaiting)))); err != nil {
+			t.Fatal(err)
+		}
+		// The list names each Workflow by its title.
+		title := fmt.Sprintf("TerraformRun %s/%s: apply #1", ns, name)
+		var listed string
+		for deadline := time.Now().Add(time.Minute); !strings.Contains(listed, title); time.Sleep(time.Second) {
+			listed, _ = chromedp.Run(ctx, chromedp.Evaluate[string](`document.body.innerText`))
+			if !strings.Contains(listed, title) && time.Now().After(deadline) {
+				screenshot(t, ctx, "argo-workflows-waiting")
+				t.Fatalf("the UI's workflow list filtered by %s=%s does not list %q: %q", infrav1.ApprovalLabel, infrav1.ApprovalLabelWaiting, title, oneLine(listed, 600))
+			}
+		}
+		screenshot(t, ctx, "argo-workflows-waiting")
+
 		if err := resumeInUI(t, ctx, ui, wf, "argo-approve"); err != nil {
 			screenshot(t, ctx, "argo-resume-failed")
 			t.Fatal(err)
@@ -337,6 +355,10 @@ func TestArgoDashboard(t *testing.T) {
 			t.Fatalf("kubectl tfrun history does not name %s:\n%s", argoUIUser, hist)
 		}
 		e.checkOutputs(t, name, "Hello from the Argo UI")
+		if out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", "workflow", wf, "-n", ns,
+			"-o", `jsonpath={.metadata.labels.infra\.opr8r\.io/approval}`).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != infrav1.ApprovalLabelApproved {
+			t.Errorf("after RESUME in the UI the Workflow's %s label is %q (%v), want %s", infrav1.ApprovalLabel, out, err, infrav1.ApprovalLabelApproved)
+		}
 		nodes, err = waitDAG(ctx, ui, wf, "clone", "init", "plan", "approve", "apply", "export-outputs")
 		if err != nil {
 			t.Fatal(err)
@@ -491,116 +513,4 @@ func workflowNodePhase(t *testing.T, e *env, wf, node string) string {
 		}
 	}
 	return ""
-}
-
-// TestTektonGateAsListed: what the Tekton Dashboard would show of a
-// TerraformRun (it is not installed: the module proxy refuses its module),
-// read as kubectl reads it: the plan TaskRun's steps clone, init and plan
-// with their display names, the approval CustomRun pending with the plan's
-// summary, digest and the approve command; after `kubectl tfrun approve`,
-// the CustomRun succeeded and apply ran.
-func TestTektonGateAsListed(t *testing.T) {
-	t.Parallel()
-	e := setup(t)
-	name := "tk-gate"
-	t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
-	e.sh(t, manifest(name, "tekton", "Hello Tekton"), e.kubectl, "apply", "-f", "-")
-	run := e.waitFor(t, name, "the plan awaiting approval", 5*time.Minute, awaiting(""))
-	pr := run.Status.Run.Child.Name
-
-	type condition struct{ Type, Status, Reason, Message string }
-	var taskRuns struct {
-		Items []struct {
-			Metadata struct{ Labels map[string]string }
-			Spec     struct {
-				TaskSpec struct {
-					Steps []struct{ Name, DisplayName string }
-				} `json:"taskSpec"`
-			}
-			Status struct {
-				Conditions []condition
-				Steps      []struct {
-					Name       string
-					Terminated *struct{ ExitCode int } `json:"terminated"`
-				}
-			}
-		}
-	}
-	getJSON := func(v any, kind string) {
-		t.Helper()
-		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "get", kind, "-n", ns, "-l", "tekton.dev/pipelineRun="+pr, "-o", "json").Output()
-		if err != nil {
-			t.Fatalf("kubectl get %s: %v", kind, err)
-		}
-		if err := json.Unmarshal(out, v); err != nil {
-			t.Fatalf("kubectl get %s: %v", kind, err)
-		}
-	}
-	getJSON(&taskRuns, "taskruns")
-	var plan *struct{ steps, display []string }
-	for _, tr := range taskRuns.Items {
-		if tr.Metadata.Labels["tekton.dev/pipelineTask"] != "plan" {
-			continue
-		}
-		plan = &struct{ steps, display []string }{}
-		for _, s := range tr.Status.Steps {
-			if s.Terminated == nil || s.Terminated.ExitCode != 0 {
-				t.Errorf("plan TaskRun step %s did not succeed: %+v", s.Name, s.Terminated)
-			}
-			plan.steps = append(plan.steps, s.Name)
-		}
-		for _, s := range tr.Spec.TaskSpec.Steps {
-			plan.display = append(plan.display, s.DisplayName)
-		}
-	}
-	if plan == nil {
-		t.Fatalf("no TaskRun of the plan task of %s", pr)
-	}
-	if got := strings.Join(plan.steps, " "); !strings.HasSuffix(got, "clone init plan") {
-		t.Errorf("plan TaskRun steps = %q, want … clone init plan", got)
-	}
-	if got := strings.Join(plan.display, "|"); !strings.HasSuffix(got, "clone the module|terraform init|terraform plan") {
-		t.Errorf("plan TaskRun step display names = %q", got)
-	}
-
-	var customRuns struct {
-		Items []struct {
-			Status struct{ Conditions []condition }
-		}
-	}
-	gate := func() condition {
-		t.Helper()
-		getJSON(&customRuns, "customruns")
-		if len(customRuns.Items) != 1 || len(customRuns.Items[0].Status.Conditions) == 0 {
-			t.Fatalf("want one approval CustomRun of %s with a condition, got %+v", pr, customRuns.Items)
-		}
-		return customRuns.Items[0].Status.Conditions[0]
-	}
-	c := gate()
-	t.Logf("the approval CustomRun: %+v", c)
-	if c.Status != "Unknown" || c.Reason != "AwaitingApproval" {
-		t.Fatalf("the approval CustomRun is %s/%s, want Unknown/AwaitingApproval (pending)", c.Status, c.Reason)
-	}
-	for _, want := range []string{"Plan +1 ~0 -0 (" + run.Status.Plan.Digest + ") waits for approval",
-		"kubectl tfrun approve " + name + " -n " + ns + " --plan " + run.Status.Plan.Digest} {
-		if !strings.Contains(c.Message, want) {
-			t.Errorf("the approval CustomRun's message lacks %q: %q", want, c.Message)
-		}
-	}
-
-	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
-	e.waitFor(t, name, "the plan applied", 5*time.Minute, ready)
-	if c = gate(); c.Status != "True" || c.Reason != "Approved" {
-		t.Errorf("after kubectl tfrun approve the approval CustomRun is %s/%s (%s), want True/Approved", c.Status, c.Reason, c.Message)
-	}
-	getJSON(&taskRuns, "taskruns")
-	applied := false
-	for _, tr := range taskRuns.Items {
-		if tr.Metadata.Labels["tekton.dev/pipelineTask"] == "apply" {
-			applied = len(tr.Status.Conditions) > 0 && tr.Status.Conditions[0].Status == "True"
-		}
-	}
-	if !applied {
-		t.Errorf("no succeeded apply TaskRun of %s", pr)
-	}
 }
