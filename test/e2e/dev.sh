@@ -58,6 +58,10 @@ ui="$(argo_ui_url)"
 curl -fsS -o /dev/null "${ui}/" || echo "warning: the Argo UI does not answer at ${ui}" >&2
 argo_link="${ui}/workflows?label=infra.opr8r.io/run%3D${name}"
 [ "${engine_kind}" = Workflow ] && argo_link="${ui}/workflows/${ns}/${child}"
+tekton_ui="$(tekton_view_url)"
+curl -fsS -o /dev/null "${tekton_ui}/healthz" || echo "warning: the Tekton page does not answer at ${tekton_ui}" >&2
+tekton_link="${tekton_ui}/#/namespaces/${ns}/pipelineruns?labelSelector=infra.opr8r.io%2Frun%3D${name}"
+[ "${engine_kind}" = PipelineRun ] && tekton_link="${tekton_ui}/#/namespaces/${ns}/pipelineruns/${child}"
 cat <<MSG
 
 Dashboards:
@@ -65,8 +69,10 @@ Dashboards:
                   no login needed (server mode); to act as a person (client
                   mode: opr8r records who resumed), paste on ${ui}/login:
                   Bearer \$(kubectl create token argo-ui -n e2e)
-  Tekton Dashboard  not installed: the Go module proxy refuses
-                  github.com/tektoncd/dashboard (docs/e2e.md)
+  Tekton          ${tekton_ui}   (this run: ${tekton_link})
+                  the Tekton Dashboard's own components, read-only (the
+                  dashboard application cannot be built here: docs/dashboards.md);
+                  runs waiting for approval: ${tekton_ui}/#/pipelineruns?labelSelector=infra.opr8r.io%2Fapproval%3Dwaiting
 MSG
 cat <<MSG
 

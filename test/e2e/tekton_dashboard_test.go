@@ -86,10 +86,18 @@ func pipelineRunURL(view, pr string, query url.Values) string {
 	return u
 }
 
+// open loads u as a new document. Going from one of the page's routes to
+// another only changes the URL's fragment, and the document would show the
+// route before until React renders the next: a check could read the
+// previous PipelineRun's tree.
+func open(ctx context.Context, u string) error {
+	return chromedp.Do(ctx, chromedp.Navigate("about:blank"), chromedp.Navigate(u))
+}
+
 // waitTree opens u and reads the task tree until ok accepts it (nil when it
 // does), or returns the last tree read and why it was not accepted.
 func waitTree(ctx context.Context, u string, timeout time.Duration, ok func([]tektonTask) error) ([]tektonTask, error) {
-	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+	if err := open(ctx, u); err != nil {
 		return nil, err
 	}
 	var tree []tektonTask
@@ -147,7 +155,7 @@ func awaitingTree(tree []tektonTask) error {
 
 // pageText is the text of the element sel once it holds every one of want.
 func pageText(ctx context.Context, u, sel string, timeout time.Duration, want ...string) (string, error) {
-	if err := chromedp.Do(ctx, chromedp.Navigate(u)); err != nil {
+	if err := open(ctx, u); err != nil {
 		return "", err
 	}
 	var text string
