@@ -6,11 +6,9 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -94,10 +92,6 @@ func (r *TerraformRunReconciler) labelGate(ctx context.Context, child client.Obj
 	if child.GetLabels()[infrav1.ApprovalLabel] == value {
 		return nil
 	}
-	gvk, err := apiutil.GVKForObject(child, r.Scheme())
-	if err != nil {
-		return err
-	}
 	meta := map[string]any{"labels": map[string]string{infrav1.ApprovalLabel: value}}
 	if rv := child.GetResourceVersion(); rv != "" {
 		meta["resourceVersion"] = rv
@@ -106,18 +100,15 @@ func (r *TerraformRunReconciler) labelGate(ctx context.Context, child client.Obj
 	if err != nil {
 		return err
 	}
-	m := &metav1.PartialObjectMetadata{}
-	m.SetGroupVersionKind(gvk)
-	m.SetNamespace(child.GetNamespace())
-	m.SetName(child.GetName())
-	if err := r.Patch(ctx, m, client.RawPatch(types.MergePatchType, patch)); err != nil {
+	m, err := r.patchMetadata(ctx, child, client.RawPatch(types.MergePatchType, patch))
+	if err != nil {
 		if apierrors.IsNotFound(err) {
 			return nil
 		}
 		if apierrors.IsConflict(err) {
 			return err
 		}
-		return generic("LabelGate", err, "labelling %s %s %s=%s", gvk.Kind, child.GetName(), infrav1.ApprovalLabel, value)
+		return generic("LabelGate", err, "labelling %s %s %s=%s", kindOf(m), child.GetName(), infrav1.ApprovalLabel, value)
 	}
 	// The pass goes on with the label it wrote, so a later step of the same
 	// pass writes it no more.

@@ -52,18 +52,25 @@ func (r *TerraformRunReconciler) labelRecorded(ctx context.Context, o client.Obj
 	if isRecorded(o) {
 		return nil
 	}
+	if m, err := r.patchMetadata(ctx, o, recordedPatch); err != nil && !apierrors.IsNotFound(err) {
+		return generic("LabelRecorded", err, "labelling %s %s recorded", kindOf(m), o.GetName())
+	}
+	return nil
+}
+
+// patchMetadata patches o's metadata through the metadata API: the answer
+// is the object's metadata, not a whole Workflow. It returns that metadata
+// (nil when o's kind is not in the scheme).
+func (r *TerraformRunReconciler) patchMetadata(ctx context.Context, o client.Object, patch client.Patch) (*metav1.PartialObjectMetadata, error) {
 	gvk, err := apiutil.GVKForObject(o, r.Scheme())
 	if err != nil {
-		return err
+		return nil, err
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
 	m.SetNamespace(o.GetNamespace())
 	m.SetName(o.GetName())
-	if err := r.Patch(ctx, m, recordedPatch); err != nil && !apierrors.IsNotFound(err) {
-		return generic("LabelRecorded", err, "labelling %s %s recorded", gvk.Kind, o.GetName())
-	}
-	return nil
+	return m, r.Patch(ctx, m, patch)
 }
 
 // recordedReader is where recorded children are read.
@@ -108,4 +115,12 @@ func (r *TerraformRunReconciler) recordedChild(ctx context.Context, ns string, e
 		return false, generic("GetChild", err, "getting %s", name)
 	}
 	return isRecorded(m), nil
+}
+
+// kindOf is the kind of patched metadata, for messages.
+func kindOf(m *metav1.PartialObjectMetadata) string {
+	if m == nil {
+		return "object"
+	}
+	return m.Kind
 }

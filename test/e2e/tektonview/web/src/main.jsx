@@ -83,10 +83,24 @@ function duration(run) {
   return end - start;
 }
 
+// Filters is the label filter of a list page, kept in the URL's
+// labelSelector as the dashboard keeps it.
+function Filters({ filters }) {
+  const location = useLocation();
+  const navigate = useNavigate();
+  return (
+    <LabelFilter
+      filters={filters}
+      handleAddFilter={getAddFilterHandler({ location, navigate })}
+      handleDeleteFilter={getDeleteFilterHandler({ location, navigate })}
+      handleClearFilters={getClearFiltersHandler({ location, navigate })}
+    />
+  );
+}
+
 function PipelineRunsPage() {
   const { namespace = '*' } = useParams();
   const location = useLocation();
-  const navigate = useNavigate();
   const filters = getFilters(location);
   useTitleSync({ page: 'PipelineRuns' });
   const { data, error, loading } = usePoll(
@@ -95,12 +109,7 @@ function PipelineRunsPage() {
   return (
     <>
       <h1>PipelineRuns</h1>
-      <LabelFilter
-        filters={filters}
-        handleAddFilter={getAddFilterHandler({ location, navigate })}
-        handleDeleteFilter={getDeleteFilterHandler({ location, navigate })}
-        handleClearFilters={getClearFiltersHandler({ location, navigate })}
-      />
+      <Filters filters={filters} />
       <LoadError error={error} />
       <PipelineRuns
         loading={loading && !data}
@@ -183,7 +192,6 @@ function runStatusIcon(run) {
 function CustomRunsPage() {
   const { namespace = '*' } = useParams();
   const location = useLocation();
-  const navigate = useNavigate();
   const filters = getFilters(location);
   useTitleSync({ page: 'CustomRuns' });
   const { data, error, loading } = usePoll(
@@ -213,12 +221,7 @@ function CustomRunsPage() {
   return (
     <>
       <h1>CustomRuns</h1>
-      <LabelFilter
-        filters={filters}
-        handleAddFilter={getAddFilterHandler({ location, navigate })}
-        handleDeleteFilter={getDeleteFilterHandler({ location, navigate })}
-        handleClearFilters={getClearFiltersHandler({ location, navigate })}
-      />
+      <Filters filters={filters} />
       <LoadError error={error} />
       <Table
         loading={loading && !data}
