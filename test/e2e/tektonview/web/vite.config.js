@@ -6,7 +6,7 @@ import react from '@vitejs/plugin-react-swc';
 export default defineConfig({
   base: './',
   build: { assetsDir: '.', outDir: 'dist', target: 'es2022', sourcemap: false, chunkSizeWarningLimit: 8000 },
-  css: { preprocessorOptions: { scss: { quietDeps: true, silenceDeprecations: ['import', 'global-builtin', 'mixed-decls'] } } },
+  css: { preprocessorOptions: { scss: { quietDeps: true, silenceDeprecations: ['import', 'global-builtin'] } } },
   plugins: [react()],
   resolve: { extensions: ['.js', '.jsx'] }
 });
