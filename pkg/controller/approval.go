@@ -189,13 +189,19 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 	return nil
 }
 
+// timeoutDecision is how engines record opr8r's rejection of a plan whose
+// approval timed out: decided by "opr8r (timeout)".
+var timeoutDecision = engine.Decision{By: "timeout"}
+
 func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, after time.Duration) error {
 	digest := st.progress.Plan.Digest
 	reason := fmt.Sprintf("approval timed out after %s", after)
 	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelTimedOut); err != nil {
 		return err
 	}
-	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "timeout", Reason: reason}); err != nil {
+	d := timeoutDecision
+	d.Digest, d.Reason = digest, reason
+	if err := a.Reject(ctx, r.Client, st.child, d); err != nil {
 		return err
 	}
 	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovalTimedOut, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
@@ -232,6 +238,13 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 	if !a.Approved {
 		a.Reason = g.Message
 		msg = "plan " + digest + " rejected in the engine: " + g.Message
+		if g.By == timeoutDecision.Actor() {
+			// opr8r's own timeout, seen by a pass that did not see its
+			// record (a stale cache, a lost status write): recorded as
+			// the timeout it was, not as somebody's rejection.
+			a.Source, a.By = infrav1.ApprovalTimedOut, ""
+			msg = "plan " + digest + " rejected: " + g.Message
+		}
 		r.recordApproval(run, a, msg)
 		return
 	}

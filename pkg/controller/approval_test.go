@@ -32,6 +32,7 @@ func TestReconcileApproval(t *testing.T) {
 		approvals    []*infrav1.TerraformRunApproval
 		decidedBy    string
 		untrusted    bool
+		wantLabel    string
 	}{
 		"waiting, nothing decided: says how to approve": {
 			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
@@ -106,6 +107,17 @@ func TestReconcileApproval(t *testing.T) {
 			gate:      engine.Gate{State: engine.GateApproved, By: "opr8r (alice, bob)", DecidedAt: &decided}, hasChanges: true,
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantBy: "alice, bob",
 		},
+		"rejected in the engine by a person: recorded as a rejection with who": {
+			gate: engine.Gate{State: engine.GateRejected, By: "alice", Message: "Rejected: no. Decided by alice", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByEngine, wantBy: "alice", wantMessage: "rejected in the engine",
+			wantLabel: infrav1.ApprovalLabelRejected,
+		},
+		"opr8r's own timeout whose record a pass did not see is recorded as the timeout": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}},
+			gate: engine.Gate{State: engine.GateRejected, By: "opr8r (timeout)", Message: "Rejected: approval timed out after 5m0s. Decided by opr8r (timeout)", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantMessage: "approval timed out after 5m0s",
+			wantLabel: infrav1.ApprovalLabelTimedOut,
+		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
 			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
@@ -153,6 +165,9 @@ func TestReconcileApproval(t *testing.T) {
 			}
 			if tc.wantApprove == 1 && f.approved[0].Digest != digest {
 				t.Errorf("approved digest %s, want %s", f.approved[0].Digest, digest)
+			}
+			if got := gateLabelValue(run, st.progress); tc.wantLabel != "" && got != tc.wantLabel {
+				t.Errorf("approval label %q, want %q", got, tc.wantLabel)
 			}
 			if res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
