@@ -92,10 +92,34 @@ func (r *TerraformRunReconciler) getChild(ctx context.Context, ns string, e engi
 // observe reads a child's progress, with its related objects for engines
 // that have them. A child the engine cannot read stalls the run.
 func (r *TerraformRunReconciler) observe(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
+	return r.observeWith(ctx, r.Client, e, child)
+}
+
+// observeRecorded observes a child whose end the stored status records. A
+// pass cut short while labelling it recorded (a crash, a lost write) leaves
+// some of its step objects labelled, and so out of the cache, and the child
+// not: the cache's view then reads as a run still waiting for its steps
+// (for up to engine.CacheLagGrace, or for good), and would hold the run's
+// next run and the child's own label. Such a child is observed again with
+// its step objects read from the API server, which has them all; a child
+// that really still runs (a stopped run's cleanup) reads so there too.
+func (r *TerraformRunReconciler) observeRecorded(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
+	pr, err := r.observe(ctx, e, child)
+	if err != nil || pr.Finished {
+		return pr, err
+	}
+	if _, ok := e.(engine.RelatedLister); !ok {
+		return pr, nil
+	}
+	return r.observeWith(ctx, r.APIReader, e, child)
+}
+
+// observeWith is observe with the child's related objects read by rd.
+func (r *TerraformRunReconciler) observeWith(ctx context.Context, rd client.Reader, e engine.Engine, child client.Object) (engine.Progress, error) {
 	var related []client.Object
 	if rl, ok := e.(engine.RelatedLister); ok {
 		var err error
-		if related, err = rl.Related(ctx, r.Client, child); err != nil {
+		if related, err = rl.Related(ctx, rd, child); err != nil {
 			return engine.Progress{}, generic("ListSteps", err, "listing the steps of %s", child.GetName())
 		}
 	}

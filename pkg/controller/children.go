@@ -54,7 +54,7 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 		if !recordedIn(c, st.persisted) {
 			continue
 		}
-		if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
+		if pr, err := r.observeRecorded(ctx, e, c); err != nil || !pr.Finished {
 			continue
 		}
 		if err := r.markRecorded(ctx, e, c); err != nil {

@@ -6,7 +6,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
@@ -73,12 +75,33 @@ func (r *TerraformRunReconciler) patchMetadata(ctx context.Context, o client.Obj
 	return m, r.Patch(ctx, m, patch)
 }
 
-// recordedReader is where recorded children are read.
-func (r *TerraformRunReconciler) recordedReader() client.Reader {
-	if r.Recorded != nil {
+// recordedReader is where recorded children of a kind are read: the
+// recorded cache once its informer for the kind has synced, the API server
+// until then. The cache starts an informer on its first read of a kind and
+// would hold that read, and the worker running the pass, until the
+// informer syncs, with no limit but the manager's stop: a pass that starts
+// a run or prunes its history must not wait on it.
+func (r *TerraformRunReconciler) recordedReader(ctx context.Context, gvk schema.GroupVersionKind) client.Reader {
+	if r.Recorded == nil {
+		return r.APIReader
+	}
+	ic, ok := r.Recorded.(informerGetter)
+	if !ok {
 		return r.Recorded
 	}
-	return r.APIReader
+	m := &metav1.PartialObjectMetadata{}
+	m.SetGroupVersionKind(gvk)
+	inf, err := ic.GetInformer(ctx, m, cache.BlockUntilSynced(false))
+	if err != nil || !inf.HasSynced() {
+		return r.APIReader
+	}
+	return r.Recorded
+}
+
+// informerGetter is the part of a cache that recordedReader asks whether
+// its informer for a kind has synced (and that starts it).
+type informerGetter interface {
+	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
 }
 
 // listRecorded lists the metadata of this TerraformRun's recorded children.
@@ -86,7 +109,7 @@ func (r *TerraformRunReconciler) listRecorded(ctx context.Context, run *infrav1.
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(e.ChildGVK().GroupVersion().WithKind(e.ChildGVK().Kind + "List"))
 	sel := client.MatchingLabels{infrav1.RunNameLabel: run.Name, infrav1.RecordedLabel: "true"}
-	if err := r.recordedReader().List(ctx, list, client.InNamespace(run.Namespace), sel); err != nil {
+	if err := r.recordedReader(ctx, e.ChildGVK()).List(ctx, list, client.InNamespace(run.Namespace), sel); err != nil {
 		if apimeta.IsNoMatchError(err) {
 			return nil, nil
 		}
@@ -107,7 +130,7 @@ func (r *TerraformRunReconciler) listRecorded(ctx context.Context, run *infrav1.
 func (r *TerraformRunReconciler) recordedChild(ctx context.Context, ns string, e engine.Engine, name string) (bool, error) {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(e.ChildGVK())
-	err := r.recordedReader().Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m)
+	err := r.recordedReader(ctx, e.ChildGVK()).Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m)
 	switch {
 	case apierrors.IsNotFound(err), apimeta.IsNoMatchError(err):
 		return false, nil

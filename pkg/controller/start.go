@@ -315,7 +315,11 @@ func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infr
 			// its step objects have left the cache that observe reads.
 			continue
 		}
-		pr, err := r.observe(ctx, e, obj)
+		observe := r.observe
+		if recordedIn(obj, run.Status) {
+			observe = r.observeRecorded
+		}
+		pr, err := observe(ctx, e, obj)
 		if err != nil || pr.Finished {
 			continue
 		}

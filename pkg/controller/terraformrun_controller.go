@@ -60,7 +60,8 @@ type TerraformRunReconciler struct {
 	APIReader client.Reader
 	// Recorded reads the metadata of the children whose result status
 	// records (labelled infra.opr8r.io/recorded), which the cache behind
-	// Client no longer holds; nil reads them from APIReader.
+	// Client no longer holds; nil reads them from APIReader, and so does a
+	// cache whose informer for the kind has not synced (recordedReader).
 	Recorded client.Reader
 	// Recorder emits Events on condition transitions.
 	Recorder events.EventRecorder
