@@ -197,10 +197,29 @@ func (s Sim) Fail(step, msg string) {
 // suspended (the run was stopped) is suspended as the Job controller does,
 // then cleanup runs.
 func (s Sim) CompleteAfterGate() {
-	if j := s.job(s.key.Name); j.Spec.Suspend != nil && *j.Spec.Suspend {
+	j := s.job(s.key.Name)
+	if j.Annotations["infra.opr8r.io/cancelled"] != "" && !finished(j) {
+		// Cancel marks the run; the driver suspends its running plan Job
+		// on its next pass, which the Job controller then acts on.
+		Eventually(func() bool {
+			j = s.job(s.key.Name)
+			return j.Spec.Suspend != nil && *j.Spec.Suspend
+		}, s.env.Timeout, s.env.Interval).Should(BeTrue(), "the driver suspends the cancelled plan Job %s", j.Name)
+	}
+	if j.Spec.Suspend != nil && *j.Spec.Suspend {
 		s.suspendJob(j)
 	}
 	s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup)
+}
+
+// finished says whether the Job controller has ended a Job.
+func finished(j *batchv1.Job) bool {
+	for _, c := range j.Status.Conditions {
+		if (c.Type == batchv1.JobComplete || c.Type == batchv1.JobFailed) && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
 
 // suspendJob plays the Job controller on a suspended Job: its running pod
