@@ -19,6 +19,12 @@ import (
 // child recorded comes: once the status that records it is stored.
 const recordRetry = time.Second
 
+// unfinishedRetry is how soon a pass looks again at a child due for
+// pruning that it did not see finished (a stopped run's cleanup still
+// running, or a view of it that lacks its steps), as a waiting run's
+// passes do.
+const unfinishedRetry = 5 * time.Second
+
 // reconcileChildren labels finished children recorded once their result
 // is in the status stored on the API server (the status this pass started
 // from), so the cache lets go of them; and deletes finished children (with
@@ -114,8 +120,14 @@ func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, chi
 			}
 			continue
 		}
-		if err := r.deleteFinished(ctx, e, c); err != nil {
+		deleted, err := r.deleteFinished(ctx, e, c)
+		if err != nil {
 			return next, err
+		}
+		if !deleted {
+			// Not seen finished yet: look again soon, whether or not
+			// anything else wakes the run.
+			next = soonest(next, unfinishedRetry)
 		}
 	}
 	return next, nil
@@ -163,17 +175,18 @@ func (r *TerraformRunReconciler) ttlLeft(c client.Object, persisted infrav1.Terr
 	return ttl - r.now().Sub(finished.Time)
 }
 
-// deleteFinished deletes a child once the engine confirms it has finished;
-// a recorded child was confirmed when it was labelled.
-func (r *TerraformRunReconciler) deleteFinished(ctx context.Context, e engine.Engine, c client.Object) error {
+// deleteFinished deletes a child once the engine confirms it has finished
+// (a recorded child was confirmed when it was labelled), and says whether
+// it did.
+func (r *TerraformRunReconciler) deleteFinished(ctx context.Context, e engine.Engine, c client.Object) (bool, error) {
 	if !isRecorded(c) {
-		if pr, err := r.observe(ctx, e, c); err != nil || !pr.Finished {
-			return nil
+		if pr, err := r.observeRecorded(ctx, e, c); err != nil || !pr.Finished {
+			return false, nil
 		}
 	}
 	err := r.Delete(ctx, c, client.PropagationPolicy(metav1.DeletePropagationBackground))
 	if err != nil && !apierrors.IsNotFound(err) {
 		ctrl.LoggerFrom(ctx).Info("could not prune a finished run", "child", c.GetName(), "error", err.Error())
 	}
-	return nil
+	return true, nil
 }

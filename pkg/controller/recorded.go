@@ -57,6 +57,14 @@ func (r *TerraformRunReconciler) labelRecorded(ctx context.Context, o client.Obj
 	if m, err := r.patchMetadata(ctx, o, recordedPatch); err != nil && !apierrors.IsNotFound(err) {
 		return generic("LabelRecorded", err, "labelling %s %s recorded", kindOf(m), o.GetName())
 	}
+	// The pass goes on with o (a copy): it is recorded now, and so known
+	// to have finished, though the cache may lack its step objects already.
+	labels := o.GetLabels()
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[infrav1.RecordedLabel] = "true"
+	o.SetLabels(labels)
 	return nil
 }
 

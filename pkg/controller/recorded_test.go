@@ -7,7 +7,11 @@ import (
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -181,4 +185,86 @@ func TestAChildLabelledHalfWayIsStillFinished(t *testing.T) {
 			t.Fatalf("destroy child: %v", err)
 		}
 	})
+}
+
+// cacheView stands for the manager's cache: it leaves out recorded
+// objects, so an object is gone from it as soon as it is labelled.
+type cacheView struct{ client.Client }
+
+func (c cacheView) Get(ctx context.Context, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
+		return err
+	}
+	if isRecorded(obj) {
+		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
+	}
+	return nil
+}
+
+func (c cacheView) List(ctx context.Context, list client.ObjectList, opts ...client.ListOption) error {
+	if err := c.Client.List(ctx, list, opts...); err != nil {
+		return err
+	}
+	items, err := apimeta.ExtractList(list)
+	if err != nil {
+		return err
+	}
+	var kept []runtime.Object
+	for _, it := range items {
+		if !isRecorded(it.(client.Object)) {
+			kept = append(kept, it)
+		}
+	}
+	return apimeta.SetList(list, kept)
+}
+
+// emptyReader is a recorded cache that has not seen a label yet.
+type emptyReader struct{ client.Reader }
+
+func (emptyReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
+
+// A run with ttlAfterFinished 0s: the pass that labels its finished child
+// recorded deletes it too. Its step objects have left the cache with their
+// label and the recorded cache has not seen the child's yet, so the child
+// must not be observed again from the cache, which reads it as waiting for
+// its steps: that pass skipped it and asked for no other, and the child
+// stayed until something else woke the run (the envtest spec, once).
+func TestTTLZeroDeletesTheChildItLabels(t *testing.T) {
+	e := stepsEngine{&fakeEngine{}}
+	run := aRun("a")
+	run.Spec.History.TTLAfterFinished = &metav1.Duration{}
+	r0, _ := newReconciler(t, e)
+	run = withRun(r0, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
+	done := metav1.NewTime(t0.Add(-time.Second))
+	run.Status.Run.FinishedAt = &done
+	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-1-apply", Namespace: run.Namespace, Labels: map[string]string{stepOfLabel: child.Name}}}
+	r, api := newReconciler(t, e, child, run.DeepCopy(), pod)
+	r.Client = cacheView{api}
+	r.Recorded = emptyReader{api}
+
+	_, res, err := runSub(r, run.DeepCopy(), r.reconcileChildren)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = api.Get(ctx(), client.ObjectKeyFromObject(child), &batchv1.Job{})
+	if !apierrors.IsNotFound(err) {
+		t.Errorf("child a-1: %v, requeue %s; want it deleted in the pass that labelled it", err, res.RequeueAfter)
+	}
+
+	// A child whose steps cannot be read even from the API server is kept,
+	// and looked at again soon: no pass leaves it without a next one.
+	r, api = newReconciler(t, e, childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash), run.DeepCopy())
+	r.Client = cacheView{api}
+	r.Recorded = emptyReader{api}
+	_, res, err = runSub(r, run.DeepCopy(), r.reconcileChildren)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.Get(ctx(), client.ObjectKeyFromObject(child), &batchv1.Job{}); err != nil {
+		t.Errorf("child a-1 without its step pod: %v; want it kept", err)
+	}
+	if res.RequeueAfter == 0 || res.RequeueAfter > unfinishedRetry {
+		t.Errorf("child a-1 without its step pod: requeue %s, want within %s", res.RequeueAfter, unfinishedRetry)
+	}
 }
