@@ -230,11 +230,16 @@ func killManager(t *testing.T, e *env, engine string) {
 	mgr := "app.kubernetes.io/name=opr8r"
 	e.sh(t, chaosManifest(name, engine, "Manual", 20), e.kubectl, "apply", "-f", "-")
 	var phases []string
+	seenAs := "" // what a phase was seen as, when not what was waited for
 	killAt := func(what string, ok func(*infrav1.TerraformRun) bool) {
+		seenAs = ""
 		e.waitFor(t, name, what, 6*time.Minute, ok)
 		// At a random point of the phase, not always at its first sight.
 		time.Sleep(time.Duration(rand.IntN(3000)) * time.Millisecond)
 		e.kill(t, "opr8r-system", mgr)
+		if seenAs != "" {
+			what = seenAs
+		}
 		phases = append(phases, what)
 	}
 	killAt("plan running", func(r *infrav1.TerraformRun) bool {
@@ -243,7 +248,22 @@ func killManager(t *testing.T, e *env, engine string) {
 	killAt("waiting for approval", awaiting(""))
 	time.Sleep(5 * time.Second)
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
-	killAt("apply running", func(r *infrav1.TerraformRun) bool { return stepOf(r, "apply") == infrav1.StepRunning })
+	killAt("apply running", func(r *infrav1.TerraformRun) bool {
+		switch stepOf(r, "apply") {
+		case infrav1.StepRunning:
+			return true
+		case infrav1.StepSucceeded:
+			// A step's running is not always seen: once in CI the run's
+			// status never read Argo's apply running, though it ran 25 s
+			// and the run succeeded (the engine's controller, busy or
+			// restarted by the fault beside this one, may show a node
+			// Pending then Succeeded; the manager killed just before may
+			// come back late). The kill then lands after the apply.
+			seenAs = "apply (its running unseen)"
+			return true
+		}
+		return false
+	})
 	killAt("export", func(r *infrav1.TerraformRun) bool {
 		return stepOf(r, "apply") == infrav1.StepSucceeded || stepOf(r, "export-outputs") != ""
 	})
