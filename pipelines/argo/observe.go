@@ -244,15 +244,22 @@ func stampedGroups(wf *wfv1.Workflow) []string {
 // resumedBy says who decided: the user the API server stamped at admission
 // (opr8r-argo-resume, on a person's resume), else Argo's actor label when
 // the Argo Server did it, else the "Resumed by:" part of the node message.
+// opr8r's own decisions label the actor "opr8r" (a label value cannot say
+// more) and name which of them in the message ("opr8r (timeout)",
+// "opr8r (alice, bob)"): that name is who decided.
 func resumedBy(wf *wfv1.Workflow, msg string) string {
 	if u := wf.Annotations[AnnoGateDecidedBy]; u != "" {
 		return u
 	}
+	named := ""
+	if i := strings.Index(msg, "Resumed by: "); i >= 0 {
+		named = strings.TrimSpace(msg[i+len("Resumed by: "):])
+	}
 	if a := wf.Labels[actorLabel]; a != "" {
+		if a == engine.ActorName && strings.HasPrefix(named, engine.ActorName+" (") {
+			return named
+		}
 		return a
 	}
-	if i := strings.Index(msg, "Resumed by: "); i >= 0 {
-		return strings.TrimSpace(msg[i+len("Resumed by: "):])
-	}
-	return ""
+	return named
 }

@@ -193,13 +193,9 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 // approval timed out: decided by "opr8r (timeout)".
 var timeoutDecision = engine.Decision{By: "timeout"}
 
-// decidedByTimeout says whether the engine shows opr8r's timeout as the
-// gate's decider: as who decided (Tekton, Jobs), or at the end of the
-// message (Argo, whose actor label says only "opr8r").
-func decidedByTimeout(g engine.Gate) bool {
-	actor := timeoutDecision.Actor()
-	return g.By == actor || strings.HasSuffix(strings.TrimSuffix(strings.TrimSpace(g.Message), "."), " "+actor)
-}
+// decidedByTimeout says whether the engine shows opr8r's timeout as who
+// decided the gate.
+func decidedByTimeout(g engine.Gate) bool { return g.By == timeoutDecision.Actor() }
 
 func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, after time.Duration) error {
 	digest := st.progress.Plan.Digest

@@ -118,11 +118,11 @@ func TestReconcileApproval(t *testing.T) {
 			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantMessage: "approval timed out after 5m0s",
 			wantLabel: infrav1.ApprovalLabelTimedOut,
 		},
-		"opr8r's own timeout on Argo (the actor label says opr8r, the message who)": {
+		"a rejection by opr8r that is not its timeout is a rejection in the engine": {
 			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}},
 			gate: engine.Gate{State: engine.GateRejected, By: "opr8r", Message: "Rejected: approval timed out after 5m0s. Resumed by: opr8r (timeout)", DecidedAt: &decided}, hasChanges: true,
-			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantMessage: "approval timed out after 5m0s",
-			wantLabel: infrav1.ApprovalLabelTimedOut,
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByEngine, wantBy: "opr8r", wantMessage: "rejected in the engine",
+			wantLabel: infrav1.ApprovalLabelRejected,
 		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,

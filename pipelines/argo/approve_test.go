@@ -1,0 +1,86 @@
+package argo
+
+import (
+	"context"
+	"testing"
+
+	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+)
+
+// A gate opr8r decides reads back as decided by the one it names: Argo's
+// actor label can only say "opr8r", so its timeout and the approvals it
+// counts are told apart by the node's message, as on the other engines by
+// who decided. A person's resume keeps the name Argo or the API server gave.
+func TestGateReadsBackWhoDecided(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := wfv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	waiting := func() *wfv1.Workflow {
+		return &wfv1.Workflow{
+			ObjectMeta: metav1.ObjectMeta{Name: "net-1", Namespace: "team-a", ResourceVersion: "1"},
+			Status: wfv1.WorkflowStatus{Nodes: wfv1.Nodes{
+				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: pipeline.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
+					Outputs: &wfv1.Outputs{Parameters: []wfv1.Parameter{{Name: paramDecision}, {Name: paramApprovedDigest}}}},
+			}},
+		}
+	}
+	ctx := context.Background()
+	decided := func(t *testing.T, decide func(client.Client, *wfv1.Workflow) error) engine.Gate {
+		t.Helper()
+		wf := waiting()
+		c := fake.NewClientBuilder().WithScheme(s).WithObjects(wf).Build()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+			t.Fatal(err)
+		}
+		if err := decide(c, wf); err != nil {
+			t.Fatal(err)
+		}
+		got := &wfv1.Workflow{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), got); err != nil {
+			t.Fatal(err)
+		}
+		return gate(got, got.Status.Nodes["net-1-2"])
+	}
+
+	g := decided(t, func(c client.Client, wf *wfv1.Workflow) error {
+		return Engine{}.Reject(ctx, c, wf, engine.Decision{By: "timeout", Reason: "approval timed out after 5m0s"})
+	})
+	if g.State != engine.GateRejected || g.By != "opr8r (timeout)" {
+		t.Errorf("opr8r's timeout reads back as %s by %q (%q), want rejected by %q", g.State, g.By, g.Message, "opr8r (timeout)")
+	}
+	g = decided(t, func(c client.Client, wf *wfv1.Workflow) error {
+		return Engine{}.Approve(ctx, c, wf, engine.Decision{By: "alice, bob", Digest: "sha256:ab"})
+	})
+	if g.State != engine.GateApproved || g.By != "opr8r (alice, bob)" || g.Digest != "sha256:ab" {
+		t.Errorf("opr8r's approval reads back as %s by %q of %q, want approved by %q of sha256:ab", g.State, g.By, g.Digest, "opr8r (alice, bob)")
+	}
+	g = decided(t, func(c client.Client, wf *wfv1.Workflow) error {
+		return Engine{}.Reject(ctx, c, wf, engine.Decision{Reason: "no"})
+	})
+	if g.By != "opr8r" {
+		t.Errorf("opr8r's rejection with no one named reads back by %q, want opr8r", g.By)
+	}
+
+	// The Argo Server's resume (its actor label) and one the API server
+	// stamped keep their names, whatever the message says.
+	wf := waiting()
+	n := wf.Status.Nodes["net-1-2"]
+	n.Phase, n.Message = wfv1.NodeFailed, "Resumed by: opr8r (timeout)"
+	wf.Labels = map[string]string{actorLabel: "alice"}
+	if got := gate(wf, n).By; got != "alice" {
+		t.Errorf("the Argo Server's reject by alice reads back by %q", got)
+	}
+	wf.Labels[actorLabel] = engine.ActorName
+	wf.Annotations = map[string]string{AnnoGateDecidedBy: "carol"}
+	if got := gate(wf, n).By; got != "carol" {
+		t.Errorf("a resume the API server stamped for carol reads back by %q", got)
+	}
+}
