@@ -142,7 +142,8 @@ func supplyDefaults(n *wfv1.NodeStatus) {
 }
 
 // Cancel implements engine.Canceller with spec.shutdown=Stop, which still
-// runs the exit handler (cleanup). A finished Workflow is left alone.
+// runs the exit handler (cleanup), and the reason in the Workflow's
+// engine.CancelledAnnotation. A finished Workflow is left alone.
 func (Engine) Cancel(ctx context.Context, c client.Client, obj client.Object, reason string) error {
 	wf, ok := obj.(*wfv1.Workflow)
 	if !ok {
@@ -151,6 +152,12 @@ func (Engine) Cancel(ctx context.Context, c client.Client, obj client.Object, re
 	if wf.Status.Phase.Completed() || wf.Spec.Shutdown != "" {
 		return nil
 	}
-	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"shutdown":"Stop"}}`))
-	return c.Patch(ctx, wf, patch)
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{engine.CancelledAnnotation: reason}},
+		"spec":     map[string]any{"shutdown": wfv1.ShutdownStrategyStop},
+	})
+	if err != nil {
+		return err
+	}
+	return c.Patch(ctx, wf, client.RawPatch(types.MergePatchType, patch))
 }

@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 )
@@ -82,5 +83,75 @@ func TestGateReadsBackWhoDecided(t *testing.T) {
 	wf.Annotations = map[string]string{AnnoGateDecidedBy: "carol"}
 	if got := gate(wf, n).By; got != "carol" {
 		t.Errorf("a resume the API server stamped for carol reads back by %q", got)
+	}
+}
+
+// Cancel stops the Workflow (shutdown Stop) and says why; Argo then fails
+// the waiting suspend node ("Stopped with strategy 'Stop'"). No one
+// decided: the gate reads as skipped and the run as stopped, for that
+// reason, not as a rejection. A gate opr8r rejected before the stop stays
+// a rejection.
+func TestACancelledWorkflowIsStoppedNotRejected(t *testing.T) {
+	s := runtime.NewScheme()
+	if err := wfv1.AddToScheme(s); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	stopped := func(t *testing.T, reject bool) engine.Progress {
+		t.Helper()
+		wf := &wfv1.Workflow{
+			ObjectMeta: metav1.ObjectMeta{Name: "net-1", Namespace: "team-a"},
+			Status: wfv1.WorkflowStatus{Phase: wfv1.WorkflowRunning, Nodes: wfv1.Nodes{
+				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: pipeline.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
+					Outputs: &wfv1.Outputs{Parameters: []wfv1.Parameter{{Name: paramDecision}, {Name: paramApprovedDigest}}}},
+			}},
+		}
+		c := fake.NewClientBuilder().WithScheme(s).WithObjects(wf).Build()
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+			t.Fatal(err)
+		}
+		if reject {
+			if err := (Engine{}).Reject(ctx, c, wf, engine.Decision{Reason: "no"}); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Get(ctx, client.ObjectKeyFromObject(wf), wf); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := (Engine{}).Cancel(ctx, c, wf, "superseded by a spec change"); err != nil {
+			t.Fatal(err)
+		}
+		got := &wfv1.Workflow{}
+		if err := c.Get(ctx, client.ObjectKeyFromObject(wf), got); err != nil {
+			t.Fatal(err)
+		}
+		if got.Spec.Shutdown != wfv1.ShutdownStrategyStop {
+			t.Fatalf("Cancel left spec.shutdown %q", got.Spec.Shutdown)
+		}
+		// What Argo does next.
+		n := got.Status.Nodes["net-1-2"]
+		if n.Phase == wfv1.NodeRunning {
+			n.Phase, n.Message = wfv1.NodeFailed, "Stopped with strategy 'Stop'"
+			got.Status.Nodes["net-1-2"] = n
+		}
+		got.Status.Phase = wfv1.WorkflowFailed
+		got.Status.FinishedAt = metav1.Now()
+		if !(Engine{}).SlimForCache(got) {
+			t.Fatal("not slimmed")
+		}
+		pr, err := Engine{}.Observe(got, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pr
+	}
+
+	pr := stopped(t, false)
+	if pr.Gate.State != engine.GateSkipped || pr.Phase != infrav1.RunFailed || !pr.Finished || pr.Message != "stopped: superseded by a spec change" {
+		t.Errorf("stopped while waiting: gate %s, phase %s, finished %v, message %q; want Skipped, Failed, finished, stopped: superseded by a spec change (read through the cache's slim copy)", pr.Gate.State, pr.Phase, pr.Finished, pr.Message)
+	}
+	pr = stopped(t, true)
+	if pr.Gate.State != engine.GateRejected || pr.Phase != infrav1.RunRejected {
+		t.Errorf("rejected, then stopped: gate %s, phase %s; want Rejected", pr.Gate.State, pr.Phase)
 	}
 }

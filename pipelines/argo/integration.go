@@ -26,7 +26,7 @@ var (
 func (Engine) AddToScheme(s *runtime.Scheme) error { return wfv1.AddToScheme(s) }
 
 // SlimForCache implements engine.CacheSlimmer. Of a Workflow the engine
-// reads its labels, spec.shutdown (Cancel), the gate annotations
+// reads its labels, spec.shutdown and why (Cancel), the gate annotations
 // (PublishGate, who resumed) and the parts of its status that Observe and
 // Approve read (slimWorkflowStatus).
 func (Engine) SlimForCache(obj any) bool {
@@ -38,7 +38,7 @@ func (Engine) SlimForCache(obj any) bool {
 	wf.Status = slimWorkflowStatus(wf.Status)
 	var gate map[string]string
 	for k, v := range wf.Annotations {
-		if strings.HasPrefix(k, AnnoGatePrefix) {
+		if strings.HasPrefix(k, AnnoGatePrefix) || k == engine.CancelledAnnotation {
 			if gate == nil {
 				gate = map[string]string{}
 			}

@@ -181,7 +181,19 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 	if pr.Gate.State == engine.GateRejected {
 		pr.Message = "plan rejected: " + pr.Gate.Message
 	}
+	if wf.Spec.Shutdown != "" && pr.Finished && pr.Phase == infrav1.RunFailed && failedMsg == "" {
+		pr.Message = engine.Stopped(stopReason(wf))
+	}
 	return pr, nil
+}
+
+// stopReason is why a Workflow was stopped: the reason opr8r gave
+// (engine.CancelledAnnotation), or the shutdown someone else set.
+func stopReason(wf *wfv1.Workflow) string {
+	if r := wf.Annotations[engine.CancelledAnnotation]; r != "" {
+		return r
+	}
+	return "the Workflow's spec.shutdown is " + string(wf.Spec.Shutdown)
 }
 
 func runPhase(p wfv1.WorkflowPhase, g engine.GateState) (infrav1.RunPhase, bool) {
@@ -215,6 +227,13 @@ func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
 	case wfv1.NodeSkipped, wfv1.NodeOmitted:
 		g.State = engine.GateSkipped
 	case wfv1.NodeFailed, wfv1.NodeError:
+		if wf.Spec.Shutdown != "" && outputParam(n, paramDecision) != decisionReject {
+			// The Workflow was stopped (spec.shutdown fails a waiting
+			// suspend node, "Stopped with strategy 'Stop'"): no one
+			// decided. opr8r's rejection supplies the decision reject.
+			g.State = engine.GateSkipped
+			break
+		}
 		g.State = engine.GateRejected
 		g.By, g.ByGroups = resumedBy(wf, n.Message), stampedGroups(wf)
 	case wfv1.NodeSucceeded:

@@ -59,7 +59,7 @@ const (
 	annoDecidedBy   = "infra.opr8r.io/gate-decided-by"
 	annoDecidedAt   = "infra.opr8r.io/gate-decided-at"
 	annoGateMessage = "infra.opr8r.io/gate-message"
-	annoCancelled   = "infra.opr8r.io/cancelled"
+	annoCancelled   = engine.CancelledAnnotation
 	annoWorkspace   = "infra.opr8r.io/workspace"
 	annoChecks      = "infra.opr8r.io/checks"
 

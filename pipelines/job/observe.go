@@ -269,7 +269,7 @@ func jobFailed(j *batchv1.Job) (string, bool) {
 		case batchv1.JobFailed:
 			return strings.TrimSpace(c.Reason + ": " + c.Message), true
 		case batchv1.JobSuspended:
-			return "stopped: " + j.Annotations[annoCancelled], true
+			return engine.Stopped(j.Annotations[annoCancelled]), true
 		}
 	}
 	return "", false
@@ -431,7 +431,7 @@ func (v runView) phase(pr *engine.Progress, failed []string) {
 	case len(failed) > 0:
 		pr.Phase, pr.Message = infrav1.RunFailed, failed[0]
 	case cancelled != "":
-		pr.Phase, pr.Message = infrav1.RunFailed, "stopped: "+cancelled
+		pr.Phase, pr.Message = infrav1.RunFailed, engine.Stopped(cancelled)
 	case pr.Gate.State == engine.GatePending:
 		pr.Phase = infrav1.RunAwaitingApproval
 	case pr.Finished:

@@ -2,12 +2,14 @@ package tekton
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
 	"knative.dev/pkg/apis"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -174,8 +176,14 @@ func (Engine) Cancel(ctx context.Context, c client.Client, obj client.Object, re
 	if pr.IsDone() || pr.Spec.Status != "" {
 		return nil
 	}
-	patch := client.RawPatch("application/merge-patch+json", []byte(`{"spec":{"status":"`+tektonv1.PipelineRunSpecStatusCancelledRunFinally+`"}}`))
-	if err := c.Patch(ctx, pr, patch); err != nil && !apierrors.IsNotFound(err) {
+	patch, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": map[string]string{engine.CancelledAnnotation: reason}},
+		"spec":     map[string]any{"status": tektonv1.PipelineRunSpecStatusCancelledRunFinally},
+	})
+	if err != nil {
+		return err
+	}
+	if err := c.Patch(ctx, pr, client.RawPatch(types.MergePatchType, patch)); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil

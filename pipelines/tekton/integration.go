@@ -42,7 +42,11 @@ func (Engine) SlimForCache(obj any) bool {
 	case *tektonv1.PipelineRun:
 		o.Spec = tektonv1.PipelineRunSpec{Status: o.Spec.Status}
 		o.Status = slimPipelineRunStatus(o.Status)
-		o.Annotations = nil
+		if r := o.Annotations[engine.CancelledAnnotation]; r != "" {
+			o.Annotations = map[string]string{engine.CancelledAnnotation: r} // why Cancel stopped it
+		} else {
+			o.Annotations = nil
+		}
 	case *tektonv1.TaskRun:
 		o.Spec = tektonv1.TaskRunSpec{Status: o.Spec.Status}
 		o.Status = slimTaskRunStatus(o.Status)

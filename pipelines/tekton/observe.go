@@ -157,6 +157,9 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	if out.Gate.State == engine.GateRejected {
 		out.Message = "plan rejected: " + out.Gate.Message
 	}
+	if pr.Spec.Status != "" && out.Finished && out.Phase == infrav1.RunFailed && failedMsg == "" {
+		out.Message = engine.Stopped(stopReason(pr))
+	}
 	if tr := unreadTaskRun(pr, taskRuns, time.Now()); tr != "" && out.Finished {
 		// The TaskRuns are cached apart from the PipelineRun and may lag
 		// it (seconds after an API server restart): a result taken now
@@ -199,6 +202,15 @@ func succeeded(c *apis.Condition) bool { return c != nil && c.Status == corev1.C
 func done(tr *tektonv1.TaskRun) bool {
 	c := tr.Status.GetCondition(apis.ConditionSucceeded)
 	return c != nil && c.Status != corev1.ConditionUnknown
+}
+
+// stopReason is why a PipelineRun was cancelled: the reason opr8r gave
+// (engine.CancelledAnnotation), or the spec.status someone else set.
+func stopReason(pr *tektonv1.PipelineRun) string {
+	if r := pr.Annotations[engine.CancelledAnnotation]; r != "" {
+		return r
+	}
+	return "the PipelineRun's spec.status is " + string(pr.Spec.Status)
 }
 
 func runPhase(c *apis.Condition, g engine.GateState) (infrav1.RunPhase, bool) {
@@ -291,6 +303,10 @@ func gateState(cr *tektonv1beta1.CustomRun) engine.Gate {
 	case c.Status == corev1.ConditionTrue:
 		g.State = engine.GateApproved
 		g.By = decidedBy(c.Message)
+	case c.Reason == ReasonCustomRunCancelled:
+		// Tekton cancels the CustomRun of a cancelled PipelineRun: the run
+		// was stopped, no one decided.
+		g.State = engine.GateSkipped
 	default:
 		g.State = engine.GateRejected
 		g.By = decidedBy(c.Message)

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	runtime "k8s.io/apimachinery/pkg/runtime"
@@ -12,6 +13,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 func failedPlanTask(states ...tektonv1.StepState) *tektonv1.TaskRun {
@@ -83,5 +85,44 @@ func TestObserveWaitsForTheTaskRunsThePipelineRunNames(t *testing.T) {
 	}
 	if !got.Finished || got.Phase != infrav1.RunSucceeded || !got.OutputsExported {
 		t.Fatalf("with its TaskRun: finished %v, phase %s, outputs exported %v; want finished, Succeeded, exported", got.Finished, got.Phase, got.OutputsExported)
+	}
+}
+
+// A PipelineRun opr8r cancelled while its plan waited: Tekton cancels the
+// approval CustomRun, which opr8r's approval controller fails
+// (CustomRunCancelled). No one decided: the gate reads as skipped and the
+// run as stopped, for the reason opr8r gave, not as a rejection. A gate
+// rejected by a decision still reads as one.
+func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
+	gate := func(reason, msg string) *tektonv1beta1.CustomRun {
+		cr := &tektonv1beta1.CustomRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-approve", Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: "approve"}}}
+		cr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: reason, Message: msg})
+		return cr
+	}
+	pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr", Annotations: map[string]string{engine.CancelledAnnotation: "superseded by a spec change"}}}
+	pr.Spec.Status = tektonv1.PipelineRunSpecStatusCancelledRunFinally
+	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Cancelled", Message: `PipelineRun "pr" was cancelled`})
+
+	got, err := tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled: CustomRun cancelled as the PipelineRun it belongs to has been cancelled.")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Gate.State != engine.GateSkipped || got.Phase != infrav1.RunFailed || !got.Finished || got.Message != "stopped: superseded by a spec change" {
+		t.Errorf("cancelled: gate %s, phase %s, finished %v, message %q; want Skipped, Failed, finished, stopped: superseded by a spec change", got.Gate.State, got.Phase, got.Finished, got.Message)
+	}
+
+	// Cancelled by someone else: said so.
+	pr.Annotations = nil
+	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled")})
+	if got.Message != "stopped: the PipelineRun's spec.status is CancelledRunFinally" {
+		t.Errorf("cancelled by hand: message %q", got.Message)
+	}
+
+	// Rejected, then the PipelineRun ended: a rejection.
+	pr.Spec.Status = ""
+	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Failed"})
+	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonRejected, "plan sha256:ab rejected by alice")})
+	if got.Gate.State != engine.GateRejected || got.Phase != infrav1.RunRejected || got.Gate.By != "alice" {
+		t.Errorf("rejected: gate %s by %q, phase %s; want Rejected by alice", got.Gate.State, got.Gate.By, got.Phase)
 	}
 }

@@ -102,9 +102,21 @@ type GatePolicy struct {
 // Canceller is an optional interface that engines implement when a running
 // child can be stopped while still running its cleanup step.
 type Canceller interface {
-	// Cancel stops the child; its cleanup step still runs.
+	// Cancel stops the child; its cleanup step still runs. The reason is
+	// kept on the child (CancelledAnnotation), and once the child has
+	// stopped, Observe reads it as Failed with the message "stopped:
+	// <reason>" (unless a step failed first) and a gate left undecided by
+	// the stop as GateSkipped, never as a rejection: the engines fail a
+	// waiting gate when they stop a run (Argo's shutdown fails the suspend
+	// node, Tekton cancels the CustomRun).
 	Cancel(ctx context.Context, c client.Client, child client.Object, reason string) error
 }
+
+// CancelledAnnotation on a child says why opr8r stopped it (Cancel).
+const CancelledAnnotation = "infra.opr8r.io/cancelled"
+
+// Stopped is the message of a run that Cancel stopped.
+func Stopped(reason string) string { return "stopped: " + reason }
 
 // Driver is an optional interface that engines implement when no engine
 // controller moves a child from step to step, so the reconciler does it

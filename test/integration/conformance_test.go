@@ -80,6 +80,16 @@ func gateState(s engineSim) func() string {
 }
 
 // approvalLabel is the stored child's infra.opr8r.io/approval label.
+// recordOf is a run's record in status.history, nil while there is none.
+func recordOf(ns, name, id string) *infrav1.RunRecord {
+	for _, h := range getRun(ns, name).Status.History {
+		if h.ID == id {
+			return &h
+		}
+	}
+	return nil
+}
+
 func approvalLabel(s engineSim) func() string {
 	return func() string { return s.Object().GetLabels()[infrav1.ApprovalLabel] }
 }
@@ -522,8 +532,20 @@ func conformance(g given) {
 			patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars[0].Value.Raw = []byte("2") })
 			Eventually(s.CancelRequested, timeout, interval).Should(BeTrue())
 			Expect(g.childCount(ns)()).To(Equal(1), "no second child while the first is active")
+			Expect(approvalLabel(s)()).To(Equal(infrav1.ApprovalLabelSuperseded))
 			s.CompleteAfterGate()
 			Eventually(g.childCount(ns), timeout, interval).Should(Equal(2))
+
+			By("the stopped run is recorded as stopped, not as a rejection (the engines fail a waiting gate when they stop a run)")
+			var rec *infrav1.RunRecord
+			Eventually(func() *infrav1.RunRecord {
+				rec = recordOf(ns, run.Name, s.Key().Name)
+				return rec
+			}, timeout, interval).ShouldNot(BeNil())
+			Expect(rec.Result).To(Equal(infrav1.RunFailed))
+			Expect(rec.Message).To(Equal("stopped: superseded by a spec change"))
+			Expect(rec.Approval == nil || !rec.Approval.Approved && rec.Approval.Source != infrav1.ApprovedByEngine).To(BeTrue(), "approval recorded as %+v", rec.Approval)
+			Expect(approvalLabel(s)()).To(Equal(infrav1.ApprovalLabelSuperseded), "the stopped child stays superseded on the dashboards")
 		})
 	})
 

@@ -247,8 +247,15 @@ func (a Sim) CompleteAfterGate() { a.CompleteAfterGateWith(wfv1.WorkflowFailed) 
 
 // completeAfterGateWith finishes a Workflow after its gate with the phase
 // Argo gives it (Succeeded after the UI's "reject" choice).
+// Of a Workflow stopped (spec.shutdown) while its gate waits, Argo fails
+// the suspend node ("Stopped with strategy 'Stop'").
 func (a Sim) CompleteAfterGateWith(phase wfv1.WorkflowPhase) {
 	a.Update(func(wf *wfv1.Workflow) {
+		if g, ok := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApprove)]; ok && wf.Spec.Shutdown != "" && g.IsActiveSuspendNode() {
+			SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeFailed, func(n *wfv1.NodeStatus) {
+				n.Message = "Stopped with strategy '" + string(wf.Spec.Shutdown) + "'"
+			})
+		}
 		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
 		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = phase

@@ -336,12 +336,41 @@ func (c Sim) Fail(step, msg string) {
 }
 
 func (c Sim) CompleteAfterGate() {
+	if c.CancelRequested() {
+		c.completeCancelled()
+		return
+	}
 	c.updatePR(func(pr *tektonv1.PipelineRun) {
 		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
 			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.StoppingSkip},
 			tektonv1.SkippedTask{Name: "export-outputs", Reason: tektonv1.StoppingSkip})
 	})
 	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonFailed.String(), "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 2")
+}
+
+// completeCancelled ends a PipelineRun opr8r cancelled as Tekton does: it
+// cancels the approval CustomRun still waiting (spec.status RunCancelled,
+// with Tekton's message), which opr8r's approval controller then fails
+// (CustomRunCancelled); the finally task (cleanup) runs; the PipelineRun
+// fails with the reason Cancelled.
+func (c Sim) completeCancelled() {
+	ctx := context.Background()
+	cr := &tektonv1beta1.CustomRun{}
+	err := c.env.Client.Get(ctx, client.ObjectKey{Namespace: c.key.Namespace, Name: c.key.Name + "-approve"}, cr)
+	if err == nil && !cr.IsDone() {
+		cr.Spec.Status = tektonv1beta1.CustomRunSpecStatusCancelled
+		cr.Spec.StatusMessage = tektonv1beta1.CustomRunCancelledByPipelineMsg
+		Expect(c.env.Client.Update(ctx, cr)).To(Succeed())
+		Eventually(func() bool { return c.CustomRun().IsDone() }, c.env.Timeout, c.env.Interval).Should(BeTrue(), "opr8r's approval controller fails the cancelled CustomRun")
+	} else if !apierrors.IsNotFound(err) {
+		Expect(err).NotTo(HaveOccurred())
+	}
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
+			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.GracefullyCancelledSkip},
+			tektonv1.SkippedTask{Name: "export-outputs", Reason: tektonv1.GracefullyCancelledSkip})
+	})
+	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonCancelled.String(), `PipelineRun "`+c.key.Name+`" was cancelled`)
 }
 
 func (c Sim) SucceedDestroy() {
