@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opr8r/opr8r/pipelines/job"
+	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
@@ -87,7 +88,7 @@ func (s Sim) Validate() error {
 
 // CancelRequested implements enginetest.Sim.
 func (s Sim) CancelRequested() bool {
-	return s.job(s.key.Name).Annotations["infra.opr8r.io/cancelled"] != ""
+	return s.job(s.key.Name).Annotations[engine.CancelledAnnotation] != ""
 }
 
 func (s Sim) job(name string) *batchv1.Job {
@@ -198,7 +199,7 @@ func (s Sim) Fail(step, msg string) {
 // then cleanup runs.
 func (s Sim) CompleteAfterGate() {
 	j := s.job(s.key.Name)
-	if j.Annotations["infra.opr8r.io/cancelled"] != "" && !finished(j) {
+	if j.Annotations[engine.CancelledAnnotation] != "" && !finished(j) {
 		// Cancel marks the run; the driver suspends its running plan Job
 		// on its next pass, which the Job controller then acts on.
 		Eventually(func() bool {
