@@ -193,10 +193,6 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 // approval timed out: decided by "opr8r (timeout)".
 var timeoutDecision = engine.Decision{By: "timeout"}
 
-// decidedByTimeout says whether the engine shows opr8r's timeout as who
-// decided the gate.
-func decidedByTimeout(g engine.Gate) bool { return g.By == timeoutDecision.Actor() }
-
 func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, after time.Duration) error {
 	digest := st.progress.Plan.Digest
 	reason := fmt.Sprintf("approval timed out after %s", after)
@@ -242,7 +238,7 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 	if !a.Approved {
 		a.Reason = g.Message
 		msg = "plan " + digest + " rejected in the engine: " + g.Message
-		if decidedByTimeout(g) {
+		if g.By == timeoutDecision.Actor() {
 			// opr8r's own timeout, seen by a pass that did not see its
 			// record (a stale cache, a lost status write): recorded as
 			// the timeout it was, not as somebody's rejection.

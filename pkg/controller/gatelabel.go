@@ -112,12 +112,7 @@ func (r *TerraformRunReconciler) labelGate(ctx context.Context, child client.Obj
 	}
 	// The pass goes on with the label it wrote, so a later step of the same
 	// pass writes it no more.
-	l := child.GetLabels()
-	if l == nil {
-		l = map[string]string{}
-	}
-	l[infrav1.ApprovalLabel] = value
-	child.SetLabels(l)
+	setLabel(child, infrav1.ApprovalLabel, value)
 	child.SetResourceVersion(m.GetResourceVersion())
 	return nil
 }

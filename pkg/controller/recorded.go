@@ -59,13 +59,19 @@ func (r *TerraformRunReconciler) labelRecorded(ctx context.Context, o client.Obj
 	}
 	// The pass goes on with o (a copy): it is recorded now, and so known
 	// to have finished, though the cache may lack its step objects already.
-	labels := o.GetLabels()
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	labels[infrav1.RecordedLabel] = "true"
-	o.SetLabels(labels)
+	setLabel(o, infrav1.RecordedLabel, "true")
 	return nil
+}
+
+// setLabel sets a label on the pass's copy of an object, after a patch
+// wrote it on the API server.
+func setLabel(o client.Object, key, value string) {
+	l := o.GetLabels()
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[key] = value
+	o.SetLabels(l)
 }
 
 // patchMetadata patches o's metadata through the metadata API: the answer
