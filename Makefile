@@ -144,11 +144,11 @@ bench: envtest-assets ## Scale benchmark (docs/performance.md): throughput, late
 FUZZ_TIME ?= 5m
 .PHONY: fuzz
 fuzz: ## Fuzz translation of admission-valid specs through both engines' validators.
-	go test ./pipelines/ -run='^$$' -fuzz=FuzzTranslate -fuzztime=$(FUZZ_TIME)
+	go test ./engines/ -run='^$$' -fuzz=FuzzTranslate -fuzztime=$(FUZZ_TIME)
 
 .PHONY: update-golden
 update-golden: ## Rewrite the translators' golden files.
-	go test ./pipelines/argo/ ./pipelines/tekton/ ./pipelines/job/ -update
+	go test ./engines/... -update
 
 .PHONY: verify
 verify: generate manifests ## Fail if generated files are stale.

@@ -5,8 +5,8 @@ package main
 import (
 	"os"
 
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/plugin"
 )
 
-func main() { os.Exit(plugin.Main(pipelines.All())) }
+func main() { os.Exit(plugin.Main(engines.All())) }

@@ -23,7 +23,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/config/crd"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
@@ -50,7 +50,7 @@ type settings struct {
 
 func main() {
 	var s settings
-	all := strings.Join(engineNames(pipelines.All()), ",")
+	all := strings.Join(engineNames(engines.All()), ",")
 	flag.StringVar(&s.engines, "engines", all, "Comma-separated engines to enable ("+all+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
 	flag.StringVar(&s.defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty; auto picks the first enabled engine whose child kind the cluster serves (argo, then tekton, then job, which every cluster has).")
 	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
@@ -109,7 +109,7 @@ func run(s settings) error {
 	for _, n := range strings.Split(s.engines, ",") {
 		names = append(names, infrav1.EngineName(strings.TrimSpace(n)))
 	}
-	enabled, err := manager.SelectEngines(pipelines.All(), names)
+	enabled, err := manager.SelectEngines(engines.All(), names)
 	if err != nil {
 		return err
 	}

@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -61,7 +61,7 @@ func run(example string, once bool) error {
 		return err
 	}
 
-	engines := pipelines.All()
+	engines := engines.All()
 	scheme, err := manager.Scheme(engines)
 	if err != nil {
 		return err

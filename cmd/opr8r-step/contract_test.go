@@ -41,7 +41,7 @@ func TestTranslatorsCallRealSubcommands(t *testing.T) {
 		}
 		seen[args[0]] = true
 	}
-	tektonPaths, err := filepath.Glob("../../pipelines/tekton/testdata/*.golden.yaml")
+	tektonPaths, err := filepath.Glob("../../engines/tekton/testdata/*.golden.yaml")
 	if err != nil || len(tektonPaths) == 0 {
 		t.Fatalf("no Tekton golden files: %v", err)
 	}
@@ -63,7 +63,7 @@ func TestTranslatorsCallRealSubcommands(t *testing.T) {
 			}
 		}
 	}
-	paths, err := filepath.Glob("../../pipelines/argo/testdata/*.golden.yaml")
+	paths, err := filepath.Glob("../../engines/argo/testdata/*.golden.yaml")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no golden files: %v", err)
 	}

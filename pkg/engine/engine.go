@@ -1,7 +1,7 @@
 // Package engine is the seam between the TerraformRun reconciler and the
 // workflow engines that run its pipelines. The reconciler only talks to the
 // Engine interface and the optional interfaces below; each engine lives in its
-// own package under pipelines/ and is listed once in pipelines.All.
+// own package under engines/ and is listed once in engines.All.
 package engine
 
 import (
@@ -336,7 +336,7 @@ type Gate struct {
 }
 
 // Registry holds the enabled engines by name. It is filled explicitly in
-// cmd/ from pipelines.All; there is no init() registration.
+// cmd/ from engines.All; there is no init() registration.
 type Registry struct {
 	engines map[infrav1.EngineName]Engine
 }

@@ -509,7 +509,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 }
 
 // SelectEngines returns the engines of known (the engines this build has,
-// pipelines.All from cmd/) whose names are listed, in the order listed.
+// engines.All from cmd/) whose names are listed, in the order listed.
 func SelectEngines(known []engine.Engine, names []infrav1.EngineName) ([]engine.Engine, error) {
 	byName := map[infrav1.EngineName]engine.Engine{}
 	var all []string

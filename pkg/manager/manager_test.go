@@ -17,8 +17,8 @@ import (
 	toolscache "k8s.io/client-go/tools/cache"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
-	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/engines"
+	"github.com/opr8r/opr8r/engines/argo"
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 
@@ -202,7 +202,7 @@ func TestRecordedChildrenLeaveTheCache(t *testing.T) {
 	ours := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job"}
 	recorded := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job", infrav1.RecordedLabel: "true"}
 	for _, shard := range []Shard{{}, {Name: "a"}} {
-		o := ShardCacheOptions(nil, pipelines.All(), shard)
+		o := ShardCacheOptions(nil, engines.All(), shard)
 		sels := map[string]labels.Selector{"default": o.DefaultLabelSelector}
 		for obj, by := range o.ByObject {
 			if _, ok := obj.(*corev1.Pod); ok {

@@ -1,7 +1,7 @@
 // Package pipeline describes, independently of any engine, what one run of a
 // TerraformRun executes: its steps, their opr8r-step arguments, the volumes
-// they mount and the small results they produce. Engines (pipelines/argo,
-// pipelines/tekton) only wire these steps together in their own syntax.
+// they mount and the small results they produce. Engines (engines/argo,
+// engines/tekton) only wire these steps together in their own syntax.
 //
 // Nothing here reads a secret value: secrets are referenced by name and
 // mounted as files, which the step runner reads.

@@ -45,7 +45,7 @@ type Options struct {
 	Flags  *genericclioptions.ConfigFlags
 	Output string
 
-	// Engines are the engines the manager has (pipelines.All, from cmd/).
+	// Engines are the engines the manager has (engines.All, from cmd/).
 	Engines []engine.Engine
 
 	// Client and Clientset are set in tests; otherwise built from Flags.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	scheme, _ := manager.Scheme(pipelines.All())
+	scheme, _ := manager.Scheme(engines.All())
 	k8s, _ = client.New(cfg, client.Options{Scheme: scheme})
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	code := m.Run()
@@ -54,7 +54,7 @@ func tfrun(ns string, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.Namespace = &ns
-	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: pipelines.All(), RestoreWait: time.Second,
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: engines.All(), RestoreWait: time.Second,
 		Now: func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }}
 	cmd := plugin.NewCommand(o)
 	cmd.SetArgs(args)

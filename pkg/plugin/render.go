@@ -22,7 +22,7 @@ type RenderOptions struct {
 	DefaultEngine string
 	Config        engine.Config
 	All           bool
-	// Engines are the engines the manager has (pipelines.All, from cmd/).
+	// Engines are the engines the manager has (engines.All, from cmd/).
 	Engines []engine.Engine
 }
 

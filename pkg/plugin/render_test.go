@@ -8,8 +8,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/opr8r/opr8r/pipelines"
-	"github.com/opr8r/opr8r/pipelines/pipelinestest"
+	"github.com/opr8r/opr8r/engines"
+	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 )
@@ -22,12 +22,12 @@ func TestRenderEveryExample(t *testing.T) {
 		t.Fatalf("want at least 7 examples, found %d (%v)", len(examples), err)
 	}
 	for _, ex := range examples {
-		for _, kit := range pipelinestest.Kits() {
+		for _, kit := range enginestest.Kits() {
 			eng := string(kit.Engine.Name())
 			for _, typ := range []string{"apply", "destroy"} {
 				t.Run(filepath.Base(ex)+"/"+eng+"/"+typ, func(t *testing.T) {
 					var out bytes.Buffer
-					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true, Engines: pipelines.All()}
+					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true, Engines: engines.All()}
 					ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
 					if err := plugin.Render(&out, ro); err != nil {
 						t.Fatalf("render: %v", err)
@@ -62,7 +62,7 @@ func TestRenderErrors(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			tc.ro.Config.StepImage, tc.ro.Config.TerraformImage = "s", "t"
-			tc.ro.Engines = pipelines.All()
+			tc.ro.Engines = engines.All()
 			err := plugin.Render(&bytes.Buffer{}, tc.ro)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("err = %v, want %q", err, tc.want)
@@ -76,7 +76,7 @@ func TestRenderErrors(t *testing.T) {
 // with what render had to assume said in comments.
 func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
 	var out bytes.Buffer
-	ro := plugin.RenderOptions{File: "../../examples/stack-app.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: pipelines.All()}
+	ro := plugin.RenderOptions{File: "../../examples/stack-app.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: engines.All()}
 	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
 	if err := plugin.Render(&out, ro); err != nil {
 		t.Fatal(err)
@@ -96,7 +96,7 @@ func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
 // step, fetching the tag with the registry Secret mounted, not passed.
 func TestRenderOCISource(t *testing.T) {
 	var out bytes.Buffer
-	ro := plugin.RenderOptions{File: "../../examples/oci.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: pipelines.All()}
+	ro := plugin.RenderOptions{File: "../../examples/oci.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: engines.All()}
 	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
 	if err := plugin.Render(&out, ro); err != nil {
 		t.Fatal(err)

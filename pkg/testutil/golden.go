@@ -9,7 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
-// update rewrites the golden files (go test ./pipelines/... -update, or
+// update rewrites the golden files (go test ./engines/... -update, or
 // make update-golden). Defined once here: every engine's golden test uses it.
 var update = flag.Bool("update", false, "rewrite golden files")
 

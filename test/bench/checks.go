@@ -20,7 +20,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -194,7 +194,7 @@ func benchChecks() (checksResult, error) {
 	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
 		return res, err
 	}
-	scheme, _ := manager.Scheme(pipelines.All())
+	scheme, _ := manager.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

@@ -19,9 +19,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/argo"
-	"github.com/opr8r/opr8r/pipelines/tekton"
-	"github.com/opr8r/opr8r/pipelines/tekton/tektontest"
+	"github.com/opr8r/opr8r/engines/argo"
+	"github.com/opr8r/opr8r/engines/tekton"
+	"github.com/opr8r/opr8r/engines/tekton/tektontest"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"

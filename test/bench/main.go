@@ -68,7 +68,7 @@ import (
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -279,7 +279,7 @@ func benchOne(n int) (result, error) {
 	if err := envtestutil.InstallPolicies(cfg); err != nil {
 		return res, err
 	}
-	scheme, _ := manager.Scheme(pipelines.All())
+	scheme, _ := manager.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

@@ -19,7 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
@@ -82,7 +82,7 @@ func benchShards(n int) (shardResult, error) {
 			return res, err
 		}
 	}
-	scheme, _ := manager.Scheme(pipelines.All())
+	scheme, _ := manager.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

@@ -177,7 +177,7 @@ var _ = Describe("approval identity and rights", func() {
 })
 
 func testRun(name, ns string) *infrav1.TerraformRun {
-	r := given{engines[0]}.run(name, ns).Obj()
+	r := given{engineCases[0]}.run(name, ns).Obj()
 	r.Spec.Suspend = true
 	return r
 }

@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
@@ -85,7 +85,7 @@ func isChild(cl client.Client, obj client.Object) bool {
 	if err != nil {
 		return false
 	}
-	for _, e := range engines {
+	for _, e := range engineCases {
 		if e.kit.Engine.ChildGVK() == gvk {
 			return true
 		}
@@ -148,10 +148,10 @@ func startInterceptedManager(funcs interceptor.Funcs, opts ...func(*manager.Opti
 
 // startShardManager is startInterceptedManager for one shard of the runs.
 func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...func(*manager.Options)) (context.CancelFunc, chan struct{}) {
-	scheme, err := manager.Scheme(pipelines.All())
+	scheme, err := manager.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: manager.ShardCacheOptions(nil, pipelines.All(), shard),
+		Scheme: scheme, Cache: manager.ShardCacheOptions(nil, engines.All(), shard),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 		NewClient: func(rc *rest.Config, o client.Options) (client.Client, error) {
@@ -164,7 +164,7 @@ func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...fun
 	})
 	Expect(err).NotTo(HaveOccurred())
 	o := manager.Options{
-		Engines: pipelines.All(), DefaultEngine: infrav1.EngineArgo,
+		Engines: engines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
 		MinCheckInterval: time.Second, Shard: shard,
 	}
@@ -220,7 +220,7 @@ var _ = Describe("chaos", Serial, func() {
 		var failures atomic.Int64
 		lifecycle := func(i int) {
 			defer GinkgoRecover()
-			g := given{engines[i%len(engines)]}
+			g := given{engineCases[i%len(engineCases)]}
 			name := fmt.Sprintf("c%03d", i)
 			manual := i%4 == 0
 			remove := i%2 == 0
@@ -281,7 +281,7 @@ var _ = Describe("chaos", Serial, func() {
 		By("checking every run's children, outputs and finalizers")
 		duplicates, lostOutputs, stuck, destroyRuns := 0, 0, 0, 0
 		children := map[string][]client.Object{}
-		for _, e := range engines {
+		for _, e := range engineCases {
 			for _, c := range e.children(ns) {
 				run := c.GetLabels()[infrav1.RunNameLabel]
 				children[run] = append(children[run], c)

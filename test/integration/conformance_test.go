@@ -105,13 +105,13 @@ var leakScans = map[infrav1.EngineName]int{}
 var stackLeakScans = map[infrav1.EngineName]int{}
 
 var _ = ReportAfterSuite("reliability figures", func(r Report) {
-	if r.SuiteSucceeded && len(leakScans) == len(engines) {
-		for _, e := range engines {
+	if r.SuiteSucceeded && len(leakScans) == len(engineCases) {
+		for _, e := range engineCases {
 			checkReliabilityRow(fmt.Sprintf("secret leak scans (4 markers x 6 places), %s", e.name), fmt.Sprintf("%d scanned, 0 leaks", leakScans[e.name]))
 		}
 	}
-	if r.SuiteSucceeded && len(stackLeakScans) == len(engines) {
-		for _, e := range engines {
+	if r.SuiteSucceeded && len(stackLeakScans) == len(engineCases) {
+		for _, e := range engineCases {
 			checkReliabilityRow(fmt.Sprintf("a dependency's sensitive output in its dependent (1 marker x 7 places), %s", e.name), fmt.Sprintf("%d scanned, 0 leaks", stackLeakScans[e.name]))
 		}
 	}
@@ -197,9 +197,9 @@ func gone(ns, name string) func() bool {
 	}
 }
 
-// The conformance suite: every scenario runs for every engine in engines.
+// The conformance suite: every scenario runs for every engine in engineCases.
 var _ = Describe("engine conformance", func() {
-	for _, e := range engines {
+	for _, e := range engineCases {
 		Describe(string(e.name), func() {
 			conformance(given{e})
 			runIdentity(given{e})

@@ -312,7 +312,7 @@ var _ = Describe("max active runs", Serial, func() {
 		stopManager()
 		DeferCleanup(func() { stopManager(); startManager() })
 		startManagerIn([]string{ns}, func(o *manager.Options) { o.MaxActiveRuns = 1 })
-		g := given{engines[0]}
+		g := given{engineCases[0]}
 
 		By("a run with checks, applied")
 		g.appliedWithChecks(ns, "checked", nil)

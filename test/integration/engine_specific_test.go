@@ -27,13 +27,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/argo/argotest"
-	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/engines/argo/argotest"
+	"github.com/opr8r/opr8r/engines/tekton"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
-var argoEngine = given{engines[0]}
+var argoEngine = given{engineCases[0]}
 
 var _ = Describe("Argo specifics", func() {
 	ctx := context.Background()
@@ -159,7 +159,7 @@ var _ = Describe("Argo specifics", func() {
 
 	It("accepts every golden Workflow in a real API server with Argo's full CRD", func() {
 		ns := newNamespace()
-		files := goldens[*wfv1.Workflow](filepath.Join("pipelines", "argo"))
+		files := goldens[*wfv1.Workflow](filepath.Join("engines", "argo"))
 		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
 		for name, wf := range files {
 			wf.Namespace = ns
@@ -257,7 +257,7 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 
 	It("accepts every golden PipelineRun in a real API server with Tekton's CRDs", func() {
 		ns := newNamespace()
-		files := goldens[*tektonv1.PipelineRun](filepath.Join("pipelines", "tekton"))
+		files := goldens[*tektonv1.PipelineRun](filepath.Join("engines", "tekton"))
 		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
 		for name, pr := range files {
 			pr.Namespace = ns
@@ -270,7 +270,7 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 var _ = Describe("Job specifics", func() {
 	It("accepts every golden Job in a real API server, with its pod", func() {
 		ns := newNamespace()
-		files := goldens[*batchv1.Job](filepath.Join("pipelines", "job"))
+		files := goldens[*batchv1.Job](filepath.Join("engines", "job"))
 		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
 		for name, j := range files {
 			j.Namespace = ns

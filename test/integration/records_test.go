@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -30,7 +30,7 @@ import (
 // what goes here, the manager removed.)
 var _ = Describe("records", func() {
 	ctx := context.Background()
-	g := given{engines[0]}
+	g := given{engineCases[0]}
 
 	It("prunes the records of runs that left the history, and deletes them all with the TerraformRun", func() {
 		ns := newNamespace()
@@ -86,7 +86,7 @@ var _ = Describe("records", func() {
 		var out, errOut bytes.Buffer
 		flags := genericclioptions.NewConfigFlags(false)
 		flags.Namespace = &ns
-		cmd := plugin.NewCommand(&plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8sClient, Clientset: clientset, Engines: pipelines.All()})
+		cmd := plugin.NewCommand(&plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8sClient, Clientset: clientset, Engines: engines.All()})
 		cmd.SetArgs([]string{"plan", "kept", "--run", ids[2]})
 		Expect(cmd.ExecuteContext(ctx)).To(Succeed())
 		Expect(out.Len()).To(BeNumerically(">", 5<<20))
@@ -107,7 +107,7 @@ var _ = Describe("records", func() {
 // brings a run's back for a while when kubectl tfrun asks.
 var _ = Describe("records in an object store", Serial, func() {
 	ctx := context.Background()
-	g := given{engines[0]}
+	g := given{engineCases[0]}
 	var srv *envtestutil.S3Server
 	var objects *s3.Store
 
@@ -173,7 +173,7 @@ var _ = Describe("records in an object store", Serial, func() {
 		var out, errOut bytes.Buffer
 		flags := genericclioptions.NewConfigFlags(false)
 		flags.Namespace = &ns
-		o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8sClient, Clientset: clientset, Engines: pipelines.All()}
+		o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8sClient, Clientset: clientset, Engines: engines.All()}
 		cmd := plugin.NewCommand(o)
 		cmd.SetArgs([]string{"logs", "moved", "--run", ids[1], "--step", "plan"})
 		Expect(cmd.ExecuteContext(ctx)).To(Succeed())

@@ -37,7 +37,7 @@ var _ = Describe("sharding", Serial, func() {
 
 		By("a run per shard and engine, driven to Ready")
 		label := map[string]string{"blue": "blue", "green": "green", "default": ""}
-		for _, e := range engines {
+		for _, e := range engineCases {
 			g := given{e}
 			for shard, value := range label {
 				name := fmt.Sprintf("%s-%s", shard, e.name)
@@ -61,7 +61,7 @@ var _ = Describe("sharding", Serial, func() {
 		}
 
 		By("every run's writes come from its own shard only")
-		for _, e := range engines {
+		for _, e := range engineCases {
 			for shard := range label {
 				name := fmt.Sprintf("%s-%s", shard, e.name)
 				for other, w := range counters {
@@ -76,7 +76,7 @@ var _ = Describe("sharding", Serial, func() {
 		}
 
 		By("the shard label cannot change while a run is active")
-		e := engines[0]
+		e := engineCases[0]
 		name := "moving"
 		w := given{e}.run(name, ns)
 		w.Labels = map[string]string{infrav1.ShardLabel: "blue"}

@@ -8,7 +8,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/config"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/pipelinestest"
+	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 )
 
@@ -31,11 +31,11 @@ func (e engineCase) children(ns string) []client.Object {
 	return enginetest.Children(simEnv(), e.kit.Engine, ns)
 }
 
-// engines is the conformance suite's engine list: every engine's kit
-// (pipelines/pipelinestest).
-var engines = func() []engineCase {
+// engineCases is the conformance suite's engine list: every engine's kit
+// (engines/enginestest).
+var engineCases = func() []engineCase {
 	var out []engineCase
-	for _, k := range pipelinestest.Kits() {
+	for _, k := range enginestest.Kits() {
 		out = append(out, engineCase{name: k.Engine.Name(), kit: k})
 	}
 	return out

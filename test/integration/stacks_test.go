@@ -325,7 +325,7 @@ var _ = Describe("stacks across namespaces", Serial, func() {
 		stopManager()
 		DeferCleanup(func() { stopManager(); startManager() })
 		startManager(func(o *manager.Options) { o.AllowCrossNamespaceDependencies = true })
-		g := given{engines[0]}
+		g := given{engineCases[0]}
 		ctx := context.Background()
 		infra, team := newNamespace(), newNamespace()
 		Expect(k8sClient.Create(ctx, g.layer(infra, "network").Obj())).To(Succeed())
@@ -348,8 +348,8 @@ var _ = Describe("stacks across namespaces", Serial, func() {
 // A stack whose layers run on different engines: each producer on one
 // engine, its consumer on the next.
 var _ = Describe("stacks across engines", func() {
-	for i := range engines {
-		producer, consumer := given{engines[i]}, given{engines[(i+1)%len(engines)]}
+	for i := range engineCases {
+		producer, consumer := given{engineCases[i]}, given{engineCases[(i+1)%len(engineCases)]}
 		It(fmt.Sprintf("runs a %s dependent of a %s dependency, and plans it again when the outputs change", consumer.e.name, producer.e.name), func() {
 			ctx := context.Background()
 			ns := newNamespace()

@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -72,7 +72,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtestutil.InstallArgoCRDs(context.Background(), cfg)).To(Succeed())
 	Expect(envtestutil.InstallTektonCRDs(context.Background(), cfg)).To(Succeed())
-	scheme, err := manager.Scheme(pipelines.All())
+	scheme, err := manager.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -91,7 +91,7 @@ var _ = AfterSuite(func() {
 // timeouts, checks as often as a spec asks, no cap on active runs.
 func testManagerOptions() manager.Options {
 	return manager.Options{
-		Engines:          pipelines.All(),
+		Engines:          engines.All(),
 		DefaultEngine:    infrav1.EngineArgo,
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,
@@ -108,11 +108,11 @@ func startManager(opts ...func(*manager.Options)) { startManagerIn(nil, opts...)
 // startManagerIn starts the manager watching only the given namespaces
 // (nil: all).
 func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
-	scheme, err := manager.Scheme(pipelines.All())
+	scheme, err := manager.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,
-		Cache:      manager.CacheOptions(namespaces, pipelines.All()),
+		Cache:      manager.CacheOptions(namespaces, engines.All()),
 		Metrics:    metricsserver.Options{BindAddress: "0"},
 		Controller: ctrlConfigSkipNameValidation(),
 	})

@@ -160,7 +160,7 @@ var _ = Describe("API writes", Serial, func() {
 		DeferCleanup(func() { cancel(); <-done })
 
 		By("waiting until the new manager runs both engines (a probe run each)")
-		for _, e := range engines {
+		for _, e := range engineCases {
 			probe := "probe-" + string(e.name)
 			Expect(k8sClient.Create(context.Background(), given{e}.run(probe, ns).Obj())).To(Succeed())
 			Eventually(func() *infrav1.RunStatus { return getRun(ns, probe).Status.Run }, timeout, interval).ShouldNot(BeNil())
@@ -168,7 +168,7 @@ var _ = Describe("API writes", Serial, func() {
 			Eventually(gone(ns, probe), timeout, interval).Should(BeTrue())
 		}
 
-		for _, e := range engines {
+		for _, e := range engineCases {
 			g := given{e}
 			name := "w-" + string(e.name)
 			w.resetTo(name)
@@ -218,7 +218,7 @@ var _ = Describe("API writes", Serial, func() {
 
 		By("without the opr8r-finalizer policy (an older cluster), the manager adds the finalizer: one write more")
 		withoutPolicy(&admissionregistrationv1.MutatingAdmissionPolicyBinding{}, "opr8r-finalizer", func() {
-			e := engines[0]
+			e := engineCases[0]
 			name := "nofin"
 			w.resetTo(name)
 			run := given{e}.run(name, ns).Auto().Obj()
@@ -232,7 +232,7 @@ var _ = Describe("API writes", Serial, func() {
 
 		By("inputs too large to travel in the child go in one ConfigMap: one write more")
 		{
-			e := engines[0]
+			e := engineCases[0]
 			name := "large"
 			w.resetTo(name)
 			run := given{e}.run(name, ns).Auto().Obj()
@@ -247,7 +247,7 @@ var _ = Describe("API writes", Serial, func() {
 		}
 
 		By("a scheduled check that finds nothing writes status once: its record")
-		for _, e := range engines {
+		for _, e := range engineCases {
 			g := given{e}
 			name := "c-" + string(e.name)
 			rw := g.run(name, ns).Auto().Retain()
@@ -275,7 +275,7 @@ var _ = Describe("API writes", Serial, func() {
 
 		By("a resync of Ready runs writes nothing")
 		for i := 0; i < 20; i++ {
-			e := engines[i%len(engines)]
+			e := engineCases[i%len(engineCases)]
 			g := given{e}
 			name := fmt.Sprintf("r%02d", i)
 			Expect(k8sClient.Create(context.Background(), g.run(name, ns).Auto().Obj())).To(Succeed())
@@ -286,7 +286,7 @@ var _ = Describe("API writes", Serial, func() {
 			Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 		}
 		// The lifecycle runs and these: the checked runs are gone.
-		ready := 20 + len(engines)
+		ready := 20 + len(engineCases)
 		Eventually(func() int {
 			runs := &infrav1.TerraformRunList{}
 			Expect(k8sClient.List(context.Background(), runs, client.InNamespace(ns))).To(Succeed())
@@ -315,7 +315,7 @@ func withoutPolicy(binding client.Object, name string, fn func()) {
 	Expect(k8sClient.Delete(context.Background(), binding)).To(Succeed())
 	// The API server stops applying a policy a moment after its binding goes.
 	probe := func() []string {
-		r := given{engines[0]}.run("policy-probe", "default").Obj()
+		r := given{engineCases[0]}.run("policy-probe", "default").Obj()
 		Expect(k8sClient.Create(context.Background(), r, client.DryRunAll)).To(Succeed())
 		return r.Finalizers
 	}

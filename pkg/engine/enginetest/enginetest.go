@@ -2,7 +2,7 @@
 // conformance suite, the fuzzer, the write counts) need of each engine: its
 // own offline validation, and a simulator that plays its controller in an
 // API server where no engine controller runs. Each engine provides a Kit in
-// pipelines/<engine>/<engine>test; pipelines/pipelinestest lists them.
+// engines/<engine>/<engine>test; engines/enginestest lists them.
 package enginetest
 
 import (

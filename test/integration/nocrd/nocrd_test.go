@@ -22,7 +22,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines"
+	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -39,16 +39,16 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 
-	scheme, err := manager.Scheme(pipelines.All())
+	scheme, err := manager.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
-		Scheme: scheme, Cache: manager.CacheOptions(nil, pipelines.All()),
+		Scheme: scheme, Cache: manager.CacheOptions(nil, engines.All()),
 		Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "127.0.0.1:18081",
 	})
 	Expect(err).NotTo(HaveOccurred())
 	Expect(mgr.AddHealthzCheck("healthz", healthz.Ping)).To(Succeed())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines: pipelines.All(), DefaultEngine: infrav1.EngineArgo,
+		Engines: engines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond,
 	})
 	Expect(err).NotTo(HaveOccurred())

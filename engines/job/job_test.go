@@ -16,8 +16,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/job"
-	"github.com/opr8r/opr8r/pipelines/job/jobtest"
+	"github.com/opr8r/opr8r/engines/job"
+	"github.com/opr8r/opr8r/engines/job/jobtest"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"

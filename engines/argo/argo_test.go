@@ -10,7 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/engines/argo"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"

@@ -10,7 +10,7 @@ import (
 	"github.com/argoproj/argo-workflows/v3/util/file"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/engines/argo"
 )
 
 // slim is the manager's cache transform for a Workflow.

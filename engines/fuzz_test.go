@@ -1,4 +1,4 @@
-package pipelines_test
+package engines_test
 
 import (
 	"crypto/sha256"
@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/pipelinestest"
+	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/inputs"
 	"github.com/opr8r/opr8r/pkg/pipeline"
@@ -160,7 +160,7 @@ func FuzzTranslate(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string, choice uint8, a, b, c string, jsonVal []byte, n uint8) {
 		run := specFrom(name, choice, a, b, c, jsonVal, n)
 		deps := depsFrom(run.Namespace, choice, a, b)
-		for _, kit := range pipelinestest.Kits() {
+		for _, kit := range enginestest.Kits() {
 			e := kit.Engine
 			eff := pipeline.Defaults(run, e.Name(), testutil.Config)
 			eff.Spec.Engine = e.Name()

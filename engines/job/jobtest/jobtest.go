@@ -18,7 +18,7 @@ import (
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opr8r/opr8r/pipelines/job"
+	"github.com/opr8r/opr8r/engines/job"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"

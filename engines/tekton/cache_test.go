@@ -10,8 +10,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pipelines/tekton"
-	"github.com/opr8r/opr8r/pipelines/tekton/tektontest"
+	"github.com/opr8r/opr8r/engines/tekton"
+	"github.com/opr8r/opr8r/engines/tekton/tektontest"
 	"github.com/opr8r/opr8r/pkg/results"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )

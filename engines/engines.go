@@ -1,12 +1,12 @@
-// Package pipelines lists every engine opr8r ships. It is the one place an
+// Package engines lists every engine opr8r ships. It is the one place an
 // engine is registered; cmd/ passes the list on and selects the enabled
 // ones by flag.
-package pipelines
+package engines
 
 import (
-	"github.com/opr8r/opr8r/pipelines/argo"
-	"github.com/opr8r/opr8r/pipelines/job"
-	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/engines/argo"
+	"github.com/opr8r/opr8r/engines/job"
+	"github.com/opr8r/opr8r/engines/tekton"
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 

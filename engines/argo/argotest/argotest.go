@@ -18,7 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"github.com/opr8r/opr8r/pipelines/argo"
+	"github.com/opr8r/opr8r/engines/argo"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"

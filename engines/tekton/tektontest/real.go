@@ -13,7 +13,7 @@ import (
 	"knative.dev/pkg/apis"
 	duckv1 "knative.dev/pkg/apis/duck/v1"
 
-	"github.com/opr8r/opr8r/pipelines/tekton"
+	"github.com/opr8r/opr8r/engines/tekton"
 )
 
 // The objects Tekton v1.15's controller leaves for a finished run, with
