@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -166,7 +168,7 @@ func FuzzTranslate(f *testing.F) {
 			eff.Spec.Engine = e.Name()
 			hash := pipeline.SpecHash(eff)
 			for _, typ := range []infrav1.RunType{infrav1.RunApply, infrav1.RunDestroy} {
-				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+				obj, err := e.Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 				if err != nil {
 					t.Fatalf("%s %s: Build refused an admission-valid spec: %v\n%+v", e.Name(), typ, err, run.Spec)
 				}
@@ -205,8 +207,8 @@ func checkInputs(t *testing.T, req engine.Request) {
 	if len(enc) <= pipeline.MaxEmbeddedInputs {
 		t.Fatalf("inputs of %d bytes encoded are not embedded", len(enc))
 	}
-	if len(cms) != 1 || cms[0].Name != pipeline.InputsConfigMapName(req.Name) {
-		t.Fatalf("want one input ConfigMap %s, got %d", pipeline.InputsConfigMapName(req.Name), len(cms))
+	if len(cms) != 1 || cms[0].Name != names.InputsConfigMapName(req.Name) {
+		t.Fatalf("want one input ConfigMap %s, got %d", names.InputsConfigMapName(req.Name), len(cms))
 	}
 	for k := range cms[0].Data {
 		if errs := validation.IsConfigMapKey(k); len(errs) > 0 {
@@ -241,11 +243,11 @@ func checkEmbedded(t *testing.T, req engine.Request, p *pipeline.Pipeline, cms [
 		t.Fatalf("inputs of %d bytes encoded travel in the child, yet %d ConfigMaps are made", len(enc), len(cms))
 	}
 	for _, v := range p.Volumes {
-		if v.ConfigMap != nil && v.ConfigMap.Name == pipeline.InputsConfigMapName(req.Name) {
+		if v.ConfigMap != nil && v.ConfigMap.Name == names.InputsConfigMapName(req.Name) {
 			t.Fatalf("volume %s mounts the inputs ConfigMap, which is not made", v.Name)
 		}
 	}
-	clone, _ := p.StepNamed(pipeline.StepClone)
+	clone, _ := p.StepNamed(names.StepClone)
 	var got string
 	for _, e := range clone.Env {
 		if e.Name == pipeline.InputsEnv {
@@ -273,7 +275,7 @@ func checkEmbedded(t *testing.T, req engine.Request, p *pipeline.Pipeline, cms [
 	if src := req.Run.Spec.Source.Inline; src != nil && len(in.Files) != len(src.Files) {
 		t.Fatalf("the inputs carry %d files, the inline source has %d", len(in.Files), len(src.Files))
 	}
-	plan, _ := p.StepNamed(pipeline.StepPlan)
+	plan, _ := p.StepNamed(names.StepPlan)
 	if !slices.Contains(plan.Args, "--vars-file="+pipeline.EmbeddedVarsFile) || !slices.Contains(clone.Args, "--vars-out="+pipeline.EmbeddedVarsFile) {
 		t.Fatalf("clone must write and plan read %s: clone %v, plan %v", pipeline.EmbeddedVarsFile, clone.Args, plan.Args)
 	}

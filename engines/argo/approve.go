@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/packer"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // Approve implements engine.Approver. It does what `argo resume
@@ -71,7 +72,7 @@ func decideGate(ctx context.Context, c client.Client, obj client.Object, decide 
 	for nid, n := range wf.Status.Nodes {
 		// Only the opr8r gate, by display name: a resume without a selector
 		// would resume every suspend node.
-		if n.DisplayName == pipeline.StepApprove && n.IsActiveSuspendNode() {
+		if n.DisplayName == names.StepApprove && n.IsActiveSuspendNode() {
 			id = nid
 			break
 		}

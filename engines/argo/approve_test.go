@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -12,7 +14,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // A gate opr8r decides reads back as decided by the one it names: Argo's
@@ -28,7 +29,7 @@ func TestGateReadsBackWhoDecided(t *testing.T) {
 		return &wfv1.Workflow{
 			ObjectMeta: metav1.ObjectMeta{Name: "net-1", Namespace: "team-a", ResourceVersion: "1"},
 			Status: wfv1.WorkflowStatus{Nodes: wfv1.Nodes{
-				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: pipeline.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
+				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: names.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
 					Outputs: &wfv1.Outputs{Parameters: []wfv1.Parameter{{Name: paramDecision}, {Name: paramApprovedDigest}}}},
 			}},
 		}
@@ -102,7 +103,7 @@ func TestACancelledWorkflowIsStoppedNotRejected(t *testing.T) {
 		wf := &wfv1.Workflow{
 			ObjectMeta: metav1.ObjectMeta{Name: "net-1", Namespace: "team-a"},
 			Status: wfv1.WorkflowStatus{Phase: wfv1.WorkflowRunning, Nodes: wfv1.Nodes{
-				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: pipeline.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
+				"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: names.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
 					Outputs: &wfv1.Outputs{Parameters: []wfv1.Parameter{{Name: paramDecision}, {Name: paramApprovedDigest}}}},
 			}},
 		}

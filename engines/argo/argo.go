@@ -11,6 +11,8 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -94,7 +96,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		},
 		Spec: wfv1.WorkflowSpec{
 			Entrypoint:         entrypoint,
-			OnExit:             pipeline.StepCleanup,
+			OnExit:             names.StepCleanup,
 			ServiceAccountName: p.ServiceAccountName,
 			SecurityContext:    p.PodSecurityContext,
 			NodeSelector:       p.NodeSelector,
@@ -135,52 +137,52 @@ func taskParam(task, name string) string {
 // dagTemplate wires the steps. Engine-native conditions skip the gate when
 // the plan has no changes, and skip apply when it has none or was rejected.
 func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
-	hasChanges := taskParam(pipeline.StepPlan, pipeline.ResultHasChanges) + " == true"
+	hasChanges := taskParam(names.StepPlan, pipeline.ResultHasChanges) + " == true"
 	tasks := []wfv1.DAGTask{
-		{Name: pipeline.StepClone, Template: pipeline.StepClone},
-		{Name: pipeline.StepInit, Template: pipeline.StepInit, Depends: pipeline.StepClone},
-		{Name: pipeline.StepPlan, Template: pipeline.StepPlan, Depends: pipeline.StepInit},
+		{Name: names.StepClone, Template: names.StepClone},
+		{Name: names.StepInit, Template: names.StepInit, Depends: names.StepClone},
+		{Name: names.StepPlan, Template: names.StepPlan, Depends: names.StepInit},
 	}
 	// Checks run side by side once the plan has changes; the gate (or
 	// apply) waits for all of them. A failed check leaves the gate and
 	// apply omitted and fails the Workflow. ("check" alone in depends is
 	// Succeeded, Skipped or Daemoned.)
-	afterPlan := pipeline.StepPlan
+	afterPlan := names.StepPlan
 	for _, c := range p.Checks() {
-		tasks = append(tasks, wfv1.DAGTask{Name: c.Name, Template: c.Name, Depends: pipeline.StepPlan, When: hasChanges})
+		tasks = append(tasks, wfv1.DAGTask{Name: c.Name, Template: c.Name, Depends: names.StepPlan, When: hasChanges})
 		afterPlan += " && " + c.Name
 	}
 	if pipeline.PlanOnly(p.Type) {
 		return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
 	}
-	applyTask := wfv1.DAGTask{Name: pipeline.StepApply, Template: pipeline.StepApply}
-	exportDepends := pipeline.StepApply + ".Succeeded || " + pipeline.StepApply + ".Skipped"
+	applyTask := wfv1.DAGTask{Name: names.StepApply, Template: names.StepApply}
+	exportDepends := names.StepApply + ".Succeeded || " + names.StepApply + ".Skipped"
 	if p.ManualApproval {
 		tasks = append(tasks, wfv1.DAGTask{
-			Name:     pipeline.StepApprove,
-			Template: pipeline.StepApprove,
+			Name:     names.StepApprove,
+			Template: names.StepApprove,
 			Depends:  afterPlan,
 			When:     hasChanges,
 			Arguments: wfv1.Arguments{Parameters: []wfv1.Parameter{
-				{Name: paramDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
-				{Name: paramSummary, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultSummary))},
-				{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))},
+				{Name: paramDigest, Value: wfv1.AnyStringPtr(taskParam(names.StepPlan, pipeline.ResultDigest))},
+				{Name: paramSummary, Value: wfv1.AnyStringPtr(taskParam(names.StepPlan, pipeline.ResultSummary))},
+				{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(names.StepPlan, pipeline.ResultDigest))},
 			}},
 		})
-		applyTask.Depends = pipeline.StepApprove + ".Succeeded"
-		applyTask.When = fmt.Sprintf("'%s' == '%s'", taskParam(pipeline.StepApprove, paramDecision), decisionApprove)
-		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepApprove, paramApprovedDigest))}}
+		applyTask.Depends = names.StepApprove + ".Succeeded"
+		applyTask.When = fmt.Sprintf("'%s' == '%s'", taskParam(names.StepApprove, paramDecision), decisionApprove)
+		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(names.StepApprove, paramApprovedDigest))}}
 		// With no changes the gate is skipped and apply omitted; outputs are
 		// still exported.
-		exportDepends = pipeline.StepApply + ".Succeeded || " + pipeline.StepApprove + ".Skipped"
+		exportDepends = names.StepApply + ".Succeeded || " + names.StepApprove + ".Skipped"
 	} else {
 		applyTask.Depends = afterPlan
 		applyTask.When = hasChanges
-		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(pipeline.StepPlan, pipeline.ResultDigest))}}
+		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(names.StepPlan, pipeline.ResultDigest))}}
 	}
 	tasks = append(tasks, applyTask)
 	if p.Type == infrav1.RunApply {
-		tasks = append(tasks, wfv1.DAGTask{Name: pipeline.StepExport, Template: pipeline.StepExport, Depends: exportDepends})
+		tasks = append(tasks, wfv1.DAGTask{Name: names.StepExport, Template: names.StepExport, Depends: exportDepends})
 	}
 	return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
 }
@@ -200,7 +202,7 @@ func gateTemplate() wfv1.Template {
 		return wfv1.Parameter{Name: name, ValueFrom: &wfv1.ValueFrom{Supplied: &wfv1.SuppliedValueFrom{}, Default: wfv1.AnyStringPtr(def)}}
 	}
 	return wfv1.Template{
-		Name: pipeline.StepApprove,
+		Name: names.StepApprove,
 		Inputs: wfv1.Inputs{Parameters: []wfv1.Parameter{
 			{Name: paramDigest, Description: wfv1.AnyStringPtr("the digest of the plan waiting (kubectl tfrun plan shows it)")},
 			{Name: paramSummary, Description: wfv1.AnyStringPtr("what the plan does: resources to add, change, destroy and replace")},
@@ -245,7 +247,7 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 	c := s.Container("main", p, replacer)
 	c.VolumeMounts = append([]corev1.VolumeMount{s.WorkspaceMount()}, c.VolumeMounts...)
 	t.Container = &c
-	if s.Name == pipeline.StepApply {
+	if s.Name == names.StepApply {
 		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
 	}
 	for _, r := range s.Results {

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/validate"
 	"github.com/google/go-cmp/cmp"
@@ -21,7 +23,7 @@ func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, d
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}

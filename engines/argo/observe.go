@@ -5,6 +5,8 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/packer"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,8 +19,8 @@ import (
 
 // stepOrder is the order steps are reported in.
 var stepOrder = []string{
-	pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
-	pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup,
+	names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
+	names.StepApply, names.StepExport, names.StepCleanup,
 }
 
 // checkNames are the names of the check steps the Workflow has scheduled,
@@ -27,7 +29,7 @@ func checkNames(ns wfv1.Nodes) []string {
 	seen := map[string]bool{}
 	var out []string
 	for _, n := range ns {
-		if pipeline.IsCheck(n.DisplayName) && !seen[n.DisplayName] {
+		if names.IsCheck(n.DisplayName) && !seen[n.DisplayName] {
 			seen[n.DisplayName] = true
 			out = append(out, n.DisplayName)
 		}
@@ -44,7 +46,7 @@ func withChecks(order, checks []string) []string {
 	out := make([]string, 0, len(order)+len(checks))
 	for _, s := range order {
 		out = append(out, s)
-		if s == pipeline.StepPlan {
+		if s == names.StepPlan {
 			out = append(out, checks...)
 		}
 	}
@@ -72,13 +74,13 @@ func nodes(wf *wfv1.Workflow) (wfv1.Nodes, error) {
 // exit handler's display name is "<workflow>.onExit".
 func stepNode(wf *wfv1.Workflow, ns wfv1.Nodes, step string) (wfv1.NodeStatus, bool) {
 	display := step
-	if step == pipeline.StepCleanup {
+	if step == names.StepCleanup {
 		display = wf.Name + ".onExit"
 	}
 	var found wfv1.NodeStatus
 	ok := false
 	for _, n := range ns {
-		match := n.DisplayName == display || (step == pipeline.StepCleanup && n.TemplateName == pipeline.StepCleanup)
+		match := n.DisplayName == display || (step == names.StepCleanup && n.TemplateName == names.StepCleanup)
 		if !match {
 			continue
 		}
@@ -150,15 +152,15 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 			Message:    n.Message,
 		}
 		pr.Steps = append(pr.Steps, st)
-		if st.Phase == infrav1.StepFailed && failedMsg == "" && name != pipeline.StepApprove {
+		if st.Phase == infrav1.StepFailed && failedMsg == "" && name != names.StepApprove {
 			failedMsg = fmt.Sprintf("step %s failed: %s", name, n.Message)
 		}
 		switch name {
-		case pipeline.StepClone:
+		case names.StepClone:
 			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
 				pr.Commit = outputParam(n, pipeline.ResultCommit)
 			}
-		case pipeline.StepPlan:
+		case names.StepPlan:
 			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
 				plan, err := planResult(n)
 				if err != nil {
@@ -166,11 +168,11 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 				}
 				pr.Plan = plan
 			}
-		case pipeline.StepApprove:
+		case names.StepApprove:
 			pr.Gate = gate(wf, n)
-		case pipeline.StepApply:
+		case names.StepApply:
 			pr.Applied = n.Phase == wfv1.NodeSucceeded
-		case pipeline.StepExport:
+		case names.StepExport:
 			pr.OutputsExported = n.Phase == wfv1.NodeSucceeded
 		}
 	}

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -86,7 +88,7 @@ func gateNodeMessage(wf *wfv1.Workflow, digest string) (id, msg string, ok bool)
 		return "", "", false
 	}
 	for nid, n := range wf.Status.Nodes {
-		if n.DisplayName != pipeline.StepApprove || !n.IsActiveSuspendNode() {
+		if n.DisplayName != names.StepApprove || !n.IsActiveSuspendNode() {
 			continue
 		}
 		summary := ""
@@ -97,7 +99,7 @@ func gateNodeMessage(wf *wfv1.Workflow, digest string) (id, msg string, ok bool)
 				}
 			}
 		}
-		resume := fmt.Sprintf("RESUME this step with decision approve, or argo resume %s -n %s --node-field-selector displayName=%s", wf.Name, wf.Namespace, pipeline.StepApprove)
+		resume := fmt.Sprintf("RESUME this step with decision approve, or argo resume %s -n %s --node-field-selector displayName=%s", wf.Name, wf.Namespace, names.StepApprove)
 		msg = pipeline.GateMessage(wf.Labels[infrav1.RunNameLabel], wf.Namespace, summary, digest, resume)
 		return nid, msg, n.Message != msg
 	}

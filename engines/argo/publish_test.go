@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -14,7 +16,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // A waiting gate node gets a message with the plan's summary and digest and
@@ -23,8 +24,8 @@ func TestPublishGateWritesTheGateNodeMessage(t *testing.T) {
 	wf := &wfv1.Workflow{
 		ObjectMeta: metav1.ObjectMeta{Name: "net-1", Namespace: "team-a", Labels: map[string]string{infrav1.RunNameLabel: "net"}},
 		Status: wfv1.WorkflowStatus{Nodes: wfv1.Nodes{
-			"net-1-1": {ID: "net-1-1", Name: "net-1.plan", DisplayName: pipeline.StepPlan, Type: wfv1.NodeTypePod, Phase: wfv1.NodeSucceeded},
-			"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: pipeline.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
+			"net-1-1": {ID: "net-1-1", Name: "net-1.plan", DisplayName: names.StepPlan, Type: wfv1.NodeTypePod, Phase: wfv1.NodeSucceeded},
+			"net-1-2": {ID: "net-1-2", Name: "net-1.approve", DisplayName: names.StepApprove, Type: wfv1.NodeTypeSuspend, Phase: wfv1.NodeRunning,
 				Inputs: &wfv1.Inputs{Parameters: []wfv1.Parameter{
 					{Name: paramDigest, Value: wfv1.AnyStringPtr("sha256:ab")},
 					{Name: paramSummary, Value: wfv1.AnyStringPtr(`{"add":1,"change":0,"destroy":0,"replace":0}`)},

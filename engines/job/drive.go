@@ -7,6 +7,8 @@ import (
 	"maps"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,7 +58,7 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 // plan digest apply is bound to ("" when no Job is due).
 func nextStep(v runView, pr engine.Progress) (string, string) {
 	step, digest := dueStep(v, pr)
-	if step == "" || v.jobs[step] != nil || (step == pipeline.StepCleanup && anyActive(v)) {
+	if step == "" || v.jobs[step] != nil || (step == names.StepCleanup && anyActive(v)) {
 		return "", ""
 	}
 	return step, digest
@@ -70,8 +72,8 @@ func dueStep(v runView, pr engine.Progress) (string, string) {
 		return "", ""
 	}
 	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected
-	if stopped || pr.Plan == nil || stepPhase(pr.Steps, pipeline.StepPlan) != infrav1.StepSucceeded {
-		return pipeline.StepCleanup, ""
+	if stopped || pr.Plan == nil || stepPhase(pr.Steps, names.StepPlan) != infrav1.StepSucceeded {
+		return names.StepCleanup, ""
 	}
 	if len(v.checks()) > 0 && pr.Plan.HasChanges {
 		checks := v.jobs[stepChecks]
@@ -81,35 +83,35 @@ func dueStep(v runView, pr engine.Progress) (string, string) {
 		case !jobDone(checks):
 			return "", ""
 		case !v.checksPassed(pr.Steps):
-			return pipeline.StepCleanup, ""
+			return names.StepCleanup, ""
 		}
 	}
 	if v.planOnly() {
-		return pipeline.StepCleanup, ""
+		return names.StepCleanup, ""
 	}
 	if pr.Plan.HasChanges {
-		apply := v.jobs[pipeline.StepApply]
+		apply := v.jobs[names.StepApply]
 		switch {
 		case apply == nil && v.child.Annotations[annoApproval] != approvalManual:
-			return pipeline.StepApply, pr.Plan.Digest
+			return names.StepApply, pr.Plan.Digest
 		case apply == nil && pr.Gate.State == engine.GateApproved:
-			return pipeline.StepApply, v.child.Annotations[annoDigest]
+			return names.StepApply, v.child.Annotations[annoDigest]
 		case apply == nil || !jobDone(apply):
 			return "", ""
-		case stepPhase(pr.Steps, pipeline.StepApply) != infrav1.StepSucceeded:
-			return pipeline.StepCleanup, ""
+		case stepPhase(pr.Steps, names.StepApply) != infrav1.StepSucceeded:
+			return names.StepCleanup, ""
 		}
 	}
-	if v.child.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) && !jobDone(v.jobs[pipeline.StepExport]) {
-		return pipeline.StepExport, ""
+	if v.child.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) && !jobDone(v.jobs[names.StepExport]) {
+		return names.StepExport, ""
 	}
-	return pipeline.StepCleanup, ""
+	return names.StepCleanup, ""
 }
 
 // anyActive says whether any of the run's Jobs still runs.
 func anyActive(v runView) bool {
 	for step, j := range v.jobs {
-		if step != pipeline.StepCleanup && !jobDone(j) {
+		if step != names.StepCleanup && !jobDone(j) {
 			return true
 		}
 	}
@@ -121,10 +123,10 @@ func anyActive(v runView) bool {
 // Job is deleted.
 func stopActive(ctx context.Context, c client.Client, v runView) error {
 	for step, j := range v.jobs {
-		if step == pipeline.StepCleanup || jobDone(j) {
+		if step == names.StepCleanup || jobDone(j) {
 			continue
 		}
-		if step == pipeline.StepPlan {
+		if step == names.StepPlan {
 			if j.Spec.Suspend != nil && *j.Spec.Suspend {
 				continue
 			}
@@ -193,7 +195,7 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, chil
 	}
 	var steps []pipeline.Step
 	for _, s := range later.Steps {
-		if s.Name == step || (step == stepChecks && pipeline.IsCheck(s.Name)) {
+		if s.Name == step || (step == stepChecks && names.IsCheck(s.Name)) {
 			steps = append(steps, s)
 		}
 	}

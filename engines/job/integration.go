@@ -3,6 +3,8 @@ package job
 import (
 	"fmt"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -11,7 +13,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // What the Job engine owns beyond building, observing and driving its
@@ -74,9 +75,9 @@ func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 func (Engine) StepLogs(child, step string) (string, string) {
 	job := step
 	switch {
-	case step == pipeline.StepClone || step == pipeline.StepInit:
-		job = pipeline.StepPlan
-	case pipeline.IsCheck(step):
+	case step == names.StepClone || step == names.StepInit:
+		job = names.StepPlan
+	case names.IsCheck(step):
 		job = stepChecks
 	}
 	return ChildLabel + "=" + child + "," + infrav1.StepLabel + "=" + job, step

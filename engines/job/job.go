@@ -26,6 +26,8 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -107,9 +109,9 @@ func (Engine) NewChildList() client.ObjectList { return &batchv1.JobList{} }
 
 // stepJobs are the Jobs after the plan Job, in order, by step.
 var stepJobs = []struct{ step, suffix string }{
-	{pipeline.StepApply, "apply"},
-	{pipeline.StepExport, "export"},
-	{pipeline.StepCleanup, "cleanup"},
+	{names.StepApply, "apply"},
+	{names.StepExport, "export"},
+	{names.StepCleanup, "cleanup"},
 }
 
 // stepJobName is the name of a step's Job; the plan Job is the child.
@@ -148,10 +150,10 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	clone, _ := p.StepNamed(pipeline.StepClone)
-	ini, _ := p.StepNamed(pipeline.StepInit)
-	plan, _ := p.StepNamed(pipeline.StepPlan)
-	tmpl := podTemplate(p, r, pipeline.StepPlan, req.Config.StepImage, clone, ini, plan)
+	clone, _ := p.StepNamed(names.StepClone)
+	ini, _ := p.StepNamed(names.StepInit)
+	plan, _ := p.StepNamed(names.StepPlan)
+	tmpl := podTemplate(p, r, names.StepPlan, req.Config.StepImage, clone, ini, plan)
 	ownerFromLabel(&tmpl.Spec)
 	ws, err := json.Marshal(workspace{Size: p.WorkspaceSize.String(), StorageClassName: p.StorageClassName})
 	if err != nil {
@@ -173,7 +175,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	j := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, Labels: jobLabels(p, req.Name, pipeline.StepPlan),
+			Name: p.Name, Namespace: p.Namespace, Labels: jobLabels(p, req.Name, names.StepPlan),
 			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},

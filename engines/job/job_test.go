@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -27,7 +29,7 @@ func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ..
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineJob, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -57,7 +59,7 @@ type runView struct {
 }
 
 func newView(child *batchv1.Job, related []client.Object) runView {
-	v := runView{child: child, jobs: map[string]*batchv1.Job{pipeline.StepPlan: child}, pods: map[string]*corev1.Pod{}}
+	v := runView{child: child, jobs: map[string]*batchv1.Job{names.StepPlan: child}, pods: map[string]*corev1.Pod{}}
 	for _, o := range related {
 		switch r := o.(type) {
 		case *batchv1.Job:
@@ -100,7 +102,7 @@ func (v runView) checksPassed(steps []infrav1.StepStatus) bool {
 // checkSteps reads the checks: from the checks Job's pod, or Skipped when
 // the plan had no changes or the run ended before them.
 func (v runView) checkSteps(pr engine.Progress) []infrav1.StepStatus {
-	if pr.Plan == nil && v.jobs[pipeline.StepCleanup] == nil {
+	if pr.Plan == nil && v.jobs[names.StepCleanup] == nil {
 		return nil
 	}
 	var out []infrav1.StepStatus
@@ -109,7 +111,7 @@ func (v runView) checkSteps(pr engine.Progress) []infrav1.StepStatus {
 		case v.jobs[stepChecks] != nil:
 			st, _ := v.step(stepChecks, c)
 			out = append(out, st)
-		case (pr.Plan != nil && !pr.Plan.HasChanges) || v.jobs[pipeline.StepCleanup] != nil:
+		case (pr.Plan != nil && !pr.Plan.HasChanges) || v.jobs[names.StepCleanup] != nil:
 			out = append(out, infrav1.StepStatus{Name: c, Phase: infrav1.StepSkipped})
 		}
 	}
@@ -141,18 +143,18 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	var failed []string
 	add := func(st infrav1.StepStatus) {
 		pr.Steps = append(pr.Steps, st)
-		if st.Phase == infrav1.StepFailed && st.Name != pipeline.StepApprove {
+		if st.Phase == infrav1.StepFailed && st.Name != names.StepApprove {
 			failed = append(failed, fmt.Sprintf("step %s failed: %s", st.Name, st.Message))
 		}
 	}
 	// The plan Job's steps show once its pod exists (or the Job failed
 	// without one), as an Argo node shows once it is scheduled.
 	_, failedEarly := jobFailed(child)
-	for _, s := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
-		if v.pods[pipeline.StepPlan] == nil && !failedEarly {
+	for _, s := range []string{names.StepClone, names.StepInit, names.StepPlan} {
+		if v.pods[names.StepPlan] == nil && !failedEarly {
 			break
 		}
-		st, res := v.step(pipeline.StepPlan, s)
+		st, res := v.step(names.StepPlan, s)
 		add(st)
 		if err := v.readResults(&pr, s, st, res); err != nil {
 			return engine.Progress{}, err
@@ -168,15 +170,15 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		add(gs)
 	}
 	for _, s := range stepJobs {
-		if v.planOnly() && s.step != pipeline.StepCleanup {
+		if v.planOnly() && s.step != names.StepCleanup {
 			continue
 		}
 		if st, ok := v.laterStep(s.step, pr); ok {
 			add(st)
 		}
 	}
-	pr.Applied = stepPhase(pr.Steps, pipeline.StepApply) == infrav1.StepSucceeded
-	pr.OutputsExported = stepPhase(pr.Steps, pipeline.StepExport) == infrav1.StepSucceeded
+	pr.Applied = stepPhase(pr.Steps, names.StepApply) == infrav1.StepSucceeded
+	pr.OutputsExported = stepPhase(pr.Steps, names.StepExport) == infrav1.StepSucceeded
 	v.phase(&pr, failed)
 	if step := v.unread(time.Now()); step != "" && pr.Finished {
 		// Not finished until every step's pod has been read: a result
@@ -193,9 +195,9 @@ func (v runView) readResults(pr *engine.Progress, step string, st infrav1.StepSt
 		return nil
 	}
 	switch step {
-	case pipeline.StepClone:
+	case names.StepClone:
 		pr.Commit = res[results.Commit]
-	case pipeline.StepPlan:
+	case names.StepPlan:
 		plan, err := results.ParsePlan(func(n string) string { return res[n] })
 		if err != nil {
 			return err
@@ -300,7 +302,7 @@ func jobFinishedAt(j *batchv1.Job) *metav1.Time {
 // (a pod deleted since is not waited for longer).
 func (v runView) unread(now time.Time) string {
 	for step, j := range v.jobs {
-		if _, failed := jobFailed(j); failed || !jobDone(j) || step == pipeline.StepCleanup {
+		if _, failed := jobFailed(j); failed || !jobDone(j) || step == names.StepCleanup {
 			continue // cleanup's pod holds nothing the result needs
 		}
 		if at := jobFinishedAt(j); at != nil && now.Sub(at.Time) > engine.CacheLagGrace {
@@ -359,7 +361,7 @@ func (v runView) gate(plan *engine.PlanResult) engine.Gate {
 		return engine.Gate{State: engine.GateSkipped}
 	}
 	g := engine.Gate{State: engine.GatePending, Digest: a[annoDigest], By: a[annoDecidedBy], Message: a[annoGateMessage]}
-	if cs, ok := v.container(pipeline.StepPlan, pipeline.StepPlan); ok && cs.State.Terminated != nil {
+	if cs, ok := v.container(names.StepPlan, names.StepPlan); ok && cs.State.Terminated != nil {
 		g.Since = engine.TimeOrNil(cs.State.Terminated.FinishedAt)
 	}
 	if t, err := time.Parse(time.RFC3339, a[annoDecidedAt]); err == nil {
@@ -375,7 +377,7 @@ func (v runView) gate(plan *engine.PlanResult) engine.Gate {
 }
 
 func gateStep(g engine.Gate) (infrav1.StepStatus, bool) {
-	st := infrav1.StepStatus{Name: pipeline.StepApprove, StartedAt: g.Since, FinishedAt: g.DecidedAt, Message: g.Message}
+	st := infrav1.StepStatus{Name: names.StepApprove, StartedAt: g.Since, FinishedAt: g.DecidedAt, Message: g.Message}
 	switch g.State {
 	case engine.GatePending:
 		st.Phase = infrav1.StepRunning
@@ -399,9 +401,9 @@ func (v runView) laterStep(step string, pr engine.Progress) (infrav1.StepStatus,
 		return st, true
 	}
 	switch {
-	case step == pipeline.StepApply && pr.Plan != nil && !pr.Plan.HasChanges:
+	case step == names.StepApply && pr.Plan != nil && !pr.Plan.HasChanges:
 		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
-	case step != pipeline.StepCleanup && v.jobs[pipeline.StepCleanup] != nil:
+	case step != names.StepCleanup && v.jobs[names.StepCleanup] != nil:
 		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
 	}
 	return infrav1.StepStatus{}, false
@@ -419,7 +421,7 @@ func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
 // phase derives the run's phase: finished once cleanup has; Rejected when
 // the gate was, Failed when a step failed or the run was stopped.
 func (v runView) phase(pr *engine.Progress, failed []string) {
-	cleanup := v.jobs[pipeline.StepCleanup]
+	cleanup := v.jobs[names.StepCleanup]
 	pr.Finished = jobDone(cleanup)
 	if pr.Finished {
 		pr.FinishedAt = jobFinishedAt(cleanup)
@@ -451,15 +453,15 @@ func (v runView) phase(pr *engine.Progress, failed []string) {
 
 // order is a step's place in the pipeline; checks come after plan.
 func order(step string) int {
-	if pipeline.IsCheck(step) {
-		return 2*indexOfStep(pipeline.StepPlan) + 1
+	if names.IsCheck(step) {
+		return 2*indexOfStep(names.StepPlan) + 1
 	}
 	return 2 * indexOfStep(step)
 }
 
 func indexOfStep(step string) int {
-	for i, s := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan, pipeline.StepApprove,
-		pipeline.StepApply, pipeline.StepExport, pipeline.StepCleanup} {
+	for i, s := range []string{names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
+		names.StepApply, names.StepExport, names.StepCleanup} {
 		if s == step {
 			return i
 		}

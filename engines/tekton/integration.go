@@ -3,6 +3,8 @@ package tekton
 import (
 	"fmt"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -10,7 +12,6 @@ import (
 	duckv1 "knative.dev/pkg/apis/duck/v1"
 
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // What the Tekton engine owns beyond building and observing PipelineRuns:
@@ -105,7 +106,7 @@ func slimTaskRunStatus(s tektonv1.TaskRunStatus) tektonv1.TaskRunStatus {
 // the plan task's pod, in containers named step-<step>.
 func (Engine) StepLogs(child, step string) (string, string) {
 	task := step
-	if step == pipeline.StepClone || step == pipeline.StepInit {
+	if step == names.StepClone || step == names.StepInit {
 		task = taskPlan
 	}
 	return PipelineRunLabel + "=" + child + "," + PipelineTaskLabel + "=" + task, "step-" + step

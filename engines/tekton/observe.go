@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
@@ -91,14 +93,14 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	var failedMsg string
 	addStep := func(st infrav1.StepStatus) {
 		out.Steps = append(out.Steps, st)
-		if st.Phase == infrav1.StepFailed && failedMsg == "" && st.Name != pipeline.StepApprove {
+		if st.Phase == infrav1.StepFailed && failedMsg == "" && st.Name != names.StepApprove {
 			failedMsg = fmt.Sprintf("step %s failed: %s", st.Name, st.Message)
 		}
 	}
 
 	// clone, init and plan are steps of the plan task.
 	if tr := taskRuns[taskPlan]; tr != nil {
-		for _, name := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
+		for _, name := range []string{names.StepClone, names.StepInit, names.StepPlan} {
 			addStep(stepStatus(tr, name, name))
 		}
 		res := taskResults(tr)
@@ -115,10 +117,10 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	// PipelineRun has no spec), in order of name.
 	checks := map[string]bool{}
 	for task := range taskRuns {
-		checks[task] = pipeline.IsCheck(task)
+		checks[task] = names.IsCheck(task)
 	}
 	for task := range skipped {
-		checks[task] = checks[task] || pipeline.IsCheck(task)
+		checks[task] = checks[task] || names.IsCheck(task)
 	}
 	for _, task := range sortedTrue(checks) {
 		if tr := taskRuns[task]; tr != nil {
@@ -133,14 +135,14 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		addStep(gateStep(gate, out.Gate))
 	case skipped[taskApprove]:
 		out.Gate.State = engine.GateSkipped
-		addStep(infrav1.StepStatus{Name: pipeline.StepApprove, Phase: infrav1.StepSkipped})
+		addStep(infrav1.StepStatus{Name: names.StepApprove, Phase: infrav1.StepSkipped})
 	}
-	for _, t := range []struct{ task, step string }{{taskApply, pipeline.StepApply}, {taskExport, pipeline.StepExport}, {taskCleanup, pipeline.StepCleanup}} {
+	for _, t := range []struct{ task, step string }{{taskApply, names.StepApply}, {taskExport, names.StepExport}, {taskCleanup, names.StepCleanup}} {
 		if tr := taskRuns[t.task]; tr != nil {
 			st := stepStatus(tr, t.step, t.step)
 			addStep(st)
-			out.Applied = out.Applied || (t.step == pipeline.StepApply && st.Phase == infrav1.StepSucceeded)
-			out.OutputsExported = out.OutputsExported || (t.step == pipeline.StepExport && st.Phase == infrav1.StepSucceeded)
+			out.Applied = out.Applied || (t.step == names.StepApply && st.Phase == infrav1.StepSucceeded)
+			out.OutputsExported = out.OutputsExported || (t.step == names.StepExport && st.Phase == infrav1.StepSucceeded)
 		} else if skipped[t.task] {
 			addStep(infrav1.StepStatus{Name: t.step, Phase: infrav1.StepSkipped})
 		}
@@ -315,7 +317,7 @@ func gateState(cr *tektonv1beta1.CustomRun) engine.Gate {
 }
 
 func gateStep(cr *tektonv1beta1.CustomRun, g engine.Gate) infrav1.StepStatus {
-	st := infrav1.StepStatus{Name: pipeline.StepApprove, StartedAt: cr.Status.StartTime, FinishedAt: cr.Status.CompletionTime, Message: g.Message}
+	st := infrav1.StepStatus{Name: names.StepApprove, StartedAt: cr.Status.StartTime, FinishedAt: cr.Status.CompletionTime, Message: g.Message}
 	switch g.State {
 	case engine.GatePending:
 		st.Phase = infrav1.StepRunning

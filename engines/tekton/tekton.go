@@ -16,6 +16,8 @@ import (
 	"maps"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	tektonpod "github.com/tektoncd/pipeline/pkg/apis/pipeline/pod"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
@@ -37,10 +39,10 @@ const (
 	ResultsDir = "/tekton/results"
 
 	taskPlan    = "plan"
-	taskApprove = pipeline.StepApprove
-	taskApply   = pipeline.StepApply
-	taskExport  = pipeline.StepExport
-	taskCleanup = pipeline.StepCleanup
+	taskApprove = names.StepApprove
+	taskApply   = names.StepApply
+	taskExport  = names.StepExport
+	taskCleanup = names.StepCleanup
 
 	// Results of the approval custom task.
 	resultDecision       = "decision"
@@ -108,9 +110,9 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	planTask := tektonv1.PipelineTask{
 		Name:        taskPlan,
 		DisplayName: "Plan (clone, init, plan)",
-		Description: "One pod: " + pipeline.StepDescription(pipeline.StepClone) + " " + pipeline.StepDescription(pipeline.StepInit) + " " + pipeline.StepDescription(pipeline.StepPlan),
+		Description: "One pod: " + pipeline.StepDescription(names.StepClone) + " " + pipeline.StepDescription(names.StepInit) + " " + pipeline.StepDescription(names.StepPlan),
 		Workspaces:  ws,
-		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(steps[pipeline.StepClone], steps[pipeline.StepPlan]), steps[pipeline.StepClone], steps[pipeline.StepInit], steps[pipeline.StepPlan]),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(steps[names.StepClone], steps[names.StepPlan]), steps[names.StepClone], steps[names.StepInit], steps[names.StepPlan]),
 	}
 	tasks := []tektonv1.PipelineTask{planTask}
 	// Checks run side by side after a plan with changes, a pod each; the
@@ -119,7 +121,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	for _, c := range p.Checks() {
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: ws,
-			DisplayName: "Check " + strings.TrimPrefix(c.Name, pipeline.CheckPrefix), Description: pipeline.StepDescription(c.Name),
+			DisplayName: "Check " + strings.TrimPrefix(c.Name, names.CheckPrefix), Description: pipeline.StepDescription(c.Name),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
 			When:     tektonv1.WhenExpressions{hasChanges()},
 		})
@@ -152,7 +154,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 				Tasks:       tasks,
 				Finally: []tektonv1.PipelineTask{{
 					Name: taskCleanup, Workspaces: ws,
-					DisplayName: "Cleanup", Description: pipeline.StepDescription(pipeline.StepCleanup),
+					DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
 					TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
 				}},
 			},
@@ -231,9 +233,9 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 	applyTask := tektonv1.PipelineTask{
 		Name:        taskApply,
 		DisplayName: "Apply the plan",
-		Description: pipeline.StepDescription(pipeline.StepApply),
+		Description: pipeline.StepDescription(names.StepApply),
 		Workspaces:  ws,
-		TaskSpec:    taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepApply]),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, nil, steps[names.StepApply]),
 		When:        tektonv1.WhenExpressions{hasChanges},
 	}
 	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
@@ -241,7 +243,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name:        taskApprove,
 			DisplayName: "Approve the plan",
-			Description: pipeline.StepDescription(pipeline.StepApprove) + " Approve: " + pipeline.ApproveCommand(p) + " (upstream Tekton has no approve button).",
+			Description: pipeline.StepDescription(names.StepApprove) + " Approve: " + pipeline.ApproveCommand(p) + " (upstream Tekton has no approve button).",
 			RunAfter:    afterPlan,
 			TaskRef:     &tektonv1.TaskRef{APIVersion: ApprovalAPIVersion, Kind: ApprovalKind},
 			When:        tektonv1.WhenExpressions{hasChanges},
@@ -268,8 +270,8 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		// not after a failed or rejected one (the run has failed by then).
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
-			DisplayName: "Export outputs", Description: pipeline.StepDescription(pipeline.StepExport),
-			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[pipeline.StepExport]),
+			DisplayName: "Export outputs", Description: pipeline.StepDescription(names.StepExport),
+			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[names.StepExport]),
 		})
 	}
 	return tasks
@@ -278,21 +280,21 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 // stepDisplayName is what the Tekton Dashboard shows for a step.
 func stepDisplayName(name string) string {
 	switch name {
-	case pipeline.StepClone:
+	case names.StepClone:
 		return "clone the module"
-	case pipeline.StepInit:
+	case names.StepInit:
 		return "terraform init"
-	case pipeline.StepPlan:
+	case names.StepPlan:
 		return "terraform plan"
-	case pipeline.StepApply:
+	case names.StepApply:
 		return "terraform apply"
-	case pipeline.StepExport:
+	case names.StepExport:
 		return "export outputs"
-	case pipeline.StepCleanup:
+	case names.StepCleanup:
 		return "cleanup"
 	}
-	if pipeline.IsCheck(name) {
-		return "check " + strings.TrimPrefix(name, pipeline.CheckPrefix)
+	if names.IsCheck(name) {
+		return "check " + strings.TrimPrefix(name, names.CheckPrefix)
 	}
 	return ""
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	"github.com/google/go-cmp/cmp"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	"sigs.k8s.io/yaml"
@@ -19,7 +21,7 @@ func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ..
 	t.Helper()
 	eff := pipeline.Defaults(run, infrav1.EngineTekton, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: pipeline.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -183,11 +184,11 @@ func planStatus(p *engine.PlanResult, runID string) *infrav1.PlanStatus {
 func (r *TerraformRunReconciler) projectSteps(run *infrav1.TerraformRun, steps []infrav1.StepStatus) {
 	for _, s := range steps {
 		switch {
-		case s.Name == pipeline.StepPlan && s.Phase == infrav1.StepFailed:
+		case s.Name == names.StepPlan && s.Phase == infrav1.StepFailed:
 			r.transition(run, infrav1.PlannedCondition, metav1False, infrav1.ReasonRunFailed, s.Message)
-		case s.Name == pipeline.StepApply && s.Phase == infrav1.StepRunning:
+		case s.Name == names.StepApply && s.Phase == infrav1.StepRunning:
 			r.transition(run, infrav1.AppliedCondition, metav1Unknown, infrav1.ReasonProgressing, "applying plan "+digestOf(run))
-		case s.Name == pipeline.StepApply && s.Phase == infrav1.StepFailed:
+		case s.Name == names.StepApply && s.Phase == infrav1.StepFailed:
 			r.transition(run, infrav1.AppliedCondition, metav1False, infrav1.ReasonRunFailed, s.Message)
 		}
 	}
@@ -203,7 +204,7 @@ func digestOf(run *infrav1.TerraformRun) string {
 func describeSteps(steps []infrav1.StepStatus) string {
 	for i := len(steps) - 1; i >= 0; i-- {
 		if steps[i].Phase == infrav1.StepRunning {
-			if steps[i].Name == pipeline.StepApprove {
+			if steps[i].Name == names.StepApprove {
 				return "waiting for approval"
 			}
 			return "step " + steps[i].Name + " is running"
@@ -242,7 +243,7 @@ func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.Ter
 // applyStarted says whether an active run's apply step has started.
 func applyStarted(steps []infrav1.StepStatus) bool {
 	for _, s := range steps {
-		if s.Name == pipeline.StepApply {
+		if s.Name == names.StepApply {
 			return s.Phase == infrav1.StepRunning || s.Phase == infrav1.StepSucceeded || s.Phase == infrav1.StepFailed
 		}
 	}
@@ -253,14 +254,14 @@ func applyStarted(steps []infrav1.StepStatus) bool {
 // anything: it ran, or the child does not say.
 func applyMayHaveRun(steps []infrav1.StepStatus) bool {
 	for _, s := range steps {
-		if s.Name == pipeline.StepApply {
+		if s.Name == names.StepApply {
 			return s.Phase != infrav1.StepPending && s.Phase != infrav1.StepSkipped
 		}
 	}
 	// No apply step reported: the plan failed or was rejected before it, or
 	// the engine shows no steps; only the former is known to be harmless.
 	for _, s := range steps {
-		if s.Name == pipeline.StepPlan || s.Name == pipeline.StepApprove {
+		if s.Name == names.StepPlan || s.Name == names.StepApprove {
 			return false
 		}
 	}

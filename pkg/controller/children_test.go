@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -13,7 +15,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 func TestReconcileChildren(t *testing.T) {
@@ -110,7 +111,7 @@ func TestReconcileChildren(t *testing.T) {
 func TestRecordHistory(t *testing.T) {
 	run := aRun("a")
 	for n := int64(1); n <= 4; n++ {
-		cur := &infrav1.RunStatus{ID: pipeline.ChildName("a", infrav1.RunApply, n), Number: n, Type: infrav1.RunApply, Phase: infrav1.RunSucceeded, Commit: "c" + itoa(n)}
+		cur := &infrav1.RunStatus{ID: names.ChildName("a", infrav1.RunApply, n), Number: n, Type: infrav1.RunApply, Phase: infrav1.RunSucceeded, Commit: "c" + itoa(n)}
 		run.Status.Plan = &infrav1.PlanStatus{RunID: cur.ID, Digest: "d" + itoa(n)}
 		run.Status.Approval = &infrav1.ApprovalStatus{Digest: "d" + itoa(n), Approved: true, Source: infrav1.ApprovedBySpec}
 		recordHistory(run, cur, 3)

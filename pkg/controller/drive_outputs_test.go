@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -13,7 +15,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // drivenEngine is a fake engine that no controller drives: it records the
@@ -88,7 +89,7 @@ func TestReconcileDrive(t *testing.T) {
 func TestReconcileOutputs(t *testing.T) {
 	const outputsJSON = `{"id":{"sensitive":false,"value":"abc"},"secret":{"sensitive":true,"value":"s3"}}`
 	rawOf := func(child string) *corev1.Secret {
-		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pipeline.RawOutputsSecretName(child), Namespace: "ns"},
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.RawOutputsSecretName(child), Namespace: "ns"},
 			Data: map[string][]byte{RawOutputsKey: []byte(outputsJSON)}}
 	}
 	cases := map[string]struct {

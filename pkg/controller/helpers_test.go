@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -144,8 +146,8 @@ func withRun(r *TerraformRunReconciler, run *infrav1.TerraformRun, n int64, phas
 	start := metav1.NewTime(t0.Add(-time.Minute))
 	run.Status.LastRunNumber = n
 	run.Status.Run = &infrav1.RunStatus{
-		ID: pipeline.ChildName(run.Name, t, n), Number: n, Type: t, Engine: fakeName, SpecHash: st.hash, Attempt: 1,
-		Child: infrav1.ChildReference{APIVersion: "batch/v1", Kind: "Job", Name: pipeline.ChildName(run.Name, t, n)},
+		ID: names.ChildName(run.Name, t, n), Number: n, Type: t, Engine: fakeName, SpecHash: st.hash, Attempt: 1,
+		Child: infrav1.ChildReference{APIVersion: "batch/v1", Kind: "Job", Name: names.ChildName(run.Name, t, n)},
 		Phase: phase, StartedAt: &start,
 	}
 	return run
@@ -154,7 +156,7 @@ func withRun(r *TerraformRunReconciler, run *infrav1.TerraformRun, n int64, phas
 // childOf builds the child of run number n, as the fake engine would.
 func childOf(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, n int64, hash string) *batchv1.Job {
 	t.Helper()
-	obj, err := (&fakeEngine{}).Build(engine.Request{Run: run, Type: typ, Name: pipeline.ChildName(run.Name, typ, n), Number: n, SpecHash: hash})
+	obj, err := (&fakeEngine{}).Build(engine.Request{Run: run, Type: typ, Name: names.ChildName(run.Name, typ, n), Number: n, SpecHash: hash})
 	if err != nil {
 		t.Fatal(err)
 	}

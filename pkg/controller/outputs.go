@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"sort"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -103,7 +105,7 @@ func Outputs(spec infrav1.OutputsSpec, raw []byte) ([]Output, error) {
 // success; a failure is returned and retried, so outputs are never lost.
 func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *infrav1.TerraformRun, child string) error {
 	raw := &corev1.Secret{}
-	key := types.NamespacedName{Namespace: run.Namespace, Name: pipeline.RawOutputsSecretName(child)}
+	key := types.NamespacedName{Namespace: run.Namespace, Name: names.RawOutputsSecretName(child)}
 	if err := r.Get(ctx, key, raw); err != nil {
 		if !apierrors.IsNotFound(err) {
 			return generic("ReadOutputs", err, "reading outputs of run %s", child)
@@ -127,7 +129,7 @@ func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *i
 			sensitive = append(sensitive, o.Key)
 		}
 	}
-	name := pipeline.OutputsSecretName(eff)
+	name := names.OutputsSecretName(eff)
 	digest, err := r.writeOutputsSecret(ctx, run, name, data)
 	if err != nil {
 		return err
@@ -287,7 +289,7 @@ func (r *TerraformRunReconciler) restoreOutputs(ctx context.Context, run, eff *i
 		return nil
 	}
 	raw := &corev1.Secret{}
-	err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: pipeline.RawOutputsSecretName(run.Status.Run.ID)}, raw)
+	err := r.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: names.RawOutputsSecretName(run.Status.Run.ID)}, raw)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -6,13 +6,14 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // reconcileSchedule runs the scheduled checks of spec.interval. A check is
@@ -145,7 +146,7 @@ func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.Te
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	name := pipeline.ChildName(run.Name, infrav1.RunDrift, number)
+	name := names.ChildName(run.Name, infrav1.RunDrift, number)
 	if ok, pos, total := r.Limiter.Acquire(client.ObjectKeyFromObject(run), name, prioCheck); !ok {
 		ctrl.LoggerFrom(ctx).V(1).Info("check queued", "position", pos, "waiting", total, "active", r.Limiter.Active())
 		return ctrl.Result{RequeueAfter: queueRetry}, nil

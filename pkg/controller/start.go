@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -99,7 +101,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	name := pipeline.ChildName(run.Name, n.typ, number)
+	name := names.ChildName(run.Name, n.typ, number)
 	if other, err := r.otherActiveChild(ctx, run, e, name, number); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
@@ -173,7 +175,7 @@ func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *pass
 func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType) (int64, client.Object, error) {
 	first := run.Status.LastRunNumber + 1
 	for n := first; n < first+maxNumberSkips; n++ {
-		name := pipeline.ChildName(run.Name, t, n)
+		name := names.ChildName(run.Name, t, n)
 		existing, err := r.cachedChild(ctx, run.Namespace, e, name)
 		if err != nil {
 			return 0, nil, err
@@ -194,7 +196,7 @@ func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.Te
 			return n, existing, err
 		}
 	}
-	return 0, nil, stalling(infrav1.ReasonInvalidSpec, "run numbers %d to %d all name objects that are not this TerraformRun's next run (%s); delete them", first, first+maxNumberSkips-1, pipeline.ChildName(run.Name, t, first))
+	return 0, nil, stalling(infrav1.ReasonInvalidSpec, "run numbers %d to %d all name objects that are not this TerraformRun's next run (%s); delete them", first, first+maxNumberSkips-1, names.ChildName(run.Name, t, first))
 }
 
 // cachedChild reads a child from the cache; nil when the cache lacks it.

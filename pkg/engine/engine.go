@@ -237,7 +237,7 @@ type Request struct {
 	Run *infrav1.TerraformRun
 	// Type is apply or destroy.
 	Type infrav1.RunType
-	// Name is the child's name (see pipeline.ChildName).
+	// Name is the child's name (see names.ChildName).
 	Name string
 	// Number is the run's number.
 	Number int64

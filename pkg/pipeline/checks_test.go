@@ -7,6 +7,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
@@ -27,7 +28,7 @@ func TestChecks(t *testing.T) {
 		}
 		return p
 	}
-	names := func(p *pipeline.Pipeline) []string {
+	stepNames := func(p *pipeline.Pipeline) []string {
 		var out []string
 		for _, s := range p.Steps {
 			out = append(out, s.Name)
@@ -41,10 +42,10 @@ func TestChecks(t *testing.T) {
 		infrav1.RunDestroy: {"clone", "init", "plan", "apply"},
 	} {
 		p := build(run, typ)
-		if got := names(p); !slices.Equal(got, want) {
+		if got := stepNames(p); !slices.Equal(got, want) {
 			t.Errorf("%s run steps = %v, want %v", typ, got, want)
 		}
-		plan, _ := p.StepNamed(pipeline.StepPlan)
+		plan, _ := p.StepNamed(names.StepPlan)
 		hasInput := slices.Contains(plan.Args, "--check-input-dir="+pipeline.CheckInputDir)
 		if hasInput != pipeline.HasChecks(typ) {
 			t.Errorf("%s run: plan writes the checks' input = %v", typ, hasInput)

@@ -10,6 +10,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
@@ -33,7 +34,7 @@ func TestDependencies(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			plan, _ := p.StepNamed(pipeline.StepPlan)
+			plan, _ := p.StepNamed(names.StepPlan)
 			var got []string
 			for _, a := range plan.Args {
 				if strings.HasPrefix(a, "--dependency-var=") {
@@ -59,7 +60,7 @@ func TestDependencies(t *testing.T) {
 			}
 			for _, s := range append(p.Steps, p.Cleanup) {
 				mounts := slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "dep-0" })
-				if mounts != (s.Name == pipeline.StepPlan) {
+				if mounts != (s.Name == names.StepPlan) {
 					t.Errorf("step %s mounts the dependency's outputs: %v", s.Name, mounts)
 				}
 			}

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -54,23 +55,23 @@ func Description(p *Pipeline, resume string) string {
 // StepDescription says what one step does.
 func StepDescription(step string) string {
 	switch step {
-	case StepClone:
+	case names.StepClone:
 		return "Fetches the module from spec.source into the run's workspace."
-	case StepInit:
+	case names.StepInit:
 		return "terraform init: providers, modules and the state backend."
-	case StepPlan:
+	case names.StepPlan:
 		return "terraform plan: saves the plan, its digest and its summary (+add ~change -destroy)."
-	case StepApprove:
+	case names.StepApprove:
 		return "Waits for a person to approve the plan whose digest it shows; reject skips apply."
-	case StepApply:
+	case names.StepApply:
 		return "terraform apply of exactly the approved plan (its digest is checked)."
-	case StepExport:
+	case names.StepExport:
 		return "Writes terraform's outputs to the run's outputs Secret."
-	case StepCleanup:
+	case names.StepCleanup:
 		return "Always runs last: releases a state lock left behind and removes the saved plan."
 	}
-	if IsCheck(step) {
-		return fmt.Sprintf("Plan check %s (spec.checks): fails the run before the approval if the plan breaks it.", strings.TrimPrefix(step, CheckPrefix))
+	if names.IsCheck(step) {
+		return fmt.Sprintf("Plan check %s (spec.checks): fails the run before the approval if the plan breaks it.", strings.TrimPrefix(step, names.CheckPrefix))
 	}
 	return ""
 }

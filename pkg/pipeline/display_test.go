@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 func TestDisplay(t *testing.T) {
@@ -20,7 +21,7 @@ func TestDisplay(t *testing.T) {
 	if diff := cmp.Diff(want, Description(p, "RESUME")); diff != "" {
 		t.Errorf("Description (-want +got):\n%s", diff)
 	}
-	for step, want := range map[string]string{StepApprove: "Waits for a person", "check-policy": "Plan check policy"} {
+	for step, want := range map[string]string{names.StepApprove: "Waits for a person", "check-policy": "Plan check policy"} {
 		if got := StepDescription(step); len(got) < len(want) || got[:len(want)] != want {
 			t.Errorf("StepDescription(%s) = %q, want it to start with %q", step, got, want)
 		}

@@ -15,6 +15,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	"github.com/spf13/cobra"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -32,7 +34,6 @@ import (
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -136,7 +137,7 @@ func NewCommand(o *Options) *cobra.Command {
 		Use: "logs NAME", Short: "Show a step's log: from its pod while it runs, else as kept after the run (any run in the history)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.logs(cmd.Context(), args[0], runID, step) },
 	}
-	logs.Flags().StringVar(&step, "step", pipeline.StepPlan, "The step: clone, init, plan, check-<name>, apply, export-outputs or cleanup")
+	logs.Flags().StringVar(&step, "step", names.StepPlan, "The step: clone, init, plan, check-<name>, apply, export-outputs or cleanup")
 	logs.Flags().StringVar(&runID, "run", "", "The run's id (kubectl tfrun history's ID column); default the latest run")
 
 	var planRun string
@@ -308,11 +309,11 @@ func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) err
 	if asJSON {
 		kind = records.KindPlanJSON
 	}
-	text, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: pipeline.StepPlan, Kind: kind})
+	text, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: names.StepPlan, Kind: kind})
 	switch {
 	case err == nil:
 	case errors.Is(err, records.ErrNotFound) && !asJSON:
-		sec, serr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.PlanSecretName(p.RunID), metav1.GetOptions{})
+		sec, serr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, names.PlanSecretName(p.RunID), metav1.GetOptions{})
 		if apierrors.IsNotFound(serr) {
 			return fmt.Errorf("the readable plan of run %s is gone (it is no longer in the history, or its %s was pruned before opr8r kept plans); start a new run with kubectl tfrun rerun %s", p.RunID, childKind(run), name)
 		}
@@ -425,11 +426,11 @@ func (o *Options) checks(ctx context.Context, name string) error {
 	}
 	var out []CheckResult
 	for _, st := range run.Status.Run.Steps {
-		if !pipeline.IsCheck(st.Name) {
+		if !names.IsCheck(st.Name) {
 			continue
 		}
-		r := CheckResult{Name: strings.TrimPrefix(st.Name, pipeline.CheckPrefix), Phase: string(st.Phase), Message: st.Message}
-		sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.CheckSecretName(run.Status.Run.ID, r.Name), metav1.GetOptions{})
+		r := CheckResult{Name: strings.TrimPrefix(st.Name, names.CheckPrefix), Phase: string(st.Phase), Message: st.Message}
+		sec, err := cs.CoreV1().Secrets(run.Namespace).Get(ctx, names.CheckSecretName(run.Status.Run.ID, r.Name), metav1.GetOptions{})
 		switch {
 		case err == nil:
 			r.ExitCode, r.Output = string(sec.Data["exit-code"]), string(sec.Data["output.txt"])
@@ -592,7 +593,7 @@ func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) 
 	}
 	var rows []OutputRow
 	// Sensitivity is known from the run's raw outputs while its child exists.
-	raw, rawErr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, pipeline.RawOutputsSecretName(run.Status.Run.ID), metav1.GetOptions{})
+	raw, rawErr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, names.RawOutputsSecretName(run.Status.Run.ID), metav1.GetOptions{})
 	if rawErr == nil {
 		outs, err := controller.Outputs(run.Spec.Outputs, raw.Data[controller.RawOutputsKey])
 		if err != nil {

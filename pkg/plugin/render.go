@@ -5,6 +5,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
@@ -88,7 +90,7 @@ func Render(out io.Writer, ro RenderOptions) error {
 		return fmt.Errorf("unknown engine %q (known: %v)", eff.Spec.Engine, reg.Names())
 	}
 	hash := pipeline.SpecHash(eff)
-	name := pipeline.ChildName(run.Name, typ, 1)
+	name := names.ChildName(run.Name, typ, 1)
 	deps, notes := offlineDependencies(eff)
 	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: hash, Config: ro.Config, Dependencies: deps})
 	if err != nil {

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -59,7 +61,7 @@ func (p enginePlayer) run(name, ns string) *testutil.RunWrapper {
 func (p enginePlayer) build(run *infrav1.TerraformRun) (client.Object, error) {
 	eff := pipeline.Defaults(run, p.name, testutil.Config)
 	hash := pipeline.SpecHash(eff)
-	return p.eng.Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: pipeline.ChildName(run.Name, infrav1.RunApply, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
+	return p.eng.Build(engine.Request{Run: eff, Type: infrav1.RunApply, Name: names.ChildName(run.Name, infrav1.RunApply, 1), Number: 1, SpecHash: hash, Config: testutil.Config})
 }
 
 // prepare makes what the engine makes before P2's timed change. Argo:
@@ -108,9 +110,9 @@ func (p enginePlayer) stepDone(ctx context.Context, c client.Client, ns, child s
 		tr.Status.StartTime = &now
 		tr.Status.Status = duckv1.Status{Conditions: duckv1.Conditions{{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running", Message: "Not all Steps in the Task have finished executing"}}}
 		tr.Status.Steps = []tektonv1.StepState{
-			{Name: pipeline.StepClone, Container: "step-clone", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}},
-			{Name: pipeline.StepInit, Container: "step-init", ContainerState: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}},
-			{Name: pipeline.StepPlan, Container: "step-plan", ContainerState: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
+			{Name: names.StepClone, Container: "step-clone", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0, Reason: "Completed", StartedAt: now, FinishedAt: now}}},
+			{Name: names.StepInit, Container: "step-init", ContainerState: corev1.ContainerState{Running: &corev1.ContainerStateRunning{StartedAt: now}}},
+			{Name: names.StepPlan, Container: "step-plan", ContainerState: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}},
 		}
 		return c.Status().Update(ctx, tr)
 	})
@@ -131,7 +133,7 @@ func (p enginePlayer) finish(ctx context.Context, c client.Client, ns, child str
 	plan[results.Commit] = "sha256:" + strings.Repeat("2", 64)
 	plan[results.Summary] = `{"add":0,"change":0,"destroy":0,"replace":0}`
 	var trs []*tektonv1.TaskRun
-	for _, task := range []string{"plan", pipeline.StepCleanup} {
+	for _, task := range []string{"plan", names.StepCleanup} {
 		res := map[string]string{}
 		if task == "plan" {
 			res = plan
@@ -146,7 +148,7 @@ func (p enginePlayer) finish(ctx context.Context, c client.Client, ns, child str
 		if err := c.Get(ctx, client.ObjectKeyFromObject(pr), pr); err != nil {
 			return err
 		}
-		pr.Status = tektontest.FinishedStatus(pr, now, trs, pipeline.StepApply, pipeline.StepExport)
+		pr.Status = tektontest.FinishedStatus(pr, now, trs, names.StepApply, names.StepExport)
 		return c.Status().Update(ctx, pr)
 	})
 }
@@ -174,7 +176,7 @@ func cloneDone(r *infrav1.TerraformRun) bool {
 		return false
 	}
 	for _, s := range r.Status.Run.Steps {
-		if s.Name == pipeline.StepClone && s.Phase == infrav1.StepSucceeded {
+		if s.Name == names.StepClone && s.Phase == infrav1.StepSucceeded {
 			return true
 		}
 	}

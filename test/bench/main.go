@@ -48,6 +48,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/go-logr/logr"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
@@ -70,7 +72,6 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -541,7 +542,7 @@ func benchOne(n int) (result, error) {
 	if err := parallel(n, func(i int) error {
 		// The readable plan the plan step writes for every run, labelled
 		// as the step labels it: opr8r's, but never read by the manager.
-		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: pipeline.PlanSecretName(fmt.Sprintf("r%05d", i)), Namespace: "runs",
+		sec := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.PlanSecretName(fmt.Sprintf("r%05d", i)), Namespace: "runs",
 			Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentPlan}},
 			Data: map[string][]byte{"plan.txt": plan}}
 		if err := c.Create(ctx, sec); err != nil {

@@ -4,11 +4,12 @@ import (
 	"context"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // stepNames are the run's steps in status order, with their phases.
@@ -55,7 +56,7 @@ func userChecks(g given) {
 		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
 		order, phases := stepNames(ns, run.Name)
 		Expect(phases).To(And(HaveKeyWithValue(policy, infrav1.StepSucceeded), HaveKeyWithValue(cost, infrav1.StepSucceeded)))
-		Expect(order).To(ContainElements(pipeline.StepPlan, cost, policy, pipeline.StepApprove))
+		Expect(order).To(ContainElements(names.StepPlan, cost, policy, names.StepApprove))
 		idx := func(n string) int {
 			for i, o := range order {
 				if o == n {
@@ -64,9 +65,9 @@ func userChecks(g given) {
 			}
 			return -1
 		}
-		Expect(idx(pipeline.StepPlan)).To(BeNumerically("<", idx(cost)))
-		Expect(idx(cost)).To(BeNumerically("<", idx(pipeline.StepApprove)))
-		Expect(idx(policy)).To(BeNumerically("<", idx(pipeline.StepApprove)))
+		Expect(idx(names.StepPlan)).To(BeNumerically("<", idx(cost)))
+		Expect(idx(cost)).To(BeNumerically("<", idx(names.StepApprove)))
+		Expect(idx(policy)).To(BeNumerically("<", idx(names.StepApprove)))
 
 		patchRun(ns, run.Name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
 		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
@@ -92,7 +93,7 @@ func userChecks(g given) {
 		_, phases := stepNames(ns, run.Name)
 		Expect(phases).To(HaveKeyWithValue(policy, infrav1.StepFailed))
 		Expect(phases).To(HaveKeyWithValue(cost, infrav1.StepSucceeded))
-		Expect(phases).NotTo(HaveKeyWithValue(pipeline.StepApply, infrav1.StepSucceeded))
+		Expect(phases).NotTo(HaveKeyWithValue(names.StepApply, infrav1.StepSucceeded))
 		Expect(got.Status.History).NotTo(BeEmpty())
 		Expect(got.Status.History[0].Result).To(Equal(infrav1.RunFailed))
 		Expect(got.Status.History[0].Message).To(ContainSubstring("check-policy"))

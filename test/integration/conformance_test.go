@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -222,7 +224,7 @@ func conformance(g given) {
 		s := g.active(ns, run.Name)
 		cm := &corev1.ConfigMap{}
 		Eventually(func() error {
-			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pipeline.InputsConfigMapName(s.Key().Name)}, cm)
+			return k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: names.InputsConfigMapName(s.Key().Name)}, cm)
 		}, timeout, interval).Should(Succeed())
 		Expect(cm.Data[pipeline.VarsKey]).To(MatchJSON(`{"name":"demo"}`))
 		Expect(cm.Data).To(HaveKey("big.tf"), "the inline source shares the inputs ConfigMap")
@@ -247,7 +249,7 @@ func conformance(g given) {
 		in := childInputs(s.Object())
 		Expect(in.Vars).To(MatchJSON(`{"name":"demo"}`))
 		Expect(in.Files).To(HaveKey("main.tf"), "the inline source travels with the vars")
-		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: pipeline.InputsConfigMapName(s.Key().Name)}, &corev1.ConfigMap{})
+		err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: names.InputsConfigMapName(s.Key().Name)}, &corev1.ConfigMap{})
 		Expect(apierrors.IsNotFound(err)).To(BeTrue(), "no inputs ConfigMap: %v", err)
 
 		By("status shows the plan and waits for approval")

@@ -10,6 +10,8 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/validate"
 	. "github.com/onsi/gomega" //nolint:revive // test support
@@ -117,7 +119,7 @@ func SetNode(wf *wfv1.Workflow, name string, typ wfv1.NodeType, phase wfv1.NodeP
 	if !ok {
 		n = wfv1.NodeStatus{ID: id, Name: wf.Name + "." + name, DisplayName: name, TemplateName: name, Type: typ,
 			StartedAt: metav1.NewTime(time.Now().UTC().Truncate(time.Second))}
-		if name == pipeline.StepCleanup {
+		if name == names.StepCleanup {
 			n.Name, n.DisplayName = wf.Name+".onExit", wf.Name+".onExit"
 		}
 	}
@@ -147,10 +149,10 @@ func (a Sim) StartAt(commit string) {
 	a.Update(func(wf *wfv1.Workflow) {
 		wf.Status.Phase = wfv1.WorkflowRunning
 		wf.Status.StartedAt = metav1.Now()
-		SetNode(wf, pipeline.StepClone, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+		SetNode(wf, names.StepClone, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
 			n.Outputs = Params(pipeline.ResultCommit, commit)
 		})
-		SetNode(wf, pipeline.StepInit, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepInit, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 	})
 }
 
@@ -163,7 +165,7 @@ func (a Sim) Plan(add, change, destroy int, digest string) {
 func (a Sim) PlanResult(p results.Plan) {
 	a.Update(func(wf *wfv1.Workflow) {
 		v := p.Values()
-		SetNode(wf, pipeline.StepPlan, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+		SetNode(wf, names.StepPlan, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
 			n.Outputs = Params(results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs])
 			n.TaskResultSynced = ptr.To(true)
 		})
@@ -174,7 +176,7 @@ func (a Sim) PlanResult(p results.Plan) {
 // Workflow succeeds.
 func (a Sim) Complete() {
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = metav1.Now()
 	})
@@ -185,7 +187,7 @@ func (a Sim) Complete() {
 // (executeSuspend + addRawOutputFields).
 func (a Sim) Suspend(digest string) {
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeRunning, func(n *wfv1.NodeStatus) {
+		SetNode(wf, names.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeRunning, func(n *wfv1.NodeStatus) {
 			n.Inputs = &wfv1.Inputs{Parameters: []wfv1.Parameter{
 				{Name: "digest", Value: wfv1.AnyStringPtr(digest)},
 				{Name: "decision", Value: wfv1.AnyStringPtr("approve"), Enum: []wfv1.AnyString{"approve", "reject"}},
@@ -201,14 +203,14 @@ func (a Sim) Suspend(digest string) {
 // skipGate marks the gate Skipped and apply Omitted (a plan without changes).
 func (a Sim) SkipGate() {
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeSkipped)
-		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, names.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeSkipped)
+		SetNode(wf, names.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
 	})
 }
 
 func (a Sim) GateNode() wfv1.NodeStatus {
 	wf := a.Get()
-	n, ok := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApprove)]
+	n, ok := wf.Status.Nodes[NodeID(wf.Name, names.StepApprove)]
 	Expect(ok).To(BeTrue(), "no approve node")
 	return n
 }
@@ -221,11 +223,11 @@ func (a Sim) FinishApply(outputsJSON string) {
 		enginetest.WriteRawOutputs(a.env, wf, outputsJSON)
 	}
 	a.Update(func(wf *wfv1.Workflow) {
-		if _, skipped := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApply)]; !skipped {
-			SetNode(wf, pipeline.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		if _, skipped := wf.Status.Nodes[NodeID(wf.Name, names.StepApply)]; !skipped {
+			SetNode(wf, names.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		}
-		SetNode(wf, pipeline.StepExport, wfv1.NodeTypePod, wfv1.NodeSucceeded)
-		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepExport, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = metav1.Now()
 	})
@@ -235,7 +237,7 @@ func (a Sim) FinishApply(outputsJSON string) {
 func (a Sim) Fail(step, msg string) {
 	a.Update(func(wf *wfv1.Workflow) {
 		SetNode(wf, step, wfv1.NodeTypePod, wfv1.NodeFailed, func(n *wfv1.NodeStatus) { n.Message = msg })
-		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowFailed
 		wf.Status.FinishedAt = metav1.Now()
 	})
@@ -251,13 +253,13 @@ func (a Sim) CompleteAfterGate() { a.CompleteAfterGateWith(wfv1.WorkflowFailed) 
 // the suspend node ("Stopped with strategy 'Stop'").
 func (a Sim) CompleteAfterGateWith(phase wfv1.WorkflowPhase) {
 	a.Update(func(wf *wfv1.Workflow) {
-		if g, ok := wf.Status.Nodes[NodeID(wf.Name, pipeline.StepApprove)]; ok && wf.Spec.Shutdown != "" && g.IsActiveSuspendNode() {
-			SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeFailed, func(n *wfv1.NodeStatus) {
+		if g, ok := wf.Status.Nodes[NodeID(wf.Name, names.StepApprove)]; ok && wf.Spec.Shutdown != "" && g.IsActiveSuspendNode() {
+			SetNode(wf, names.StepApprove, wfv1.NodeTypeSuspend, wfv1.NodeFailed, func(n *wfv1.NodeStatus) {
 				n.Message = "Stopped with strategy '" + string(wf.Spec.Shutdown) + "'"
 			})
 		}
-		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
-		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = phase
 		wf.Status.FinishedAt = metav1.Now()
 	})
@@ -268,8 +270,8 @@ func (a Sim) SucceedDestroy() {
 	a.Start()
 	a.Plan(0, 0, 1, enginetest.Digest("destroy"))
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, pipeline.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
-		SetNode(wf, pipeline.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = metav1.Now()
 	})
@@ -290,8 +292,8 @@ func (a Sim) PassChecks(checks ...string) {
 func (a Sim) FailCheck(check, msg string, passed ...string) {
 	a.PassChecks(passed...)
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, pipeline.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
-		SetNode(wf, pipeline.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, names.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		SetNode(wf, names.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
 	})
 	a.Fail(check, msg)
 }

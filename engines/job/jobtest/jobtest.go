@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	. "github.com/onsi/gomega" //nolint:revive // test support
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +23,6 @@ import (
 	"github.com/opr8r/opr8r/engines/job"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -114,8 +115,8 @@ func (s Sim) Start() { s.StartAt(enginetest.DefaultCommit) }
 func (s Sim) StartAt(rev string) {
 	commit, _ := json.Marshal(map[string]string{results.Commit: rev})
 	s.runPod(s.key.Name, map[string]corev1.ContainerState{
-		"install-opr8r-step": enginetest.Terminated(0, ""), pipeline.StepClone: enginetest.Terminated(0, string(commit)),
-		pipeline.StepInit: enginetest.Terminated(0, ""), pipeline.StepPlan: enginetest.Running(),
+		"install-opr8r-step": enginetest.Terminated(0, ""), names.StepClone: enginetest.Terminated(0, string(commit)),
+		names.StepInit: enginetest.Terminated(0, ""), names.StepPlan: enginetest.Running(),
 	})
 }
 
@@ -128,7 +129,7 @@ func (s Sim) Plan(add, change, destroy int, digest string) {
 // PlanResult implements enginetest.Sim.
 func (s Sim) PlanResult(p results.Plan) {
 	res, _ := json.Marshal(p.Values())
-	s.runPod(s.key.Name, map[string]corev1.ContainerState{pipeline.StepPlan: enginetest.Terminated(0, string(res))})
+	s.runPod(s.key.Name, map[string]corev1.ContainerState{names.StepPlan: enginetest.Terminated(0, string(res))})
 	s.finishJob(s.key.Name, true, "")
 }
 
@@ -164,25 +165,25 @@ func (s Sim) Gate() (string, string, string) {
 // export-outputs and cleanup run, each in the Job the driver creates.
 func (s Sim) FinishApply(outputsJSON string) {
 	if s.planHasChanges() {
-		s.succeed(s.stepJob("apply"), pipeline.StepApply)
+		s.succeed(s.stepJob("apply"), names.StepApply)
 	}
 	export := s.stepJob("export")
 	if outputsJSON != "" {
 		enginetest.WriteRawOutputs(s.env, s.job(s.key.Name), outputsJSON)
 	}
-	s.succeed(export, pipeline.StepExport)
-	s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup)
+	s.succeed(export, names.StepExport)
+	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
 }
 
 // Fail implements enginetest.Sim: the step's container exits 1 with its
 // summary as termination message, its Job fails, and cleanup runs.
 func (s Sim) Fail(step, msg string) {
 	name := s.key.Name
-	if step == pipeline.StepApply {
+	if step == names.StepApply {
 		name = s.stepJob("apply")
 	}
 	states := map[string]corev1.ContainerState{"install-opr8r-step": enginetest.Terminated(0, "")}
-	for _, before := range []string{pipeline.StepClone, pipeline.StepInit, pipeline.StepPlan} {
+	for _, before := range []string{names.StepClone, names.StepInit, names.StepPlan} {
 		if before == step || name != s.key.Name {
 			break
 		}
@@ -210,7 +211,7 @@ func (s Sim) CompleteAfterGate() {
 	if j.Spec.Suspend != nil && *j.Spec.Suspend {
 		s.suspendJob(j)
 	}
-	s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup)
+	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
 }
 
 // finished says whether the Job controller has ended a Job.
@@ -231,7 +232,7 @@ func (s Sim) suspendJob(j *batchv1.Job) {
 			return
 		}
 	}
-	s.runPod(j.Name, map[string]corev1.ContainerState{pipeline.StepPlan: enginetest.Terminated(143, "")})
+	s.runPod(j.Name, map[string]corev1.ContainerState{names.StepPlan: enginetest.Terminated(143, "")})
 	s.updateJob(j.Name, func(j *batchv1.Job) {
 		now := enginetest.Now()
 		j.Status.Active, j.Status.StartTime = 0, nil
@@ -244,15 +245,15 @@ func (s Sim) suspendJob(j *batchv1.Job) {
 func (s Sim) SucceedDestroy() {
 	s.Start()
 	s.Plan(0, 0, 1, enginetest.Digest("destroy"))
-	s.succeed(s.stepJob("apply"), pipeline.StepApply)
-	s.succeed(s.stepJob("cleanup"), pipeline.StepCleanup)
+	s.succeed(s.stepJob("apply"), names.StepApply)
+	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
 }
 
 func (s Sim) planHasChanges() bool {
 	pod := &corev1.Pod{}
 	Expect(s.env.Client.Get(context.Background(), client.ObjectKey{Namespace: s.key.Namespace, Name: s.key.Name + "-pod"}, pod)).To(Succeed())
 	for _, cs := range pod.Status.ContainerStatuses {
-		if cs.Name == pipeline.StepPlan && cs.State.Terminated != nil {
+		if cs.Name == names.StepPlan && cs.State.Terminated != nil {
 			res := map[string]string{}
 			_ = json.Unmarshal([]byte(cs.State.Terminated.Message), &res)
 			return res[results.HasChanges] == "true"

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	. "github.com/onsi/gomega" //nolint:revive // test support, read as test code
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -22,7 +24,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -130,7 +131,7 @@ func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
 	Expect(err).NotTo(HaveOccurred())
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: pipeline.RawOutputsSecretName(child.GetName()), Namespace: child.GetNamespace(),
+			Name: names.RawOutputsSecretName(child.GetName()), Namespace: child.GetNamespace(),
 			Labels:          map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: infrav1.ComponentRawOutputs},
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: child.GetName(), UID: child.GetUID()}},
 		},

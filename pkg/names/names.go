@@ -1,0 +1,66 @@
+// Package names holds the names every part of opr8r agrees on: the steps of
+// a run, a run's child, and the objects that belong to one child. The
+// manager, the step runner, the engines and the kubectl plugin all use them,
+// so they live below every one of those packages and import only the API.
+package names
+
+import (
+	"fmt"
+	"strings"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Step names, shared by every engine and shown in status.
+const (
+	StepClone   = "clone"
+	StepInit    = "init"
+	StepPlan    = "plan"
+	StepApprove = "approve"
+	StepApply   = "apply"
+	StepExport  = "export-outputs"
+	StepCleanup = "cleanup"
+	// CheckPrefix begins the step name of each of spec.checks.
+	CheckPrefix = "check-"
+)
+
+// CheckStep is the step name of the check with that name.
+func CheckStep(name string) string { return CheckPrefix + name }
+
+// IsCheck says whether a step is one of spec.checks.
+func IsCheck(step string) bool { return strings.HasPrefix(step, CheckPrefix) }
+
+// ChildName is the name of a run's child: the run's type and number. A
+// TerraformRun never gives two runs the same number, so a new run never
+// meets an old run's child, while a racing or restarted reconcile computes
+// the same name and adopts the child it created.
+func ChildName(runName string, t infrav1.RunType, number int64) string {
+	if t == infrav1.RunApply {
+		return fmt.Sprintf("%s-%d", runName, number)
+	}
+	return fmt.Sprintf("%s-%s-%d", runName, t, number)
+}
+
+// InputsConfigMapName is the one ConfigMap a child's inputs live in when
+// they are too large to travel in the child: the run's vars and an inline
+// source's files.
+func InputsConfigMapName(child string) string { return child + "-inputs" }
+
+// RawOutputsSecretName is the Secret the export step writes terraform's
+// outputs to, owned by the child; the manager projects it into the user's
+// outputs Secret.
+func RawOutputsSecretName(child string) string { return child + "-tfoutputs" }
+
+// CheckSecretName is the Secret a check step writes its output to.
+func CheckSecretName(child, check string) string { return child + "-check-" + check }
+
+// PlanSecretName is the Secret the plan step writes the readable plan to.
+func PlanSecretName(child string) string { return child + "-plan" }
+
+// OutputsSecretName is the user's outputs Secret.
+func OutputsSecretName(run *infrav1.TerraformRun) string {
+	if run.Spec.Outputs.SecretName != "" {
+		return run.Spec.Outputs.SecretName
+	}
+	return run.Name + "-outputs"
+}

@@ -1,0 +1,178 @@
+package pipeline
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
+)
+
+// Pipeline is one run, described independently of any engine.
+type Pipeline struct {
+	// Type is apply or destroy.
+	Type infrav1.RunType
+	// Name is the child's name.
+	Name string
+	// Namespace is the run's namespace.
+	Namespace string
+	// Steps in order; the approve step is a gate, not a container.
+	Steps []Step
+	// Cleanup always runs at the end (Argo onExit, Tekton finally).
+	Cleanup Step
+	// ManualApproval is true when the pipeline has an approval gate.
+	ManualApproval bool
+	// Volumes are the Secret and ConfigMap volumes that steps mount.
+	Volumes []corev1.Volume
+	// ServiceAccountName of the step pods.
+	ServiceAccountName string
+	// WorkspaceSize and StorageClassName of the shared workspace volume.
+	WorkspaceSize    resource.Quantity
+	StorageClassName *string
+	// NodeSelector and Tolerations of the step pods.
+	NodeSelector map[string]string
+	Tolerations  []corev1.Toleration
+	// PodSecurityContext of the step pods.
+	PodSecurityContext *corev1.PodSecurityContext
+	// Labels go on the child and every pod.
+	Labels map[string]string
+	// ImagePullPolicy of every container.
+	ImagePullPolicy corev1.PullPolicy
+}
+
+// Step is one container step, or the approval gate.
+type Step struct {
+	// Name is the step's name.
+	Name string
+	// Gate is true for the approval gate, which runs no container.
+	Gate bool
+	// Image is the container image.
+	Image string
+	// Command is the entrypoint.
+	Command []string
+	// Args are the arguments, which may contain placeholders.
+	Args []string
+	// Env holds non-secret environment variables.
+	Env []corev1.EnvVar
+	// VolumeMounts of Secret and ConfigMap volumes (the workspace, tmp and
+	// step-binary volumes are added by engines).
+	VolumeMounts []corev1.VolumeMount
+	// WorkspaceReadOnly mounts the shared workspace read-only (checks).
+	WorkspaceReadOnly bool `json:",omitempty"`
+	// Results are the names of the small results the step writes.
+	Results []string
+	// NeedsStepBinary is true when the image lacks opr8r-step, so engines
+	// install it from the step image into the StepBinVolume first.
+	NeedsStepBinary bool
+	// Resources of the container.
+	Resources corev1.ResourceRequirements
+	// SecurityContext of the container.
+	SecurityContext *corev1.SecurityContext
+}
+
+// Build describes the pipeline of one run. The run must have defaults applied.
+func Build(req engine.Request) (*Pipeline, error) {
+	run := req.Run
+	if run.Spec.Source.Git == nil && run.Spec.Source.OCI == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
+		return nil, fmt.Errorf("spec.source: one of git, oci, inline or configMapRef is required")
+	}
+	if req.Config.StepImage == "" {
+		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
+	}
+	if err := Validate(run); err != nil {
+		return nil, err
+	}
+	b := builder{req: req, run: run, tfImage: run.Spec.Terraform.Image}
+	if b.tfImage == "" {
+		return nil, fmt.Errorf("spec.terraform.image is empty and the manager has no --terraform-image")
+	}
+	enc, embedded, err := EmbeddedInputs(run)
+	if err != nil {
+		return nil, err
+	}
+	if embedded {
+		b.embedded = enc
+	}
+	b.collectVolumes()
+
+	p := &Pipeline{
+		Type:               req.Type,
+		Name:               req.Name,
+		Namespace:          run.Namespace,
+		ManualApproval:     req.Type == infrav1.RunApply && run.Spec.Approval.Mode != infrav1.ApprovalAuto,
+		Volumes:            b.volumes,
+		ServiceAccountName: run.Spec.Runner.ServiceAccountName,
+		WorkspaceSize:      *run.Spec.Runner.Workspace.Size,
+		StorageClassName:   run.Spec.Runner.Workspace.StorageClassName,
+		NodeSelector:       run.Spec.Runner.NodeSelector,
+		Tolerations:        run.Spec.Runner.Tolerations,
+		PodSecurityContext: podSecurityContext(run.Spec.Runner.SecurityContext),
+		Labels:             ChildLabels(run, req.Type, req.SpecHash, req.Number),
+		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
+	}
+	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
+	p.Steps = append(p.Steps, b.checks()...)
+	p.Volumes = b.volumes // with the checks' ConfigMaps
+	if PlanOnly(req.Type) {
+		p.Cleanup = b.cleanup()
+		return p, nil
+	}
+	if p.ManualApproval {
+		p.Steps = append(p.Steps, Step{Name: names.StepApprove, Gate: true})
+	}
+	p.Steps = append(p.Steps, b.apply())
+	if req.Type == infrav1.RunApply {
+		p.Steps = append(p.Steps, b.export())
+	}
+	p.Cleanup = b.cleanup()
+	return p, nil
+}
+
+// Checks returns the pipeline's check steps, in order.
+func (p *Pipeline) Checks() []Step {
+	var out []Step
+	for _, s := range p.Steps {
+		if names.IsCheck(s.Name) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+type builder struct {
+	req     engine.Request
+	run     *infrav1.TerraformRun
+	tfImage string
+	volumes []corev1.Volume
+	// embedded holds the encoded inputs when they travel in the child
+	// (EmbeddedInputs); empty when they are in the inputs ConfigMap.
+	embedded string
+
+	sourceMount  *corev1.VolumeMount
+	credsMount   *corev1.VolumeMount
+	backendMount *corev1.VolumeMount
+	varsMounts   []corev1.VolumeMount
+	depMounts    []corev1.VolumeMount
+	depArgs      []string
+	tfMounts     []corev1.VolumeMount // env and file secrets for every terraform step
+	tfEnvArgs    []string
+	tfEnv        []corev1.EnvVar
+}
+
+func (b *builder) addVolume(v corev1.Volume) { b.volumes = append(b.volumes, v) }
+
+// StepNamed returns the pipeline's step (or cleanup) with that name.
+func (p *Pipeline) StepNamed(name string) (Step, bool) {
+	if name == p.Cleanup.Name {
+		return p.Cleanup, true
+	}
+	for _, s := range p.Steps {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Step{}, false
+}

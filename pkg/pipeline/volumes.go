@@ -1,0 +1,200 @@
+package pipeline
+
+import (
+	"fmt"
+	"maps"
+	"path"
+	"slices"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/utils/ptr"
+
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/results"
+)
+
+// collectVolumes declares every Secret and ConfigMap volume, with the mounts
+// and arguments that point the step runner at them.
+func (b *builder) collectVolumes() {
+	b.collectSource()
+	if be := b.run.Spec.Backend; be != nil && be.ConfigSecretRef != nil {
+		b.addVolume(secretVolume("backend-config", be.ConfigSecretRef.Name, nil, false))
+		b.backendMount = &corev1.VolumeMount{Name: "backend-config", MountPath: BackendDir, ReadOnly: true}
+	}
+	for i, vf := range b.run.Spec.Terraform.VarsFrom {
+		name := fmt.Sprintf("vars-%d", i)
+		if vf.Kind == "Secret" {
+			b.addVolume(secretVolume(name, vf.Name, nil, vf.Optional))
+		} else {
+			b.addVolume(configMapVolume(name, vf.Name, vf.Optional))
+		}
+		b.varsMounts = append(b.varsMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", VarsFromDir, i), ReadOnly: true})
+	}
+	b.collectDependencies()
+	b.collectEnvSecrets()
+	b.collectFiles()
+}
+
+// collectSource mounts what the clone step reads: the source's credentials,
+// or the ConfigMap a source (or inputs too large to travel in the child)
+// lives in.
+func (b *builder) collectSource() {
+	src := b.run.Spec.Source
+	switch {
+	case src.Git != nil && src.Git.CredentialsSecretRef != nil:
+		b.addVolume(secretVolume("git-credentials", src.Git.CredentialsSecretRef.Name, nil, false))
+		b.credsMount = &corev1.VolumeMount{Name: "git-credentials", MountPath: GitCredsDir, ReadOnly: true}
+	case src.OCI != nil && src.OCI.CredentialsSecretRef != nil:
+		b.addVolume(secretVolume("oci-credentials", src.OCI.CredentialsSecretRef.Name, nil, false))
+		b.credsMount = &corev1.VolumeMount{Name: "oci-credentials", MountPath: OCICredsDir, ReadOnly: true}
+	case src.Inline != nil && b.embedded != "":
+		// The clone step writes the files from its InputsEnv.
+	case src.Inline != nil:
+		files := slices.Sorted(maps.Keys(src.Inline.Files))
+		b.addVolume(configMapVolume("source", names.InputsConfigMapName(b.req.Name), false, keyItems(files, files)...))
+		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
+	case src.ConfigMapRef != nil:
+		b.addVolume(configMapVolume("source", src.ConfigMapRef.Name, false))
+		b.sourceMount = &corev1.VolumeMount{Name: "source", MountPath: SourceDir, ReadOnly: true}
+	}
+	if b.embedded == "" {
+		b.addVolume(configMapVolume("inputs", names.InputsConfigMapName(b.req.Name), false, keyItems([]string{VarsKey}, []string{path.Base(VarsFile)})...))
+	}
+}
+
+// collectEnvSecrets mounts spec.terraform.env's Secrets, one volume per
+// Secret holding only the keys used, and tells the step runner which file
+// each variable is read from.
+func (b *builder) collectEnvSecrets() {
+	env := b.run.Spec.Terraform.Env
+	keysBySecret := map[string][]string{}
+	var secretOrder []string
+	for _, e := range env {
+		s, k := e.SecretKeyRef.Name, e.SecretKeyRef.Key
+		if _, seen := keysBySecret[s]; !seen {
+			secretOrder = append(secretOrder, s)
+		}
+		if !slices.Contains(keysBySecret[s], k) {
+			keysBySecret[s] = append(keysBySecret[s], k)
+		}
+	}
+	for i, s := range secretOrder {
+		name := fmt.Sprintf("env-%d", i)
+		b.addVolume(secretVolume(name, s, keysBySecret[s], false))
+		b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: name, MountPath: fmt.Sprintf("%s/%d", EnvSecretsDir, i), ReadOnly: true})
+	}
+	for _, e := range env {
+		i := slices.Index(secretOrder, e.SecretKeyRef.Name)
+		b.tfEnvArgs = append(b.tfEnvArgs, fmt.Sprintf("--env-file=%s=%s/%d/%s", e.Name, EnvSecretsDir, i, e.SecretKeyRef.Key))
+	}
+}
+
+// collectFiles mounts spec.terraform.files, each Secret at its path, and
+// exports the path in an environment variable where asked.
+func (b *builder) collectFiles() {
+	for i, f := range b.run.Spec.Terraform.Files {
+		name := fmt.Sprintf("files-%d", i)
+		b.addVolume(secretVolume(name, f.SecretName, nil, false))
+		b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: name, MountPath: f.MountPath, ReadOnly: true})
+		if f.EnvName != "" {
+			p := f.MountPath
+			if f.Key != "" {
+				p = path.Join(p, f.Key)
+			}
+			b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: f.EnvName, Value: p})
+		}
+	}
+}
+
+// collectDependencies mounts, for each dependency in the run's namespace,
+// the keys of its outputs Secret that the run takes, each as a file named
+// after its variable; a dependency in another namespace is read by the
+// step through the API. The volumes are optional: a Secret gone by the
+// time the pod starts (a destroy after the dependency was force-deleted)
+// is the step's to report, not a pod that never starts.
+func (b *builder) collectDependencies() {
+	for i, d := range b.req.Dependencies {
+		if len(d.Vars) == 0 {
+			continue
+		}
+		run := d.Name
+		local := d.Namespace == "" || d.Namespace == b.run.Namespace
+		if !local {
+			run = d.Namespace + "/" + d.Name
+		}
+		name := fmt.Sprintf("dep-%d", i)
+		dir := fmt.Sprintf("%s/%d", DependenciesDir, i)
+		var items []corev1.KeyToPath
+		for _, v := range d.Vars {
+			arg := results.DependencyVar{Variable: v.Variable, Run: run, Output: v.Output, Sensitive: v.Sensitive}
+			if local {
+				arg.File = dir + "/" + v.Variable
+				items = append(items, corev1.KeyToPath{Key: v.Output, Path: v.Variable})
+			} else {
+				arg.Secret = d.Namespace + "/" + d.SecretName
+			}
+			b.depArgs = append(b.depArgs, "--dependency-var="+arg.String())
+		}
+		if local {
+			src := &corev1.SecretVolumeSource{SecretName: d.SecretName, DefaultMode: ptr.To[int32](0o440), Optional: ptr.To(true), Items: items}
+			b.addVolume(corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: src}})
+			b.depMounts = append(b.depMounts, corev1.VolumeMount{Name: name, MountPath: dir, ReadOnly: true})
+		}
+	}
+}
+
+func secretVolume(name, secret string, keys []string, optional bool) corev1.Volume {
+	src := &corev1.SecretVolumeSource{SecretName: secret, DefaultMode: ptr.To[int32](0o440)}
+	if optional {
+		src.Optional = ptr.To(true)
+	}
+	for _, k := range keys {
+		src.Items = append(src.Items, corev1.KeyToPath{Key: k, Path: k})
+	}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Secret: src}}
+}
+
+// configMapVolume mounts a ConfigMap; with items, only those keys.
+func configMapVolume(name, cm string, optional bool, items ...corev1.KeyToPath) corev1.Volume {
+	src := &corev1.ConfigMapVolumeSource{LocalObjectReference: corev1.LocalObjectReference{Name: cm}, Items: items}
+	if optional {
+		src.Optional = ptr.To(true)
+	}
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{ConfigMap: src}}
+}
+
+// keyItems maps keys[i] to the file paths[i].
+func keyItems(keys, paths []string) []corev1.KeyToPath {
+	out := make([]corev1.KeyToPath, len(keys))
+	for i := range keys {
+		out[i] = corev1.KeyToPath{Key: keys[i], Path: paths[i]}
+	}
+	return out
+}
+
+// ScratchVolumes are the per-pod volumes every step mounts: /tmp, and the
+// directory the step binary is installed into.
+func ScratchVolumes() []corev1.Volume {
+	return []corev1.Volume{
+		{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+	}
+}
+
+// UsedVolumes returns the pipeline's Secret and ConfigMap volumes that the
+// given steps mount, so a pod holds no credential it does not use.
+func (p *Pipeline) UsedVolumes(steps ...Step) []corev1.Volume {
+	used := map[string]bool{}
+	for _, s := range steps {
+		for _, m := range s.VolumeMounts {
+			used[m.Name] = true
+		}
+	}
+	var out []corev1.Volume
+	for _, v := range p.Volumes {
+		if used[v.Name] {
+			out = append(out, v)
+		}
+	}
+	return out
+}
