@@ -2,7 +2,8 @@ package argo
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -26,16 +27,13 @@ var stepOrder = []string{
 // checkNames are the names of the check steps the Workflow has scheduled,
 // in order: the cached Workflow has no spec, so they come from its nodes.
 func checkNames(ns wfv1.Nodes) []string {
-	seen := map[string]bool{}
-	var out []string
+	checks := map[string]bool{}
 	for _, n := range ns {
-		if names.IsCheck(n.DisplayName) && !seen[n.DisplayName] {
-			seen[n.DisplayName] = true
-			out = append(out, n.DisplayName)
+		if names.IsCheck(n.DisplayName) {
+			checks[n.DisplayName] = true
 		}
 	}
-	sort.Strings(out)
-	return out
+	return slices.Sorted(maps.Keys(checks))
 }
 
 // withChecks places check steps after plan in a step order.

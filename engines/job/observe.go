@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -459,12 +460,13 @@ func order(step string) int {
 	return 2 * indexOfStep(step)
 }
 
+// stepOrder is the order the Job engine's steps are reported in.
+var stepOrder = []string{names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
+	names.StepApply, names.StepExport, names.StepCleanup}
+
 func indexOfStep(step string) int {
-	for i, s := range []string{names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
-		names.StepApply, names.StepExport, names.StepCleanup} {
-		if s == step {
-			return i
-		}
+	if i := slices.Index(stepOrder, step); i >= 0 {
+		return i
 	}
 	return 99
 }

@@ -3,7 +3,8 @@ package tekton
 import (
 	"context"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 	"time"
 
@@ -50,18 +51,6 @@ func (Engine) Related(ctx context.Context, c client.Reader, child client.Object)
 		out = append(out, &crs.Items[i])
 	}
 	return out, nil
-}
-
-// sortedTrue are the keys whose value is true, in order.
-func sortedTrue(m map[string]bool) []string {
-	var out []string
-	for k, v := range m {
-		if v {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
 }
 
 // Observe implements engine.Engine.
@@ -117,12 +106,16 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	// PipelineRun has no spec), in order of name.
 	checks := map[string]bool{}
 	for task := range taskRuns {
-		checks[task] = names.IsCheck(task)
+		if names.IsCheck(task) {
+			checks[task] = true
+		}
 	}
 	for task := range skipped {
-		checks[task] = checks[task] || names.IsCheck(task)
+		if names.IsCheck(task) {
+			checks[task] = true
+		}
 	}
-	for _, task := range sortedTrue(checks) {
+	for _, task := range slices.Sorted(maps.Keys(checks)) {
 		if tr := taskRuns[task]; tr != nil {
 			addStep(stepStatus(tr, task, task))
 		} else {

@@ -8,6 +8,8 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -149,21 +151,11 @@ func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *i
 func OutputsDigest(key []byte, data map[string][]byte) string {
 	mac := hmac.New(sha256.New, key)
 	mac.Write([]byte("opr8r outputs v1\x00"))
-	for _, k := range SortedDataKeys(data) {
+	for _, k := range slices.Sorted(maps.Keys(data)) {
 		fmt.Fprintf(mac, "%s\x00%d\x00", k, len(data[k]))
 		mac.Write(data[k])
 	}
 	return "hmac-sha256:" + hex.EncodeToString(mac.Sum(nil))
-}
-
-// SortedDataKeys returns a Secret's data keys in order.
-func SortedDataKeys(data map[string][]byte) []string {
-	keys := make([]string, 0, len(data))
-	for k := range data {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // digestKey is the outputs digest key kept on a Secret, or nil.

@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"slices"
 	"sort"
 	"sync"
 	"time"
@@ -78,7 +79,7 @@ func (l *Limiter) Acquire(run types.NamespacedName, child string, prio int) (boo
 	w.seen = l.now()
 	l.waiting[run] = w
 	order := l.order()
-	pos := indexOf(order, run) + 1
+	pos := slices.Index(order, run) + 1
 	if l.warm && len(l.active) < l.max && pos <= l.max-len(l.active) {
 		delete(l.waiting, run)
 		l.active[key] = true
@@ -219,15 +220,6 @@ func prioName(p int) string {
 		return "check"
 	}
 	return "run"
-}
-
-func indexOf[T comparable](s []T, v T) int {
-	for i, x := range s {
-		if x == v {
-			return i
-		}
-	}
-	return -1
 }
 
 // queueRetry is how often a queued run looks again, besides being woken.

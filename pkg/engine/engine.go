@@ -8,7 +8,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -361,12 +362,7 @@ func (r *Registry) Get(name infrav1.EngineName) (Engine, bool) {
 
 // Names lists the registered engines, sorted.
 func (r *Registry) Names() []infrav1.EngineName {
-	out := make([]infrav1.EngineName, 0, len(r.engines))
-	for n := range r.engines {
-		out = append(out, n)
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out
+	return slices.Sorted(maps.Keys(r.engines))
 }
 
 // All returns the registered engines in name order.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -276,11 +278,7 @@ func layerOf(runs map[string]*infrav1.TerraformRun) map[string]int {
 		layer[key] = l
 		return l
 	}
-	keys := make([]string, 0, len(runs))
-	for k := range runs {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(runs))
 	for _, k := range keys {
 		visit(k)
 	}

@@ -9,7 +9,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -612,11 +614,7 @@ func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) 
 		if err != nil {
 			return fmt.Errorf("reading outputs Secret %s: %w", run.Status.OutputsSecretName, err)
 		}
-		keys := make([]string, 0, len(sec.Data))
-		for k := range sec.Data {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(sec.Data))
 		for _, k := range keys {
 			row := OutputRow{Key: k}
 			if showSensitive {

@@ -7,8 +7,10 @@ import (
 	"fmt"
 	"hash"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -36,11 +38,7 @@ func inputsDigest(o PlanOptions, deps map[string]string) (string, error) {
 			return "", err
 		}
 	}
-	names := make([]string, 0, len(deps))
-	for n := range deps {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(deps))
 	for _, n := range names {
 		fmt.Fprintf(h, "%s\x00%d\x00", "dependency/"+n, len(deps[n]))
 		h.Write([]byte(deps[n]))

@@ -8,9 +8,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -461,11 +462,7 @@ func (r *Runner) ExportOutputs(ctx context.Context, m Module, secret string) ([]
 	if err := json.Unmarshal(out, &outs); err != nil {
 		return nil, fmt.Errorf("reading terraform outputs: %w", err)
 	}
-	names := make([]string, 0, len(outs))
-	for n := range outs {
-		names = append(names, n)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(outs))
 	if r.Kube == nil {
 		return nil, errors.New("export-outputs needs the API server (--outputs-secret)")
 	}

@@ -4,6 +4,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/tektoncd/pipeline/pkg/apis/config"
@@ -65,7 +67,7 @@ func FinishedTaskRun(pr *tektonv1.PipelineRun, task string, at time.Time, exit m
 		Type  int    `json:"type"`
 	}
 	var msgs []msg
-	for _, k := range sortedKeys(results) {
+	for _, k := range slices.Sorted(maps.Keys(results)) {
 		res = append(res, tektonv1.TaskRunResult{Name: k, Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues(results[k])})
 		msgs = append(msgs, msg{Key: k, Value: results[k], Type: 1})
 	}
@@ -123,17 +125,4 @@ func FinishedStatus(pr *tektonv1.PipelineRun, at time.Time, taskRuns []*tektonv1
 	}
 	s.Provenance = &tektonv1.Provenance{FeatureFlags: config.DefaultFeatureFlags.DeepCopy()}
 	return s
-}
-
-func sortedKeys(m map[string]string) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	for i := 1; i < len(out); i++ {
-		for j := i; j > 0 && out[j] < out[j-1]; j-- {
-			out[j], out[j-1] = out[j-1], out[j]
-		}
-	}
-	return out
 }
