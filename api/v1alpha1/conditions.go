@@ -191,3 +191,10 @@ const (
 	// ApprovalLabelSuperseded: a new run replaced the plan before a decision.
 	ApprovalLabelSuperseded = "superseded"
 )
+
+// RecordsRequestAnnotation asks the manager to bring a run's records back
+// from the object store for a while: "<run id>@<any stamp>" (kubectl
+// tfrun logs and plan set it). Only those who may edit the TerraformRun
+// can ask; the copies are Secrets in its namespace, readable by exactly
+// those who could read the records before they moved.
+const RecordsRequestAnnotation = "infra.opr8r.io/records-request"

@@ -52,10 +52,10 @@ func main() {
 	var s settings
 	all := strings.Join(engineNames(engines.All()), ",")
 	flag.StringVar(&s.engines, "engines", all, "Comma-separated engines to enable ("+all+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
-	flag.StringVar(&s.defaultEngine, "default-engine", string(manager.DefaultEngine), "Engine used when spec.engine is empty; auto picks the first enabled engine whose child kind the cluster serves (argo, then tekton, then job, which every cluster has).")
-	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
-	flag.StringVar(&s.cfg.StepImage, "step-image", manager.DefaultStepImage, "Image that holds the opr8r-step binary.")
-	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "Default service account of step pods (bind it to the opr8r-runner Role).")
+	flag.StringVar(&s.defaultEngine, "default-engine", string(engine.DefaultEngine(engines.All())), "Engine used when spec.engine is empty (default: the first of --engines' default); auto picks the first enabled engine whose child kind the cluster serves, in the order "+strings.Join(engineNames(engines.All()), ", ")+".")
+	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", engine.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
+	flag.StringVar(&s.cfg.StepImage, "step-image", engine.DefaultStepImage, "Image that holds the opr8r-step binary.")
+	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
@@ -113,7 +113,7 @@ func run(s settings) error {
 	if err != nil {
 		return err
 	}
-	scheme, err := manager.Scheme(enabled)
+	scheme, err := engine.Scheme(enabled)
 	if err != nil {
 		return err
 	}

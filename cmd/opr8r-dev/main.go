@@ -62,7 +62,7 @@ func run(example string, once bool) error {
 	}
 
 	engines := engines.All()
-	scheme, err := manager.Scheme(engines)
+	scheme, err := engine.Scheme(engines)
 	if err != nil {
 		return err
 	}

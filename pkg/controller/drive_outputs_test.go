@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/results"
+
 	"github.com/opr8r/opr8r/pkg/names"
 
 	corev1 "k8s.io/api/core/v1"
@@ -90,7 +92,7 @@ func TestReconcileOutputs(t *testing.T) {
 	const outputsJSON = `{"id":{"sensitive":false,"value":"abc"},"secret":{"sensitive":true,"value":"s3"}}`
 	rawOf := func(child string) *corev1.Secret {
 		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: names.RawOutputsSecretName(child), Namespace: "ns"},
-			Data: map[string][]byte{RawOutputsKey: []byte(outputsJSON)}}
+			Data: map[string][]byte{results.RawOutputsKey: []byte(outputsJSON)}}
 	}
 	cases := map[string]struct {
 		phase      infrav1.RunPhase

@@ -79,13 +79,6 @@ func (r *TerraformRunReconciler) forgetRecords(ctx context.Context, run *infrav1
 	}
 }
 
-// RecordsRequestAnnotation asks the manager to bring a run's records back
-// from the object store for a while: "<run id>@<any stamp>" (kubectl
-// tfrun logs and plan set it). Only those who may edit the TerraformRun
-// can ask; the copies are Secrets in its namespace, readable by exactly
-// those who could read the records before they moved.
-const RecordsRequestAnnotation = "infra.opr8r.io/records-request"
-
 // DefaultRestoreTTL is how long records brought back stay.
 const DefaultRestoreTTL = 10 * time.Minute
 
@@ -98,7 +91,7 @@ type restoreState struct {
 
 // reconcileObjectStore moves the records of finished runs from the Secrets
 // the steps wrote into the object store, and brings a run's records back
-// when the TerraformRun asks (RecordsRequestAnnotation), for RestoreTTL.
+// when the TerraformRun asks (infrav1.RecordsRequestAnnotation), for RestoreTTL.
 // Records of a run move once it is in the stored history; the Secrets are
 // deleted only after every record of the run is in the object store.
 func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *infrav1.TerraformRun, st *passState) ctrl.Result {
@@ -117,7 +110,7 @@ func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *
 	var res ctrl.Result
 	prev, seen := r.recordsRestores.Load(run.UID)
 	state, _ := prev.(restoreState)
-	if req := run.Annotations[RecordsRequestAnnotation]; req != "" && req != state.handled {
+	if req := run.Annotations[infrav1.RecordsRequestAnnotation]; req != "" && req != state.handled {
 		runID, _, _ := strings.Cut(req, "@")
 		restored := &records.SecretStore{Client: secrets.Client, Restored: true, Owner: ownerOf(run)}
 		if n, err := r.restoreRecords(ctx, run, st, runID, restored); err != nil {

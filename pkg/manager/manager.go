@@ -18,7 +18,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
@@ -30,15 +29,6 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/records/s3"
-)
-
-// Defaults shared by the manager's flags and `kubectl tfrun render`, so a
-// rendered run is what the manager would create.
-const (
-	DefaultStepImage      = "ghcr.io/opr8r/opr8r:latest"
-	DefaultTerraformImage = "docker.io/hashicorp/terraform:1.11"
-	DefaultRunnerSA       = "opr8r-runner"
-	DefaultEngine         = infrav1.EngineArgo
 )
 
 // Options configures the controller.
@@ -82,24 +72,6 @@ type Options struct {
 	RestoreTTL time.Duration
 	// Shard is the shard the manager handles, as given to ShardCacheOptions.
 	Shard Shard
-}
-
-// Scheme returns a scheme with every type the manager reads or writes: the
-// Kubernetes and opr8r types, and each engine's own.
-func Scheme(engines []engine.Engine) (*runtime.Scheme, error) {
-	s := runtime.NewScheme()
-	adds := []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, infrav1.AddToScheme}
-	for _, e := range engines {
-		if a, ok := e.(engine.SchemeAdder); ok {
-			adds = append(adds, a.AddToScheme)
-		}
-	}
-	for _, add := range adds {
-		if err := add(s); err != nil {
-			return nil, err
-		}
-	}
-	return s, nil
 }
 
 // CacheOptions restricts the manager's caches to objects opr8r made

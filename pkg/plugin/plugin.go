@@ -17,6 +17,8 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/results"
+
 	"github.com/opr8r/opr8r/pkg/names"
 
 	"github.com/spf13/cobra"
@@ -33,9 +35,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -74,7 +74,7 @@ func (o *Options) clients() (client.Client, kubernetes.Interface, string, error)
 	if err != nil {
 		return nil, nil, "", fmt.Errorf("no cluster: %w", err)
 	}
-	scheme, err := manager.Scheme(o.Engines)
+	scheme, err := engine.Scheme(o.Engines)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -353,7 +353,7 @@ func (o *Options) keptRecord(ctx context.Context, c client.Client, cs kubernetes
 		return b, err
 	}
 	req := k.RunID + "@" + o.now().UTC().Format(time.RFC3339Nano)
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{controller.RecordsRequestAnnotation: req}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{infrav1.RecordsRequestAnnotation: req}}})
 	if perr := c.Patch(ctx, run, client.RawPatch("application/merge-patch+json", patch), client.FieldOwner(FieldManager)); perr != nil {
 		return nil, fmt.Errorf("%w (asking the manager to bring it back from an object store failed: %v)", err, perr)
 	}
@@ -597,7 +597,7 @@ func (o *Options) outputs(ctx context.Context, name string, showSensitive bool) 
 	// Sensitivity is known from the run's raw outputs while its child exists.
 	raw, rawErr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, names.RawOutputsSecretName(run.Status.Run.ID), metav1.GetOptions{})
 	if rawErr == nil {
-		outs, err := controller.Outputs(run.Spec.Outputs, raw.Data[controller.RawOutputsKey])
+		outs, err := results.Outputs(run.Spec.Outputs, raw.Data[results.RawOutputsKey])
 		if err != nil {
 			return err
 		}

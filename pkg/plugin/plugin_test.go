@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/genericclioptions"
@@ -19,7 +21,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -39,7 +40,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	scheme, _ := manager.Scheme(engines.All())
+	scheme, _ := engine.Scheme(engines.All())
 	k8s, _ = client.New(cfg, client.Options{Scheme: scheme})
 	cs = kubernetes.NewForConfigOrDie(cfg)
 	code := m.Run()

@@ -12,7 +12,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
@@ -41,10 +40,10 @@ func newRenderCommand(o *Options) *cobra.Command {
 	cmd.Flags().StringVarP(&ro.File, "filename", "f", "", "The TerraformRun manifest (- for stdin)")
 	cmd.Flags().StringVar(&ro.Engine, "engine", "", "Render for this engine (default: spec.engine, else --default-engine)")
 	cmd.Flags().StringVar(&ro.Type, "type", string(infrav1.RunApply), "Run type: apply or destroy")
-	cmd.Flags().StringVar(&ro.DefaultEngine, "default-engine", string(manager.DefaultEngine), "The manager's --default-engine")
-	cmd.Flags().StringVar(&ro.Config.StepImage, "step-image", manager.DefaultStepImage, "The manager's --step-image")
-	cmd.Flags().StringVar(&ro.Config.TerraformImage, "terraform-image", manager.DefaultTerraformImage, "The manager's --terraform-image")
-	cmd.Flags().StringVar(&ro.Config.RunnerServiceAccount, "runner-service-account", manager.DefaultRunnerSA, "The manager's --runner-service-account")
+	cmd.Flags().StringVar(&ro.DefaultEngine, "default-engine", string(engine.DefaultEngine(o.Engines)), "The manager's --default-engine")
+	cmd.Flags().StringVar(&ro.Config.StepImage, "step-image", engine.DefaultStepImage, "The manager's --step-image")
+	cmd.Flags().StringVar(&ro.Config.TerraformImage, "terraform-image", engine.DefaultTerraformImage, "The manager's --terraform-image")
+	cmd.Flags().StringVar(&ro.Config.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "The manager's --runner-service-account")
 	cmd.Flags().BoolVar(&ro.All, "all", false, "Also print the ConfigMaps the operator creates next to the child")
 	_ = cmd.MarkFlagRequired("filename")
 	return cmd

@@ -6,11 +6,12 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	"sigs.k8s.io/yaml"
 
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/engines/enginestest"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/plugin"
 )
 
@@ -28,7 +29,7 @@ func TestRenderEveryExample(t *testing.T) {
 				t.Run(filepath.Base(ex)+"/"+eng+"/"+typ, func(t *testing.T) {
 					var out bytes.Buffer
 					ro := plugin.RenderOptions{File: ex, Engine: eng, Type: typ, DefaultEngine: "argo", All: true, Engines: engines.All()}
-					ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+					ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = engine.DefaultStepImage, engine.DefaultTerraformImage, engine.DefaultRunnerServiceAccount
 					if err := plugin.Render(&out, ro); err != nil {
 						t.Fatalf("render: %v", err)
 					}
@@ -77,7 +78,7 @@ func TestRenderErrors(t *testing.T) {
 func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
 	var out bytes.Buffer
 	ro := plugin.RenderOptions{File: "../../examples/stack-app.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: engines.All()}
-	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = engine.DefaultStepImage, engine.DefaultTerraformImage, engine.DefaultRunnerServiceAccount
 	if err := plugin.Render(&out, ro); err != nil {
 		t.Fatal(err)
 	}
@@ -97,7 +98,7 @@ func TestRenderResolvesSelectedDependencyOutputs(t *testing.T) {
 func TestRenderOCISource(t *testing.T) {
 	var out bytes.Buffer
 	ro := plugin.RenderOptions{File: "../../examples/oci.yaml", Engine: "argo", Type: "apply", DefaultEngine: "argo", Engines: engines.All()}
-	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = manager.DefaultStepImage, manager.DefaultTerraformImage, manager.DefaultRunnerSA
+	ro.Config.StepImage, ro.Config.TerraformImage, ro.Config.RunnerServiceAccount = engine.DefaultStepImage, engine.DefaultTerraformImage, engine.DefaultRunnerServiceAccount
 	if err := plugin.Render(&out, ro); err != nil {
 		t.Fatal(err)
 	}

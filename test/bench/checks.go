@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,7 +24,6 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/controller"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
@@ -194,7 +195,7 @@ func benchChecks() (checksResult, error) {
 	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
 		return res, err
 	}
-	scheme, _ := manager.Scheme(engines.All())
+	scheme, _ := engine.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

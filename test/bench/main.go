@@ -48,6 +48,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	"github.com/opr8r/opr8r/pkg/names"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
@@ -71,7 +73,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -280,7 +281,7 @@ func benchOne(n int) (result, error) {
 	if err := envtestutil.InstallPolicies(cfg); err != nil {
 		return res, err
 	}
-	scheme, _ := manager.Scheme(engines.All())
+	scheme, _ := engine.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -20,7 +22,6 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
-	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -82,7 +83,7 @@ func benchShards(n int) (shardResult, error) {
 			return res, err
 		}
 	}
-	scheme, _ := manager.Scheme(engines.All())
+	scheme, _ := engine.Scheme(engines.All())
 	bcfg := rest.CopyConfig(cfg)
 	bcfg.QPS, bcfg.Burst = qps, burst
 	c, err := client.New(bcfg, client.Options{Scheme: scheme})

@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -148,7 +150,7 @@ func startInterceptedManager(funcs interceptor.Funcs, opts ...func(*manager.Opti
 
 // startShardManager is startInterceptedManager for one shard of the runs.
 func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...func(*manager.Options)) (context.CancelFunc, chan struct{}) {
-	scheme, err := manager.Scheme(engines.All())
+	scheme, err := engine.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme, Cache: manager.ShardCacheOptions(nil, engines.All(), shard),

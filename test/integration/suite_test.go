@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	"k8s.io/client-go/kubernetes"
@@ -72,7 +74,7 @@ var _ = BeforeSuite(func() {
 	Expect(err).NotTo(HaveOccurred())
 	Expect(envtestutil.InstallArgoCRDs(context.Background(), cfg)).To(Succeed())
 	Expect(envtestutil.InstallTektonCRDs(context.Background(), cfg)).To(Succeed())
-	scheme, err := manager.Scheme(engines.All())
+	scheme, err := engine.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
@@ -108,7 +110,7 @@ func startManager(opts ...func(*manager.Options)) { startManagerIn(nil, opts...)
 // startManagerIn starts the manager watching only the given namespaces
 // (nil: all).
 func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
-	scheme, err := manager.Scheme(engines.All())
+	scheme, err := engine.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme:     scheme,

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -39,7 +41,7 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	Expect(err).NotTo(HaveOccurred())
 	DeferCleanup(env.Stop)
 
-	scheme, err := manager.Scheme(engines.All())
+	scheme, err := engine.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	mgr, err := ctrl.NewManager(cfg, ctrl.Options{
 		Scheme: scheme, Cache: manager.CacheOptions(nil, engines.All()),
