@@ -150,12 +150,12 @@ const (
 	// run header shows it, as the dashboard shows no state of a custom task
 	// such as the approval gate.
 	ApprovalLabel = "infra.opr8r.io/approval"
-	// RecordedLabel ("true") on a finished child, and on the step objects
+	// SettledLabel ("true") on a finished child, and on the step objects
 	// its engine made for it (Tekton's TaskRuns and CustomRuns, the Job
 	// engine's Jobs and pods), says that its run's result is recorded in
 	// the TerraformRun's status. The manager then caches only its metadata,
 	// for pruning (spec.history), and no longer its status.
-	RecordedLabel = "infra.opr8r.io/recorded"
+	SettledLabel = "infra.opr8r.io/settled"
 	// ManagedByLabel marks every object opr8r creates; the manager's caches
 	// of engine objects, Secrets and ConfigMaps select on it.
 	ManagedByLabel = "app.kubernetes.io/managed-by"

@@ -140,19 +140,19 @@ func TestACancelledWorkflowIsStoppedNotRejected(t *testing.T) {
 		if !(Engine{}).SlimForCache(got) {
 			t.Fatal("not slimmed")
 		}
-		pr, err := Engine{}.Observe(got, nil)
+		prog, err := Engine{}.Observe(got, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return pr
+		return prog
 	}
 
-	pr := stopped(t, false)
-	if pr.Gate.State != engine.GateSkipped || pr.Phase != infrav1.RunFailed || !pr.Finished || pr.Message != "stopped: superseded by a spec change" {
-		t.Errorf("stopped while waiting: gate %s, phase %s, finished %v, message %q; want Skipped, Failed, finished, stopped: superseded by a spec change (read through the cache's slim copy)", pr.Gate.State, pr.Phase, pr.Finished, pr.Message)
+	prog := stopped(t, false)
+	if prog.Gate.State != engine.GateSkipped || prog.Phase != infrav1.RunFailed || !prog.Finished || prog.Message != "stopped: superseded by a spec change" {
+		t.Errorf("stopped while waiting: gate %s, phase %s, finished %v, message %q; want Skipped, Failed, finished, stopped: superseded by a spec change (read through the cache's slim copy)", prog.Gate.State, prog.Phase, prog.Finished, prog.Message)
 	}
-	pr = stopped(t, true)
-	if pr.Gate.State != engine.GateRejected || pr.Phase != infrav1.RunRejected {
-		t.Errorf("rejected, then stopped: gate %s, phase %s; want Rejected", pr.Gate.State, pr.Phase)
+	prog = stopped(t, true)
+	if prog.Gate.State != engine.GateRejected || prog.Phase != infrav1.RunRejected {
+		t.Errorf("rejected, then stopped: gate %s, phase %s; want Rejected", prog.Gate.State, prog.Phase)
 	}
 }

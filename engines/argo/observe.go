@@ -131,7 +131,7 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 	if err != nil {
 		return engine.Progress{}, err
 	}
-	pr := engine.Progress{
+	prog := engine.Progress{
 		StartedAt:  engine.TimeOrNil(wf.Status.StartedAt),
 		FinishedAt: engine.TimeOrNil(wf.Status.FinishedAt),
 		Message:    wf.Status.Message,
@@ -149,14 +149,14 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 			FinishedAt: engine.TimeOrNil(n.FinishedAt),
 			Message:    n.Message,
 		}
-		pr.Steps = append(pr.Steps, st)
+		prog.Steps = append(prog.Steps, st)
 		if st.Phase == infrav1.StepFailed && failedMsg == "" && name != names.StepApprove {
 			failedMsg = fmt.Sprintf("step %s failed: %s", name, n.Message)
 		}
 		switch name {
 		case names.StepClone:
 			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
-				pr.Commit = outputParam(n, pipeline.ResultCommit)
+				prog.Commit = outputParam(n, pipeline.ResultCommit)
 			}
 		case names.StepPlan:
 			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
@@ -164,27 +164,27 @@ func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, er
 				if err != nil {
 					return engine.Progress{}, err
 				}
-				pr.Plan = plan
+				prog.Plan = plan
 			}
 		case names.StepApprove:
-			pr.Gate = gate(wf, n)
+			prog.Gate = gate(wf, n)
 		case names.StepApply:
-			pr.Applied = n.Phase == wfv1.NodeSucceeded
+			prog.Applied = n.Phase == wfv1.NodeSucceeded
 		case names.StepExport:
-			pr.OutputsExported = n.Phase == wfv1.NodeSucceeded
+			prog.OutputsExported = n.Phase == wfv1.NodeSucceeded
 		}
 	}
-	pr.Phase, pr.Finished = runPhase(wf.Status.Phase, pr.Gate.State)
+	prog.Phase, prog.Finished = runPhase(wf.Status.Phase, prog.Gate.State)
 	if failedMsg != "" {
-		pr.Message = failedMsg
+		prog.Message = failedMsg
 	}
-	if pr.Gate.State == engine.GateRejected {
-		pr.Message = "plan rejected: " + pr.Gate.Message
+	if prog.Gate.State == engine.GateRejected {
+		prog.Message = "plan rejected: " + prog.Gate.Message
 	}
-	if wf.Spec.Shutdown != "" && pr.Finished && pr.Phase == infrav1.RunFailed && failedMsg == "" {
-		pr.Message = engine.Stopped(stopReason(wf))
+	if wf.Spec.Shutdown != "" && prog.Finished && prog.Phase == infrav1.RunFailed && failedMsg == "" {
+		prog.Message = engine.Stopped(stopReason(wf))
 	}
-	return pr, nil
+	return prog, nil
 }
 
 // stopReason is why a Workflow was stopped: the reason opr8r gave

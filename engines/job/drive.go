@@ -26,12 +26,12 @@ import (
 // at once with Auto approval), export-outputs after apply or a plan without
 // changes, cleanup last, always. Creating is idempotent: a Job that exists
 // is left as it is.
-func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, obj client.Object, pr engine.Progress) error {
+func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, obj client.Object, prog engine.Progress) error {
 	child, ok := obj.(*batchv1.Job)
 	if !ok {
 		return fmt.Errorf("job: expected a Job, got %T", obj)
 	}
-	if pr.Finished {
+	if prog.Finished {
 		return deleteWorkspace(ctx, c, child)
 	}
 	if err := e.ensureWorkspace(ctx, c, api, child); err != nil {
@@ -47,7 +47,7 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 			return err
 		}
 	}
-	next, digest := nextStep(v, pr)
+	next, digest := nextStep(v, prog)
 	if next == "" {
 		return nil
 	}
@@ -56,8 +56,8 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 
 // nextStep is the step whose Job should exist now and does not, with the
 // plan digest apply is bound to ("" when no Job is due).
-func nextStep(v runView, pr engine.Progress) (string, string) {
-	step, digest := dueStep(v, pr)
+func nextStep(v runView, prog engine.Progress) (string, string) {
+	step, digest := dueStep(v, prog)
 	if step == "" || v.jobs[step] != nil || (step == names.StepCleanup && anyActive(v)) {
 		return "", ""
 	}
@@ -67,38 +67,38 @@ func nextStep(v runView, pr engine.Progress) (string, string) {
 // dueStep is the step the run has reached: the plan Job first, then apply
 // once approved, export-outputs (apply runs), and cleanup after everything
 // else, or as soon as the run was stopped, rejected or failed.
-func dueStep(v runView, pr engine.Progress) (string, string) {
+func dueStep(v runView, prog engine.Progress) (string, string) {
 	if !jobDone(v.child) || v.unread(time.Now()) != "" {
 		return "", ""
 	}
-	stopped := v.child.Annotations[annoCancelled] != "" || pr.Gate.State == engine.GateRejected
-	if stopped || pr.Plan == nil || stepPhase(pr.Steps, names.StepPlan) != infrav1.StepSucceeded {
+	stopped := v.child.Annotations[annoCancelled] != "" || prog.Gate.State == engine.GateRejected
+	if stopped || prog.Plan == nil || stepPhase(prog.Steps, names.StepPlan) != infrav1.StepSucceeded {
 		return names.StepCleanup, ""
 	}
-	if len(v.checks()) > 0 && pr.Plan.HasChanges {
+	if len(v.checks()) > 0 && prog.Plan.HasChanges {
 		checks := v.jobs[stepChecks]
 		switch {
 		case checks == nil:
 			return stepChecks, ""
 		case !jobDone(checks):
 			return "", ""
-		case !v.checksPassed(pr.Steps):
+		case !v.checksPassed(prog.Steps):
 			return names.StepCleanup, ""
 		}
 	}
 	if v.planOnly() {
 		return names.StepCleanup, ""
 	}
-	if pr.Plan.HasChanges {
+	if prog.Plan.HasChanges {
 		apply := v.jobs[names.StepApply]
 		switch {
 		case apply == nil && v.child.Annotations[annoApproval] != approvalManual:
-			return names.StepApply, pr.Plan.Digest
-		case apply == nil && pr.Gate.State == engine.GateApproved:
+			return names.StepApply, prog.Plan.Digest
+		case apply == nil && prog.Gate.State == engine.GateApproved:
 			return names.StepApply, v.child.Annotations[annoDigest]
 		case apply == nil || !jobDone(apply):
 			return "", ""
-		case stepPhase(pr.Steps, names.StepApply) != infrav1.StepSucceeded:
+		case stepPhase(prog.Steps, names.StepApply) != infrav1.StepSucceeded:
 			return names.StepCleanup, ""
 		}
 	}

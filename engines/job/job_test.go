@@ -141,15 +141,15 @@ func TestObserveAndDrive(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			pr, err := job.New().Observe(tc.child, tc.related)
+			prog, err := job.New().Observe(tc.child, tc.related)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if pr.Phase != tc.wantPhase || pr.Gate.State != tc.wantGate {
-				t.Fatalf("phase %s gate %s, want %s %s (%+v)", pr.Phase, pr.Gate.State, tc.wantPhase, tc.wantGate, pr)
+			if prog.Phase != tc.wantPhase || prog.Gate.State != tc.wantGate {
+				t.Fatalf("phase %s gate %s, want %s %s (%+v)", prog.Phase, prog.Gate.State, tc.wantPhase, tc.wantGate, prog)
 			}
 			got := map[string]infrav1.StepPhase{}
-			for _, s := range pr.Steps {
+			for _, s := range prog.Steps {
 				if _, ok := tc.wantSteps[s.Name]; ok {
 					got[s.Name] = s.Phase
 				}
@@ -157,11 +157,11 @@ func TestObserveAndDrive(t *testing.T) {
 			if diff := cmp.Diff(tc.wantSteps, got); diff != "" {
 				t.Errorf("steps (-want +got):\n%s", diff)
 			}
-			if tc.wantPhase == infrav1.RunFailed && pr.Message != "step apply failed: Error: boom" {
-				t.Errorf("message %q", pr.Message)
+			if tc.wantPhase == infrav1.RunFailed && prog.Message != "step apply failed: Error: boom" {
+				t.Errorf("message %q", prog.Message)
 			}
 			c := fakeClient(t, append([]client.Object{tc.child}, tc.related...)...)
-			if err := job.New().Drive(context.Background(), c, c, tc.child, pr); err != nil {
+			if err := job.New().Drive(context.Background(), c, c, tc.child, prog); err != nil {
 				t.Fatal(err)
 			}
 			list := &batchv1.JobList{}

@@ -102,8 +102,8 @@ func (v runView) checksPassed(steps []infrav1.StepStatus) bool {
 
 // checkSteps reads the checks: from the checks Job's pod, or Skipped when
 // the plan had no changes or the run ended before them.
-func (v runView) checkSteps(pr engine.Progress) []infrav1.StepStatus {
-	if pr.Plan == nil && v.jobs[names.StepCleanup] == nil {
+func (v runView) checkSteps(prog engine.Progress) []infrav1.StepStatus {
+	if prog.Plan == nil && v.jobs[names.StepCleanup] == nil {
 		return nil
 	}
 	var out []infrav1.StepStatus
@@ -112,7 +112,7 @@ func (v runView) checkSteps(pr engine.Progress) []infrav1.StepStatus {
 		case v.jobs[stepChecks] != nil:
 			st, _ := v.step(stepChecks, c)
 			out = append(out, st)
-		case (pr.Plan != nil && !pr.Plan.HasChanges) || v.jobs[names.StepCleanup] != nil:
+		case (prog.Plan != nil && !prog.Plan.HasChanges) || v.jobs[names.StepCleanup] != nil:
 			out = append(out, infrav1.StepStatus{Name: c, Phase: infrav1.StepSkipped})
 		}
 	}
@@ -140,10 +140,10 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		return engine.Progress{}, fmt.Errorf("job: expected a Job, got %T", obj)
 	}
 	v := newView(child, related)
-	pr := engine.Progress{StartedAt: child.Status.StartTime}
+	prog := engine.Progress{StartedAt: child.Status.StartTime}
 	var failed []string
 	add := func(st infrav1.StepStatus) {
-		pr.Steps = append(pr.Steps, st)
+		prog.Steps = append(prog.Steps, st)
 		if st.Phase == infrav1.StepFailed && st.Name != names.StepApprove {
 			failed = append(failed, fmt.Sprintf("step %s failed: %s", st.Name, st.Message))
 		}
@@ -157,53 +157,53 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 		}
 		st, res := v.step(names.StepPlan, s)
 		add(st)
-		if err := v.readResults(&pr, s, st, res); err != nil {
+		if err := v.readResults(&prog, s, st, res); err != nil {
 			return engine.Progress{}, err
 		}
 	}
-	for _, st := range v.checkSteps(pr) {
+	for _, st := range v.checkSteps(prog) {
 		add(st)
 	}
-	if pr.Plan == nil || !pr.Plan.HasChanges || v.checksPassed(pr.Steps) {
-		pr.Gate = v.gate(pr.Plan)
+	if prog.Plan == nil || !prog.Plan.HasChanges || v.checksPassed(prog.Steps) {
+		prog.Gate = v.gate(prog.Plan)
 	}
-	if gs, ok := gateStep(pr.Gate); ok {
+	if gs, ok := gateStep(prog.Gate); ok {
 		add(gs)
 	}
 	for _, s := range stepJobs {
 		if v.planOnly() && s.step != names.StepCleanup {
 			continue
 		}
-		if st, ok := v.laterStep(s.step, pr); ok {
+		if st, ok := v.laterStep(s.step, prog); ok {
 			add(st)
 		}
 	}
-	pr.Applied = stepPhase(pr.Steps, names.StepApply) == infrav1.StepSucceeded
-	pr.OutputsExported = stepPhase(pr.Steps, names.StepExport) == infrav1.StepSucceeded
-	v.phase(&pr, failed)
-	if step := v.unread(time.Now()); step != "" && pr.Finished {
+	prog.Applied = stepPhase(prog.Steps, names.StepApply) == infrav1.StepSucceeded
+	prog.OutputsExported = stepPhase(prog.Steps, names.StepExport) == infrav1.StepSucceeded
+	v.phase(&prog, failed)
+	if step := v.unread(time.Now()); step != "" && prog.Finished {
 		// Not finished until every step's pod has been read: a result
 		// taken now would lack that step's (no apply, no outputs).
-		pr.Finished, pr.FinishedAt, pr.Phase = false, nil, infrav1.RunRunning
-		pr.Message = "waiting to read the pod of step " + step
+		prog.Finished, prog.FinishedAt, prog.Phase = false, nil, infrav1.RunRunning
+		prog.Message = "waiting to read the pod of step " + step
 	}
-	return pr, nil
+	return prog, nil
 }
 
 // readResults reads a step's results into the progress.
-func (v runView) readResults(pr *engine.Progress, step string, st infrav1.StepStatus, res map[string]string) error {
+func (v runView) readResults(prog *engine.Progress, step string, st infrav1.StepStatus, res map[string]string) error {
 	if st.Phase != infrav1.StepSucceeded {
 		return nil
 	}
 	switch step {
 	case names.StepClone:
-		pr.Commit = res[results.Commit]
+		prog.Commit = res[results.Commit]
 	case names.StepPlan:
 		plan, err := results.ParsePlan(func(n string) string { return res[n] })
 		if err != nil {
 			return err
 		}
-		pr.Plan = plan
+		prog.Plan = plan
 	}
 	return nil
 }
@@ -396,13 +396,13 @@ func gateStep(g engine.Gate) (infrav1.StepStatus, bool) {
 
 // laterStep reads apply, export-outputs or cleanup: from its Job's pod, or
 // Skipped when the run will never create its Job.
-func (v runView) laterStep(step string, pr engine.Progress) (infrav1.StepStatus, bool) {
+func (v runView) laterStep(step string, prog engine.Progress) (infrav1.StepStatus, bool) {
 	if v.jobs[step] != nil {
 		st, _ := v.step(step, step)
 		return st, true
 	}
 	switch {
-	case step == names.StepApply && pr.Plan != nil && !pr.Plan.HasChanges:
+	case step == names.StepApply && prog.Plan != nil && !prog.Plan.HasChanges:
 		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
 	case step != names.StepCleanup && v.jobs[names.StepCleanup] != nil:
 		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
@@ -421,35 +421,35 @@ func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
 
 // phase derives the run's phase: finished once cleanup has; Rejected when
 // the gate was, Failed when a step failed or the run was stopped.
-func (v runView) phase(pr *engine.Progress, failed []string) {
+func (v runView) phase(prog *engine.Progress, failed []string) {
 	cleanup := v.jobs[names.StepCleanup]
-	pr.Finished = jobDone(cleanup)
-	if pr.Finished {
-		pr.FinishedAt = jobFinishedAt(cleanup)
+	prog.Finished = jobDone(cleanup)
+	if prog.Finished {
+		prog.FinishedAt = jobFinishedAt(cleanup)
 	}
 	cancelled := v.child.Annotations[annoCancelled]
 	switch {
-	case pr.Gate.State == engine.GateRejected:
-		pr.Phase, pr.Message = infrav1.RunRejected, "plan rejected: "+pr.Gate.Message
+	case prog.Gate.State == engine.GateRejected:
+		prog.Phase, prog.Message = infrav1.RunRejected, "plan rejected: "+prog.Gate.Message
 	case len(failed) > 0:
-		pr.Phase, pr.Message = infrav1.RunFailed, failed[0]
+		prog.Phase, prog.Message = infrav1.RunFailed, failed[0]
 	case cancelled != "":
-		pr.Phase, pr.Message = infrav1.RunFailed, engine.Stopped(cancelled)
-	case pr.Gate.State == engine.GatePending:
-		pr.Phase = infrav1.RunAwaitingApproval
-	case pr.Finished:
-		pr.Phase = infrav1.RunSucceeded
-	case pr.StartedAt != nil || len(pr.Steps) > 0:
-		pr.Phase = infrav1.RunRunning
+		prog.Phase, prog.Message = infrav1.RunFailed, engine.Stopped(cancelled)
+	case prog.Gate.State == engine.GatePending:
+		prog.Phase = infrav1.RunAwaitingApproval
+	case prog.Finished:
+		prog.Phase = infrav1.RunSucceeded
+	case prog.StartedAt != nil || len(prog.Steps) > 0:
+		prog.Phase = infrav1.RunRunning
 	default:
-		pr.Phase = infrav1.RunPending
+		prog.Phase = infrav1.RunPending
 	}
-	if !pr.Finished && (pr.Phase == infrav1.RunRejected || pr.Phase == infrav1.RunFailed) {
+	if !prog.Finished && (prog.Phase == infrav1.RunRejected || prog.Phase == infrav1.RunFailed) {
 		// Decided, but cleanup has yet to finish: the run still runs, as an
 		// Argo Workflow does while its exit handler runs.
-		pr.Phase = infrav1.RunRunning
+		prog.Phase = infrav1.RunRunning
 	}
-	sort.SliceStable(pr.Steps, func(i, j int) bool { return order(pr.Steps[i].Name) < order(pr.Steps[j].Name) })
+	sort.SliceStable(prog.Steps, func(i, j int) bool { return order(prog.Steps[i].Name) < order(prog.Steps[j].Name) })
 }
 
 // order is a step's place in the pipeline; checks come after plan.

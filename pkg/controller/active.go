@@ -41,13 +41,13 @@ func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infra
 		r.childDeleted(run, st)
 		return ctrl.Result{}, nil
 	}
-	pr, err := r.observe(ctx, e, child)
+	prog, err := r.observe(ctx, e, child)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	st.engine, st.child, st.progress = e, child, pr
-	r.project(run, cur, pr)
-	if !pr.Finished {
+	st.engine, st.child, st.progress = e, child, prog
+	r.project(run, cur, prog)
+	if !prog.Finished {
 		r.Limiter.Hold(run.Namespace, cur.ID)
 		return ctrl.Result{}, nil
 	}
@@ -96,21 +96,21 @@ func (r *TerraformRunReconciler) observe(ctx context.Context, e engine.Engine, c
 	return r.observeWith(ctx, r.Client, e, child)
 }
 
-// observeRecorded observes a child whose end the stored status records. A
-// pass cut short while labelling it recorded (a crash, a lost write) leaves
+// observeSettled observes a child whose end the stored status records. A
+// pass cut short while labelling it settled (a crash, a lost write) leaves
 // some of its step objects labelled, and so out of the cache, and the child
 // not: the cache's view then reads as a run still waiting for its steps
 // (for up to engine.CacheLagGrace, or for good), and would hold the run's
 // next run and the child's own label. Such a child is observed again with
 // its step objects read from the API server, which has them all; a child
 // that really still runs (a stopped run's cleanup) reads so there too.
-func (r *TerraformRunReconciler) observeRecorded(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
-	pr, err := r.observe(ctx, e, child)
-	if err != nil || pr.Finished {
-		return pr, err
+func (r *TerraformRunReconciler) observeSettled(ctx context.Context, e engine.Engine, child client.Object) (engine.Progress, error) {
+	prog, err := r.observe(ctx, e, child)
+	if err != nil || prog.Finished {
+		return prog, err
 	}
 	if _, ok := e.(engine.RelatedLister); !ok {
-		return pr, nil
+		return prog, nil
 	}
 	return r.observeWith(ctx, r.APIReader, e, child)
 }
@@ -124,38 +124,38 @@ func (r *TerraformRunReconciler) observeWith(ctx context.Context, rd client.Read
 			return engine.Progress{}, generic("ListSteps", err, "listing the steps of %s", child.GetName())
 		}
 	}
-	pr, err := e.Observe(child, related)
+	prog, err := e.Observe(child, related)
 	if err != nil {
 		return engine.Progress{}, &StallingError{Reason: infrav1.ReasonRunFailed, Err: err}
 	}
-	return pr, nil
+	return prog, nil
 }
 
 // project copies a child's progress into status. Terminal phases are set by
 // finishRun, once the run's results are recorded.
-func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1.RunStatus, pr engine.Progress) {
-	cur.Steps = pr.Steps
-	if pr.Commit != "" {
-		cur.Commit = pr.Commit
+func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1.RunStatus, prog engine.Progress) {
+	cur.Steps = prog.Steps
+	if prog.Commit != "" {
+		cur.Commit = prog.Commit
 	}
-	cur.Message = pr.Message
-	if pr.Plan != nil && pr.Plan.Inputs != "" {
-		cur.Inputs = pr.Plan.Inputs
+	cur.Message = prog.Message
+	if prog.Plan != nil && prog.Plan.Inputs != "" {
+		cur.Inputs = prog.Plan.Inputs
 	}
-	if !pr.Finished {
-		cur.Phase = pr.Phase
+	if !prog.Finished {
+		cur.Phase = prog.Phase
 	}
 	if cur.Type != infrav1.RunApply && cur.Type != infrav1.RunPlan {
 		return
 	}
-	r.projectPlan(run, cur, pr.Plan)
-	r.projectSteps(run, pr.Steps)
-	if !pr.Finished {
+	r.projectPlan(run, cur, prog.Plan)
+	r.projectSteps(run, prog.Steps)
+	if !prog.Finished {
 		reason := infrav1.ReasonProgressing
-		if pr.Gate.State == engine.GatePending {
+		if prog.Gate.State == engine.GatePending {
 			reason = infrav1.ReasonAwaitingApproval
 		}
-		r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", cur.ID, describeSteps(pr.Steps)))
+		r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", cur.ID, describeSteps(prog.Steps)))
 	}
 }
 
@@ -217,7 +217,7 @@ func describeSteps(steps []infrav1.StepStatus) string {
 // a run is never recorded as finished with its outputs unwritten; then the
 // run's result in status.run and status.history.
 func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, pr := run.Status.Run, st.progress
+	cur, prog := run.Status.Run, st.progress
 	r.Limiter.Release(run.Namespace, cur.ID)
 	switch cur.Type {
 	case infrav1.RunApply:
@@ -227,14 +227,14 @@ func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.Ter
 	case infrav1.RunPlan:
 		r.finishPlanOnly(run, st)
 	}
-	cur.Phase, cur.Message, cur.FinishedAt = pr.Phase, pr.Message, r.finishedAt(pr.FinishedAt)
-	if cur.Type == infrav1.RunApply && applyMayHaveRun(pr.Steps) {
+	cur.Phase, cur.Message, cur.FinishedAt = prog.Phase, prog.Message, r.finishedAt(prog.FinishedAt)
+	if cur.Type == infrav1.RunApply && applyMayHaveRun(prog.Steps) {
 		run.Status.ResourcesMayExist = true
 	}
 	if cur.SpecHash == st.hash {
 		run.Status.ObservedGeneration = run.Generation
 	}
-	recordHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
 	st.active, st.finished = false, true
 	runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
 	return nil
@@ -271,21 +271,21 @@ func applyMayHaveRun(steps []infrav1.StepStatus) bool {
 // finishApply records the result of a finished apply run: the approval the
 // engine shows, the outputs Secret, and Applied and Ready, or Stalled.
 func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, pr := run.Status.Run, st.progress
-	switch pr.Phase {
+	cur, prog := run.Status.Run, st.progress
+	switch prog.Phase {
 	case infrav1.RunSucceeded:
 		return r.finishSucceeded(ctx, run, st)
 	case infrav1.RunRejected:
-		if pr.Plan != nil {
-			r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
+		if prog.Plan != nil {
+			r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, prog.Plan.Digest)
 		}
 		reason := infrav1.ReasonRejected
 		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
 			reason = infrav1.ReasonApprovalTimeout
 		}
-		r.setStalled(run, reason, fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, pr.Message, run.Name))
+		r.setStalled(run, reason, fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, prog.Message, run.Name))
 	default:
-		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, pr.Message))
+		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
 	}
 	return nil
 }
@@ -293,19 +293,19 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 // finishSucceeded records a successful apply run: its approval, its outputs,
 // Applied and Ready.
 func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, pr := run.Status.Run, st.progress
-	if pr.Plan != nil && pr.Plan.HasChanges && st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto {
-		r.recordApproval(run, infrav1.ApprovalStatus{Digest: pr.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
+	cur, prog := run.Status.Run, st.progress
+	if prog.Plan != nil && prog.Plan.HasChanges && st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto {
+		r.setApproval(run, infrav1.ApprovalStatus{Digest: prog.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 	}
-	if pr.Gate.State == engine.GateApproved && pr.Plan != nil {
-		r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, pr.Plan.Digest)
+	if prog.Gate.State == engine.GateApproved && prog.Plan != nil {
+		r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, prog.Plan.Digest)
 	}
-	if pr.OutputsExported {
+	if prog.OutputsExported {
 		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {
 			return err
 		}
 	}
-	if pr.Applied {
+	if prog.Applied {
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, "applied plan "+digestOf(run)+" ("+run.Status.PlanSummary+")")
 	} else {
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
@@ -322,13 +322,13 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 // finishPlanOnly records a finished run of a planOnly TerraformRun: Ready
 // when the plan was made (nothing is applied), Stalled when it failed.
 func (r *TerraformRunReconciler) finishPlanOnly(run *infrav1.TerraformRun, st *passState) {
-	cur, pr := run.Status.Run, st.progress
-	if pr.Phase != infrav1.RunSucceeded || pr.Plan == nil {
-		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, pr.Message))
+	cur, prog := run.Status.Run, st.progress
+	if prog.Phase != infrav1.RunSucceeded || prog.Plan == nil {
+		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
 		return
 	}
 	r.transition(run, infrav1.ReadyCondition, metav1True, infrav1.ReasonPlannedOnly,
-		fmt.Sprintf("run %s planned %s; nothing is applied (spec.planOnly): kubectl tfrun plan %s", cur.ID, pr.Plan.Short(), run.Name))
+		fmt.Sprintf("run %s planned %s; nothing is applied (spec.planOnly): kubectl tfrun plan %s", cur.ID, prog.Plan.Short(), run.Name))
 	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ReconcilingCondition)
 	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.StalledCondition)
 }
@@ -355,7 +355,7 @@ func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *pas
 		run.Status.ResourcesMayExist = true
 	}
 	r.Limiter.Release(run.Namespace, cur.ID)
-	recordHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
 	st.active, st.finished, st.childGone = false, true, true
 	r.setStalled(run, infrav1.ReasonChildDeleted, cur.Message+fmt.Sprintf("; request a new run with kubectl tfrun rerun %s (annotation %s)", run.Name, infrav1.RunRequestAnnotation))
 }

@@ -24,18 +24,18 @@ import (
 // when rejected, timed out, or when spec.approval.approvedPlan names another
 // plan than the one waiting.
 func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	pr := st.progress
-	if !st.active || st.child == nil || pr.Plan == nil {
+	prog := st.progress
+	if !st.active || st.child == nil || prog.Plan == nil {
 		return ctrl.Result{}, nil
 	}
-	digest := pr.Plan.Digest
-	if st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto && pr.Plan.HasChanges {
-		r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
+	digest := prog.Plan.Digest
+	if st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto && prog.Plan.HasChanges {
+		r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 		return ctrl.Result{}, nil
 	}
-	switch pr.Gate.State {
+	switch prog.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		r.recordGateDecision(ctx, run, st.eff.Spec.Approval, pr.Gate, digest)
+		r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, digest)
 		return ctrl.Result{}, nil
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
@@ -48,16 +48,16 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 // and approves, rejects or times out the gate, or reports that it waits;
 // it requeues for the approval timeout.
 func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	pr, ap := st.progress, st.eff.Spec.Approval
-	digest := pr.Plan.Digest
+	prog, ap := st.progress, st.eff.Spec.Approval
+	digest := prog.Plan.Digest
 	approver, ok := st.engine.(engine.Approver)
 	if !ok {
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval, "engine "+string(st.engine.Name())+" can only be approved in its own UI")
 		return ctrl.Result{}, nil
 	}
 	var deadline time.Time
-	if ap.Timeout != nil && pr.Gate.Since != nil {
-		deadline = pr.Gate.Since.Add(ap.Timeout.Duration)
+	if ap.Timeout != nil && prog.Gate.Since != nil {
+		deadline = prog.Gate.Since.Add(ap.Timeout.Duration)
 	}
 	votes, err := r.votes(ctx, run, ap, digest)
 	if err != nil {
@@ -79,10 +79,10 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		err = r.timeOut(ctx, run, st, approver, ap.Timeout.Duration)
 	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
-			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, pr.Plan.Short()))
+			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, prog.Plan.Short()))
 	default:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval,
-			fmt.Sprintf("plan %s (%s) waits for approval, %s: %s", pr.Plan.Short(), digest, tallyMessage(t), r.approvalHint(run, st)))
+			fmt.Sprintf("plan %s (%s) waits for approval, %s: %s", prog.Plan.Short(), digest, tallyMessage(t), r.approvalHint(run, st)))
 	}
 	if err != nil {
 		return gateErr(err)
@@ -159,7 +159,7 @@ func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.Terra
 	if by != "" {
 		msg += " by " + by
 	}
-	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: src, By: by, At: metav1.NewTime(r.now())}, msg)
+	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: src, By: by, At: metav1.NewTime(r.now())}, msg)
 	approvalWait.Observe(engine.Elapsed(r.now(), st.progress.Gate.Since).Seconds())
 	return nil
 }
@@ -185,7 +185,7 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 	if by != "" {
 		msg += " by " + by
 	}
-	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: src, By: by, At: metav1.NewTime(r.now()), Reason: reason}, msg+": "+reason)
+	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: src, By: by, At: metav1.NewTime(r.now()), Reason: reason}, msg+": "+reason)
 	return nil
 }
 
@@ -204,7 +204,7 @@ func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.Terra
 	if err := a.Reject(ctx, r.Client, st.child, d); err != nil {
 		return err
 	}
-	r.recordApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovalTimedOut, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
+	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovalTimedOut, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
 	return nil
 }
 
@@ -216,13 +216,13 @@ func gateErr(err error) (ctrl.Result, error) {
 	return ctrl.Result{}, generic("DecideGate", err, "deciding the approval gate")
 }
 
-// recordGateDecision records a decision the engine shows and opr8r has not
+// setEngineDecision records a decision the engine shows and opr8r has not
 // recorded yet: someone ran `argo resume` or used the Argo UI. The resume
 // counts as one approval by the user the engine recorded, together with the
 // plan's other decisions. The engine has already let the plan through, so
 // an approval that spec.approval's policy would not count is recorded as
 // ApprovedOutsidePolicy, with a Warning event naming the rule it broke.
-func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
+func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
 	if a := run.Status.Approval; a != nil && a.Digest == digest {
 		return
 	}
@@ -245,7 +245,7 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 			a.Source, a.By = infrav1.ApprovalTimedOut, ""
 			msg = "plan " + digest + " rejected: " + g.Message
 		}
-		r.recordApproval(run, a, msg)
+		r.setApproval(run, a, msg)
 		return
 	}
 	votes, err := r.votes(ctx, run, ap, digest)
@@ -266,7 +266,7 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 	run.Status.Approvals = &t
 	if own && t.Needed == 0 {
 		a.Source, a.By = approvalSource(votes), strings.Join(t.ApprovedBy, ", ")
-		r.recordApproval(run, a, "plan "+digest+" approved by "+a.By)
+		r.setApproval(run, a, "plan "+digest+" approved by "+a.By)
 		return
 	}
 	a.By = strings.Join(t.ApprovedBy, ", ")
@@ -278,11 +278,11 @@ func (r *TerraformRunReconciler) recordGateDecision(ctx context.Context, run *in
 			msg+", which spec.approval does not count ("+tallyMessage(t)+"); limit who may resume Workflows with RBAC on workflows (argo resume needs update)")
 		return
 	}
-	r.recordApproval(run, a, msg)
+	r.setApproval(run, a, msg)
 }
 
-// recordApproval records a decision in status.approval and sets Approved.
-func (r *TerraformRunReconciler) recordApproval(run *infrav1.TerraformRun, a infrav1.ApprovalStatus, msg string) {
+// setApproval records a decision in status.approval and sets Approved.
+func (r *TerraformRunReconciler) setApproval(run *infrav1.TerraformRun, a infrav1.ApprovalStatus, msg string) {
 	if old := run.Status.Approval; old != nil && old.Digest == a.Digest && old.Approved == a.Approved && old.Source == a.Source {
 		return
 	}

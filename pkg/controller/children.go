@@ -57,13 +57,13 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 	}
 	marked := 0
 	for _, c := range cached {
-		if !recordedIn(c, st.persisted) {
+		if !storedIn(c, st.persisted) {
 			continue
 		}
-		if pr, err := r.observeRecorded(ctx, e, c); err != nil || !pr.Finished {
+		if prog, err := r.observeSettled(ctx, e, c); err != nil || !prog.Finished {
 			continue
 		}
-		if err := r.markRecorded(ctx, e, c); err != nil {
+		if err := r.markSettled(ctx, e, c); err != nil {
 			return res, err
 		}
 		marked++
@@ -71,7 +71,7 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 	if !st.finished && ttl == nil && marked == 0 {
 		return res, nil
 	}
-	recorded, err := r.listRecorded(ctx, run, e)
+	recorded, err := r.listSettled(ctx, run, e)
 	if err != nil {
 		return res, err
 	}
@@ -102,7 +102,7 @@ func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, chi
 	sort.Slice(children, func(i, j int) bool { return childNumber(children[i]) > childNumber(children[j]) })
 	var next time.Duration
 	for i, c := range children {
-		if !recordedIn(c, st.persisted) {
+		if !storedIn(c, st.persisted) {
 			if ttl != nil {
 				// Finished in this pass or not yet: look again once its
 				// result is stored.
@@ -133,9 +133,9 @@ func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, chi
 	return next, nil
 }
 
-// recordedIn says whether the stored status has a child's result: every run
+// storedIn says whether the stored status has a child's result: every run
 // up to its lastRunNumber except its run still in progress.
-func recordedIn(c client.Object, persisted infrav1.TerraformRunStatus) bool {
+func storedIn(c client.Object, persisted infrav1.TerraformRunStatus) bool {
 	n := childNumber(c)
 	if n == 0 || n > persisted.LastRunNumber {
 		return false
@@ -176,11 +176,11 @@ func (r *TerraformRunReconciler) ttlLeft(c client.Object, persisted infrav1.Terr
 }
 
 // deleteFinished deletes a child once the engine confirms it has finished
-// (a recorded child was confirmed when it was labelled), and says whether
+// (a settled child was confirmed when it was labelled), and says whether
 // it did.
 func (r *TerraformRunReconciler) deleteFinished(ctx context.Context, e engine.Engine, c client.Object) (bool, error) {
-	if !isRecorded(c) {
-		if pr, err := r.observeRecorded(ctx, e, c); err != nil || !pr.Finished {
+	if !isSettled(c) {
+		if prog, err := r.observeSettled(ctx, e, c); err != nil || !prog.Finished {
 			return false, nil
 		}
 	}

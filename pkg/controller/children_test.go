@@ -26,7 +26,7 @@ func TestReconcileChildren(t *testing.T) {
 		ttl         *time.Duration
 		finishedAgo time.Duration // when every run finished
 		want        []string      // children left
-		wantLabel   []string      // children left labelled recorded
+		wantLabel   []string      // children left labelled settled
 		wantRequeue time.Duration
 	}{
 		"keepFinished 3 of 5: the newest three stay": {
@@ -38,7 +38,7 @@ func TestReconcileChildren(t *testing.T) {
 		"the latest run finished in this pass: kept and unlabelled until its result is stored; looks again then": {
 			runs: 2, lastPhase: infrav1.RunRunning, finishedNow: true, keep: 1, want: []string{"a-2"}, wantRequeue: recordRetry,
 		},
-		"the pass after: the stored result's child is labelled recorded": {
+		"the pass after: the stored result's child is labelled settled": {
 			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, want: []string{"a-1", "a-2"}, wantLabel: []string{"a-1", "a-2"},
 		},
 		"a run in progress: nothing is labelled or pruned": {
@@ -89,7 +89,7 @@ func TestReconcileChildren(t *testing.T) {
 			var left, labelled []string
 			for _, j := range jobs.Items {
 				left = append(left, j.Name)
-				if isRecorded(&j) {
+				if isSettled(&j) {
 					labelled = append(labelled, j.Name)
 				}
 			}
@@ -99,7 +99,7 @@ func TestReconcileChildren(t *testing.T) {
 				t.Errorf("children left (-want +got):\n%s", diff)
 			}
 			if diff := cmp.Diff(tc.wantLabel, labelled); diff != "" {
-				t.Errorf("children labelled recorded (-want +got):\n%s", diff)
+				t.Errorf("children labelled settled (-want +got):\n%s", diff)
 			}
 			if res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
@@ -114,8 +114,8 @@ func TestRecordHistory(t *testing.T) {
 		cur := &infrav1.RunStatus{ID: names.ChildName("a", infrav1.RunApply, n), Number: n, Type: infrav1.RunApply, Phase: infrav1.RunSucceeded, Commit: "c" + itoa(n)}
 		run.Status.Plan = &infrav1.PlanStatus{RunID: cur.ID, Digest: "d" + itoa(n)}
 		run.Status.Approval = &infrav1.ApprovalStatus{Digest: "d" + itoa(n), Approved: true, Source: infrav1.ApprovedBySpec}
-		recordHistory(run, cur, 3)
-		recordHistory(run, cur, 3) // a retried pass records it once
+		appendHistory(run, cur, 3)
+		appendHistory(run, cur, 3) // a retried pass records it once
 	}
 	var got []string
 	for _, h := range run.Status.History {

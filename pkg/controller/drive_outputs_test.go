@@ -30,9 +30,9 @@ type drivenEngine struct {
 
 var _ engine.Driver = &drivenEngine{}
 
-func (d *drivenEngine) Drive(_ context.Context, _ client.Client, _ client.Reader, child client.Object, pr engine.Progress) error {
+func (d *drivenEngine) Drive(_ context.Context, _ client.Client, _ client.Reader, child client.Object, prog engine.Progress) error {
 	d.driven = append(d.driven, child.GetName())
-	d.seen = append(d.seen, pr)
+	d.seen = append(d.seen, prog)
 	return d.err
 }
 

@@ -51,12 +51,12 @@ func (r *TerraformRunReconciler) reconcileGateLabel(ctx context.Context, run *in
 // gateLabelValue is the approval label for a run's observed gate ("" for
 // none): the gate's state, or the decision status.approval records for the
 // plan waiting (made in this pass, not yet shown by the engine).
-func gateLabelValue(run *infrav1.TerraformRun, pr engine.Progress) string {
-	if pr.Plan == nil {
+func gateLabelValue(run *infrav1.TerraformRun, prog engine.Progress) string {
+	if prog.Plan == nil {
 		return ""
 	}
 	decided := ""
-	if a := run.Status.Approval; a != nil && a.Digest == pr.Plan.Digest && a.Source != infrav1.ApprovedAutomatically {
+	if a := run.Status.Approval; a != nil && a.Digest == prog.Plan.Digest && a.Source != infrav1.ApprovedAutomatically {
 		switch {
 		case a.Approved:
 			decided = infrav1.ApprovalLabelApproved
@@ -66,7 +66,7 @@ func gateLabelValue(run *infrav1.TerraformRun, pr engine.Progress) string {
 			decided = infrav1.ApprovalLabelRejected
 		}
 	}
-	switch pr.Gate.State {
+	switch prog.Gate.State {
 	case engine.GatePending:
 		if decided != "" {
 			return decided

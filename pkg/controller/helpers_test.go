@@ -66,11 +66,11 @@ func (f *fakeEngine) Observe(child client.Object, _ []client.Object) (engine.Pro
 		f.looks = map[string]int{}
 	}
 	f.looks[child.GetName()]++
-	if pr, ok := f.later[child.GetName()]; ok && f.looks[child.GetName()] > 1 {
-		return pr, nil
+	if prog, ok := f.later[child.GetName()]; ok && f.looks[child.GetName()] > 1 {
+		return prog, nil
 	}
-	if pr, ok := f.progress[child.GetName()]; ok {
-		return pr, nil
+	if prog, ok := f.progress[child.GetName()]; ok {
+		return prog, nil
 	}
 	return engine.Progress{Phase: infrav1.RunPending}, nil
 }

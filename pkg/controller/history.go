@@ -4,11 +4,11 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
 
-// recordHistory puts a finished run at the head of status.history, keeping
+// appendHistory puts a finished run at the head of status.history, keeping
 // the newest keep records. It is called in the pass that sees the run
 // finish, so the record is written with the run's final status; a run's
 // child is pruned only after that write (reconcileChildren).
-func recordHistory(run *infrav1.TerraformRun, cur *infrav1.RunStatus, keep int32) {
+func appendHistory(run *infrav1.TerraformRun, cur *infrav1.RunStatus, keep int32) {
 	rec := infrav1.RunRecord{
 		ID: cur.ID, Number: cur.Number, Type: cur.Type, Engine: cur.Engine,
 		Trigger: cur.Trigger, TriggerDetail: cur.TriggerDetail, SpecHash: cur.SpecHash,
@@ -23,12 +23,12 @@ func recordHistory(run *infrav1.TerraformRun, cur *infrav1.RunStatus, keep int32
 	}
 	rec.Inputs = cur.Inputs
 	rec.Author = cur.Author
-	run.Status.History = recordAt(run.Status.History, rec, keep)
+	run.Status.History = historyWith(run.Status.History, rec, keep)
 }
 
-// recordAt puts a record at the head of a history (replacing a record of
+// historyWith puts a record at the head of a history (replacing a record of
 // the same run, from a retried pass) and keeps the newest keep.
-func recordAt(h []infrav1.RunRecord, rec infrav1.RunRecord, keep int32) []infrav1.RunRecord {
+func historyWith(h []infrav1.RunRecord, rec infrav1.RunRecord, keep int32) []infrav1.RunRecord {
 	out := make([]infrav1.RunRecord, 0, len(h)+1)
 	out = append(out, rec)
 	for _, old := range h {

@@ -283,7 +283,7 @@ func (w *LimiterWarmer) hold(ctx context.Context, run *infrav1.TerraformRun) {
 	if !ok || !r.Available.IsAvailable(e.Name()) || run.Spec.Interval == nil {
 		return
 	}
-	if check, pr, err := r.unrecordedCheck(ctx, run, e); err == nil && check != nil && !pr.Finished {
+	if check, prog, err := r.unrecordedCheck(ctx, run, e); err == nil && check != nil && !prog.Finished {
 		r.Limiter.Hold(run.Namespace, check.GetName())
 	}
 }

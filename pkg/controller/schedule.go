@@ -33,21 +33,21 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 	if !ok || !r.Available.IsAvailable(e.Name()) || (run.Spec.Interval == nil && run.Status.Drift == nil && !r.mayHaveChecks(run)) {
 		return ctrl.Result{}, nil
 	}
-	check, pr, err := r.unrecordedCheck(ctx, run, e)
+	check, prog, err := r.unrecordedCheck(ctx, run, e)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
 	if d, ok := e.(engine.Driver); ok && check != nil {
-		if err := d.Drive(ctx, r.Client, r.APIReader, check, pr); err != nil {
+		if err := d.Drive(ctx, r.Client, r.APIReader, check, prog); err != nil {
 			return ctrl.Result{}, generic("Drive", err, "driving check %s", check.GetName())
 		}
 	}
-	if check != nil && !pr.Finished {
+	if check != nil && !prog.Finished {
 		r.Limiter.Hold(run.Namespace, check.GetName())
 		return r.supersedeCheck(ctx, run, st, e, check)
 	}
 	if check != nil {
-		r.finishCheck(run, st, check, pr)
+		r.finishCheck(run, st, check, prog)
 	}
 	if run.Spec.Interval == nil || run.Spec.Suspend || st.active || st.requested != nil || !st.deps.ready() {
 		return ctrl.Result{}, nil
@@ -105,8 +105,8 @@ func (r *TerraformRunReconciler) unrecordedCheck(ctx context.Context, run *infra
 		if c.GetLabels()[infrav1.RunTypeLabel] != string(infrav1.RunDrift) || childNumber(c) <= run.Status.LastRunNumber {
 			continue
 		}
-		pr, err := r.observe(ctx, e, c)
-		return c, pr, err
+		prog, err := r.observe(ctx, e, c)
+		return c, prog, err
 	}
 	return nil, engine.Progress{}, nil
 }
@@ -162,11 +162,11 @@ func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.Te
 }
 
 // finishCheck records a finished check and judges what it found.
-func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *passState, check client.Object, pr engine.Progress) {
+func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *passState, check client.Object, prog engine.Progress) {
 	r.Limiter.Release(run.Namespace, check.GetName())
-	rec := checkRecord(st.eff.Spec.Engine, check, pr)
+	rec := checkRecord(st.eff.Spec.Engine, check, prog)
 	rec.FinishedAt = r.finishedAt(rec.FinishedAt)
-	result := r.judgeCheck(run, st, check, pr, rec)
+	result := r.judgeCheck(run, st, check, prog, rec)
 	if rec.Message == "" {
 		rec.Message = result
 	} else {
@@ -175,8 +175,8 @@ func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *pass
 	if n := childNumber(check); n > run.Status.LastRunNumber {
 		run.Status.LastRunNumber = n
 	}
-	run.Status.History = recordAt(run.Status.History, rec, *st.eff.Spec.History.KeepRecords)
-	run.Status.Drift = &infrav1.DriftStatus{LastCheckID: check.GetName(), LastCheckedAt: *rec.FinishedAt, Result: result, Revision: pr.Commit}
+	run.Status.History = historyWith(run.Status.History, rec, *st.eff.Spec.History.KeepRecords)
+	run.Status.Drift = &infrav1.DriftStatus{LastCheckID: check.GetName(), LastCheckedAt: *rec.FinishedAt, Result: result, Revision: prog.Commit}
 	if result == infrav1.CheckDrifted {
 		run.Status.Drift.Plan = rec.Plan
 	}
@@ -186,34 +186,34 @@ func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *pass
 }
 
 // checkRecord is a finished check's history record.
-func checkRecord(e infrav1.EngineName, check client.Object, pr engine.Progress) infrav1.RunRecord {
+func checkRecord(e infrav1.EngineName, check client.Object, prog engine.Progress) infrav1.RunRecord {
 	l := check.GetLabels()
 	rec := infrav1.RunRecord{
 		ID: check.GetName(), Number: childNumber(check), Type: infrav1.RunDrift, Engine: e,
-		Trigger: infrav1.TriggerSchedule, SpecHash: l[infrav1.SpecHashLabel], Revision: pr.Commit,
-		Result: pr.Phase, StartedAt: pr.StartedAt, FinishedAt: pr.FinishedAt, Message: truncate(pr.Message, 900),
+		Trigger: infrav1.TriggerSchedule, SpecHash: l[infrav1.SpecHashLabel], Revision: prog.Commit,
+		Result: prog.Phase, StartedAt: prog.StartedAt, FinishedAt: prog.FinishedAt, Message: truncate(prog.Message, 900),
 	}
-	if pr.Plan != nil {
-		rec.Plan = planStatus(pr.Plan, check.GetName())
-		rec.Inputs = pr.Plan.Inputs
+	if prog.Plan != nil {
+		rec.Plan = planStatus(prog.Plan, check.GetName())
+		rec.Inputs = prog.Plan.Inputs
 	}
 	return rec
 }
 
 // judgeCheck decides what a finished check found, sets Drifted and asks
 // for the apply run the finding calls for.
-func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passState, check client.Object, pr engine.Progress, rec infrav1.RunRecord) string {
+func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passState, check client.Object, prog engine.Progress, rec infrav1.RunRecord) string {
 	switch {
 	case rec.SpecHash != st.hash:
 		return infrav1.CheckSuperseded
-	case pr.Phase != infrav1.RunSucceeded || pr.Plan == nil:
+	case prog.Phase != infrav1.RunSucceeded || prog.Plan == nil:
 		return infrav1.CheckFailed
 	case sourceMoved(run.Status.LastApplied, rec):
 		setStatus(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonSourceChanged, fmt.Sprintf("check %s found a new source revision %s; an apply run plans it", check.GetName(), shortRev(rec.Revision, rec.Inputs)))
 		st.requested = &newRun{typ: desiredType(run), trigger: infrav1.TriggerSourceChange, detail: "check " + check.GetName() + " saw " + shortRev(rec.Revision, rec.Inputs)}
 		return infrav1.CheckSourceChanged
-	case pr.Plan.HasChanges && isReady(run):
-		r.reportDrift(run, st, check.GetName(), pr.Plan)
+	case prog.Plan.HasChanges && isReady(run):
+		r.reportDrift(run, st, check.GetName(), prog.Plan)
 		return infrav1.CheckDrifted
 	}
 	r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, fmt.Sprintf("check %s found no drift", check.GetName()))

@@ -123,13 +123,13 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 	if err := r.createInputs(ctx, st.eff, child); err != nil {
 		return ctrl.Result{}, err
 	}
-	r.recordStart(run, st, e, n, name, number)
+	r.setRunStarted(run, st, e, n, name, number)
 	return ctrl.Result{}, nil
 }
 
-// recordStart records a started run in status.run and sets the conditions
+// setRunStarted records a started run in status.run and sets the conditions
 // of a run in progress.
-func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *passState, e engine.Engine, n newRun, name string, number int64) {
+func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *passState, e engine.Engine, n newRun, name string, number int64) {
 	now := metav1.NewTime(r.now())
 	gvk := e.ChildGVK()
 	attempt := int32(1)
@@ -170,7 +170,7 @@ func (r *TerraformRunReconciler) recordStart(run *infrav1.TerraformRun, st *pass
 
 // claimChild returns the next run number whose child name is free or holds
 // this run's own child (then returned, to adopt). Children of an earlier
-// TerraformRun of the same name, and unrecorded children this one made for
+// TerraformRun of the same name, and unsettled children this one made for
 // another spec, keep their names: their numbers are skipped.
 func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.TerraformRun, st *passState, e engine.Engine, t infrav1.RunType) (int64, client.Object, error) {
 	first := run.Status.LastRunNumber + 1
@@ -181,9 +181,9 @@ func (r *TerraformRunReconciler) claimChild(ctx context.Context, run *infrav1.Te
 			return 0, nil, err
 		}
 		if existing == nil {
-			// A recorded child is not cached whole: it is finished, so never
+			// A settled child is not cached whole: it is finished, so never
 			// this run's to adopt, and its number is taken.
-			if taken, err := r.recordedChild(ctx, run.Namespace, e, name); err != nil || taken {
+			if taken, err := r.settledChild(ctx, run.Namespace, e, name); err != nil || taken {
 				if err != nil {
 					return 0, nil, err
 				}
@@ -312,17 +312,17 @@ func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infr
 		return "", err
 	}
 	for _, obj := range children {
-		if obj.GetName() == name || isRecorded(obj) {
-			// A recorded child finished (it was seen so when labelled), and
+		if obj.GetName() == name || isSettled(obj) {
+			// A settled child finished (it was seen so when labelled), and
 			// its step objects have left the cache that observe reads.
 			continue
 		}
 		observe := r.observe
-		if recordedIn(obj, run.Status) {
-			observe = r.observeRecorded
+		if storedIn(obj, run.Status) {
+			observe = r.observeSettled
 		}
-		pr, err := observe(ctx, e, obj)
-		if err != nil || pr.Finished {
+		prog, err := observe(ctx, e, obj)
+		if err != nil || prog.Finished {
 			continue
 		}
 		if c, ok := e.(engine.Canceller); ok && (run.Status.Run == nil || run.Status.Run.ID != obj.GetName()) {

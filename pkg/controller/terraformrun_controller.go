@@ -58,11 +58,11 @@ type TerraformRunReconciler struct {
 	// APIReader reads around the cache, to confirm that a child the cache
 	// lacks is really gone before acting on it.
 	APIReader client.Reader
-	// Recorded reads the metadata of the children whose result status
-	// records (labelled infra.opr8r.io/recorded), which the cache behind
+	// Settled reads the metadata of the settled children: those whose
+	// result status records (labelled infra.opr8r.io/settled), which the cache behind
 	// Client no longer holds; nil reads them from APIReader, and so does a
-	// cache whose informer for the kind has not synced (recordedReader).
-	Recorded client.Reader
+	// cache whose informer for the kind has not synced (settledReader).
+	Settled client.Reader
 	// Recorder emits Events on condition transitions.
 	Recorder events.EventRecorder
 	// Engines are the enabled engines.
@@ -140,7 +140,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 		r.reconcileSchedule,
 		r.reconcileStart,
 		r.reconcileChildren,
-		r.reconcileRecords,
+		r.reconcileRetention,
 	}
 }
 

@@ -128,7 +128,7 @@ type Driver interface {
 	// workspace volume) or removes what it no longer needs. It must be
 	// idempotent: it may run again before its writes reach the cache. api
 	// reads past the cache, for objects the cache keeps only in part.
-	Drive(ctx context.Context, c client.Client, api client.Reader, child client.Object, pr Progress) error
+	Drive(ctx context.Context, c client.Client, api client.Reader, child client.Object, prog Progress) error
 }
 
 // SchemeAdder is an optional interface that engines implement when their

@@ -162,21 +162,21 @@ func withShard(sel labels.Selector, s Shard) labels.Selector {
 	return sel
 }
 
-// notRecorded leaves out the children (and their steps) whose result the
-// run's status records (infra.opr8r.io/recorded): finished runs cost the
-// cache nothing but their children's metadata, in the recorded cache.
-func notRecorded(sel labels.Selector) labels.Selector {
-	r, err := labels.NewRequirement(infrav1.RecordedLabel, selection.DoesNotExist, nil)
+// notSettled leaves out the children (and their steps) whose result the
+// run's status records (infra.opr8r.io/settled): finished runs cost the
+// cache nothing but their children's metadata, in the settled cache.
+func notSettled(sel labels.Selector) labels.Selector {
+	r, err := labels.NewRequirement(infrav1.SettledLabel, selection.DoesNotExist, nil)
 	if err != nil {
 		panic(err)
 	}
 	return sel.Add(*r)
 }
 
-// RecordedSelector selects the recorded children of the shard's runs: the
-// recorded cache holds their metadata, for pruning (spec.history).
-func RecordedSelector(shard Shard) labels.Selector {
-	r, err := labels.NewRequirement(infrav1.RecordedLabel, selection.Equals, []string{"true"})
+// SettledSelector selects the settled children of the shard's runs: the
+// settled cache holds their metadata, for pruning (spec.history).
+func SettledSelector(shard Shard) labels.Selector {
+	r, err := labels.NewRequirement(infrav1.SettledLabel, selection.Equals, []string{"true"})
 	if err != nil {
 		panic(err)
 	}
@@ -188,9 +188,9 @@ func RecordedSelector(shard Shard) labels.Selector {
 // Job engine's pods) carry the shard's label, which the run's children and
 // Secrets copy from the run; TerraformRunApprovals, small and unlabelled,
 // are cached whole (an approval of another shard's run wakes nothing here).
-// Engine objects labelled recorded are left out (see RecordedSelector).
+// Engine objects labelled settled are left out (see SettledSelector).
 func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard) cache.Options {
-	ours := notRecorded(withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard))
+	ours := notSettled(withShard(labels.SelectorFromSet(labels.Set{infrav1.ManagedByLabel: infrav1.ManagedByValue}), shard))
 	slim := slimmer(engines)
 	o := cache.Options{
 		DefaultTransform:     slim,
@@ -206,7 +206,7 @@ func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard
 		if cc, ok := e.(engine.CacheConfigurer); ok {
 			for obj, by := range cc.CacheByObject() {
 				if by.Label != nil {
-					by.Label = notRecorded(withShard(by.Label, shard))
+					by.Label = notSettled(withShard(by.Label, shard))
 				}
 				o.ByObject[obj] = by
 			}
@@ -227,16 +227,16 @@ func namespaceConfigs(namespaces []string) map[string]cache.Config {
 	return out
 }
 
-// newRecordedCache is the cache of recorded children's metadata: names,
+// newSettledCache is the cache of settled children's metadata: names,
 // labels and owners, with no annotations (the Job engine keeps its later
 // steps there). Its informers start on first use, one per engine kind,
 // once the reconciler prunes that engine's children.
-func newRecordedCache(mgr ctrl.Manager, o Options) (cache.Cache, error) {
+func newSettledCache(mgr ctrl.Manager, o Options) (cache.Cache, error) {
 	return cache.New(mgr.GetConfig(), cache.Options{
 		HTTPClient:           mgr.GetHTTPClient(),
 		Scheme:               mgr.GetScheme(),
 		Mapper:               mgr.GetRESTMapper(),
-		DefaultLabelSelector: RecordedSelector(o.Shard),
+		DefaultLabelSelector: SettledSelector(o.Shard),
 		DefaultNamespaces:    namespaceConfigs(o.WatchNamespaces),
 		DefaultTransform: func(obj any) (any, error) {
 			if m, ok := obj.(metav1.Object); ok {
@@ -413,17 +413,17 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
 	}
 	avail := controller.NewAvailability()
-	recorded, err := newRecordedCache(mgr, o)
+	settled, err := newSettledCache(mgr, o)
 	if err != nil {
 		return nil, err
 	}
-	if err := mgr.Add(recorded); err != nil {
+	if err := mgr.Add(settled); err != nil {
 		return nil, err
 	}
 	r := &controller.TerraformRunReconciler{
 		Client:          mgr.GetClient(),
 		APIReader:       mgr.GetAPIReader(),
-		Recorded:        recorded,
+		Settled:         settled,
 		Recorder:        mgr.GetEventRecorder("opr8r"),
 		Engines:         reg,
 		Available:       avail,

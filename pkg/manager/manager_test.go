@@ -195,12 +195,12 @@ func TestShardSelectsItsRunsAndWhatTheyOwn(t *testing.T) {
 	}
 }
 
-// TestRecordedChildrenLeaveTheCache: engine objects labelled recorded are
+// TestRecordedChildrenLeaveTheCache: engine objects labelled settled are
 // left out of the main cache (every engine's kinds, the Job engine's pods
-// too) and selected by the recorded cache, each within its shard.
+// too) and selected by the settled cache, each within its shard.
 func TestRecordedChildrenLeaveTheCache(t *testing.T) {
 	ours := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job"}
-	recorded := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job", infrav1.RecordedLabel: "true"}
+	recorded := map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, "infra.opr8r.io/engine": "job", infrav1.SettledLabel: "true"}
 	for _, shard := range []Shard{{}, {Name: "a"}} {
 		o := ShardCacheOptions(nil, engines.All(), shard)
 		sels := map[string]labels.Selector{"default": o.DefaultLabelSelector}
@@ -225,7 +225,7 @@ func TestRecordedChildrenLeaveTheCache(t *testing.T) {
 				t.Errorf("shard %q: %s selector %q must take an unrecorded object and leave a recorded one", shard, what, sel)
 			}
 		}
-		rs := RecordedSelector(shard)
+		rs := SettledSelector(shard)
 		if rs.Matches(withShard(ours)) || !rs.Matches(withShard(recorded)) {
 			t.Errorf("shard %q: recorded selector %q must take only recorded objects", shard, rs)
 		}

@@ -516,7 +516,7 @@ func benchOne(n int) (result, error) {
 	}); err != nil {
 		return res, fmt.Errorf("P3: %w", err)
 	}
-	// The manager labels each finished child recorded on the pass after
+	// The manager labels each finished child settled on the pass after
 	// the one that recorded its result: the resync starts once all are.
 	if err := waitRecorded(ctx, bcfg, p, "runs", n); err != nil {
 		return res, fmt.Errorf("P3: %w", err)

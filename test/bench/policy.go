@@ -107,7 +107,7 @@ func waitRecorded(ctx context.Context, cfg *rest.Config, p enginePlayer, ns stri
 	}
 	return waitFor(10*time.Minute, func() (bool, error) {
 		time.Sleep(2 * time.Second)
-		l, err := mc.Resource(p.gvr).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: infrav1.RecordedLabel + "=true"})
+		l, err := mc.Resource(p.gvr).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: infrav1.SettledLabel + "=true"})
 		if err != nil {
 			return false, err
 		}

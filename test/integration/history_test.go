@@ -171,7 +171,7 @@ func runIdentity(g given) {
 				if err := k8sClient.Get(ctx, client.ObjectKeyFromObject(o), obj); err != nil {
 					return err.Error()
 				}
-				return obj.GetLabels()[infrav1.RecordedLabel]
+				return obj.GetLabels()[infrav1.SettledLabel]
 			}
 		}
 		Consistently(recorded(s.Object()), time.Second, interval).Should(BeEmpty(), "an active child stays cached whole")

@@ -19,7 +19,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 )
 
-// recordedCache stands for the recorded cache: its informer for a kind has
+// recordedCache stands for the settled cache: its informer for a kind has
 // synced or not; a read of it is counted, and until the informer syncs it
 // blocks until the caller gives up, as controller-runtime's cache does.
 type recordedCache struct {
@@ -67,7 +67,7 @@ type syncedInformer struct {
 
 func (i syncedInformer) HasSynced() bool { return i.synced }
 
-// A pass reads recorded children from the API server while the recorded
+// A pass reads settled children from the API server while the recorded
 // cache's informer for their kind has not synced, and from the cache once
 // it has: it never waits on the informer.
 func TestRecordedChildrenAreReadWithoutWaitingForTheCache(t *testing.T) {
@@ -76,22 +76,22 @@ func TestRecordedChildrenAreReadWithoutWaitingForTheCache(t *testing.T) {
 	r0, _ := newReconciler(t, f)
 	run = withRun(r0, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
 	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
-	child.Labels[infrav1.RecordedLabel] = "true"
+	child.Labels[infrav1.SettledLabel] = "true"
 	r, c := newReconciler(t, f, child)
 
 	for _, synced := range []bool{false, true} {
 		rc := &recordedCache{Reader: c, synced: synced}
-		r.Recorded = rc
+		r.Settled = rc
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		start := time.Now()
-		taken, err := r.recordedChild(ctx, run.Namespace, f, child.Name)
+		taken, err := r.settledChild(ctx, run.Namespace, f, child.Name)
 		if err != nil || !taken {
-			t.Fatalf("synced=%v: recordedChild = %v, %v; want the number taken by the recorded child", synced, taken, err)
+			t.Fatalf("synced=%v: settledChild = %v, %v; want the number taken by the recorded child", synced, taken, err)
 		}
-		listed, err := r.listRecorded(ctx, run, f)
+		listed, err := r.listSettled(ctx, run, f)
 		cancel()
 		if err != nil || len(listed) != 1 || listed[0].GetName() != child.Name {
-			t.Fatalf("synced=%v: listRecorded = %v, %v; want %s", synced, listed, err, child.Name)
+			t.Fatalf("synced=%v: listSettled = %v, %v; want %s", synced, listed, err, child.Name)
 		}
 		if d := time.Since(start); d > 2*time.Second {
 			t.Errorf("synced=%v: the reads took %s: they waited on the cache", synced, d)
@@ -100,7 +100,7 @@ func TestRecordedChildrenAreReadWithoutWaitingForTheCache(t *testing.T) {
 			t.Errorf("synced=%v: %d reads waited on an informer that had not synced", synced, rc.blocks)
 		}
 		if want := map[bool]int{false: 0, true: 2}[synced]; rc.reads != want {
-			t.Errorf("synced=%v: %d reads from the recorded cache, want %d", synced, rc.reads, want)
+			t.Errorf("synced=%v: %d reads from the settled cache, want %d", synced, rc.reads, want)
 		}
 	}
 }
@@ -146,7 +146,7 @@ func TestAChildLabelledHalfWayIsStillFinished(t *testing.T) {
 	run = withRun(r0, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
 	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-1-apply", Namespace: run.Namespace, Labels: map[string]string{
-		stepOfLabel: child.Name, infrav1.RecordedLabel: "true",
+		stepOfLabel: child.Name, infrav1.SettledLabel: "true",
 	}}}
 	setup := func() (*TerraformRunReconciler, client.Client) {
 		// The cache holds no recorded object; the API server has them all.
@@ -156,7 +156,7 @@ func TestAChildLabelledHalfWayIsStillFinished(t *testing.T) {
 		return r, cached
 	}
 
-	t.Run("the child is labelled recorded", func(t *testing.T) {
+	t.Run("the child is labelled settled", func(t *testing.T) {
 		r, cached := setup()
 		if _, _, err := runSub(r, run.DeepCopy(), r.reconcileChildren); err != nil {
 			t.Fatal(err)
@@ -165,8 +165,8 @@ func TestAChildLabelledHalfWayIsStillFinished(t *testing.T) {
 		if err := cached.Get(ctx(), client.ObjectKeyFromObject(child), j); err != nil {
 			t.Fatal(err)
 		}
-		if !isRecorded(j) {
-			t.Errorf("child labels %v: not labelled recorded", j.Labels)
+		if !isSettled(j) {
+			t.Errorf("child labels %v: not labelled settled", j.Labels)
 		}
 	})
 
@@ -195,7 +195,7 @@ func (c cacheView) Get(ctx context.Context, key client.ObjectKey, obj client.Obj
 	if err := c.Client.Get(ctx, key, obj, opts...); err != nil {
 		return err
 	}
-	if isRecorded(obj) {
+	if isSettled(obj) {
 		return apierrors.NewNotFound(schema.GroupResource{}, key.Name)
 	}
 	return nil
@@ -211,21 +211,21 @@ func (c cacheView) List(ctx context.Context, list client.ObjectList, opts ...cli
 	}
 	var kept []runtime.Object
 	for _, it := range items {
-		if !isRecorded(it.(client.Object)) {
+		if !isSettled(it.(client.Object)) {
 			kept = append(kept, it)
 		}
 	}
 	return apimeta.SetList(list, kept)
 }
 
-// emptyReader is a recorded cache that has not seen a label yet.
+// emptyReader is a settled cache that has not seen a label yet.
 type emptyReader struct{ client.Reader }
 
 func (emptyReader) List(context.Context, client.ObjectList, ...client.ListOption) error { return nil }
 
 // A run with ttlAfterFinished 0s: the pass that labels its finished child
 // recorded deletes it too. Its step objects have left the cache with their
-// label and the recorded cache has not seen the child's yet, so the child
+// label and the settled cache has not seen the child's yet, so the child
 // must not be observed again from the cache, which reads it as waiting for
 // its steps: that pass skipped it and asked for no other, and the child
 // stayed until something else woke the run (the envtest spec, once).
@@ -241,7 +241,7 @@ func TestTTLZeroDeletesTheChildItLabels(t *testing.T) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "a-1-apply", Namespace: run.Namespace, Labels: map[string]string{stepOfLabel: child.Name}}}
 	r, api := newReconciler(t, e, child, run.DeepCopy(), pod)
 	r.Client = cacheView{api}
-	r.Recorded = emptyReader{api}
+	r.Settled = emptyReader{api}
 
 	_, res, err := runSub(r, run.DeepCopy(), r.reconcileChildren)
 	if err != nil {
@@ -256,7 +256,7 @@ func TestTTLZeroDeletesTheChildItLabels(t *testing.T) {
 	// and looked at again soon: no pass leaves it without a next one.
 	r, api = newReconciler(t, e, childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash), run.DeepCopy())
 	r.Client = cacheView{api}
-	r.Recorded = emptyReader{api}
+	r.Settled = emptyReader{api}
 	_, res, err = runSub(r, run.DeepCopy(), r.reconcileChildren)
 	if err != nil {
 		t.Fatal(err)

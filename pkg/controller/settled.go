@@ -17,49 +17,49 @@ import (
 )
 
 // A finished child whose result the TerraformRun's stored status records
-// is labelled infra.opr8r.io/recorded, with the step objects its engine
+// is labelled infra.opr8r.io/settled, with the step objects its engine
 // made for it. The manager's cache selects objects without the label, so
 // finished runs cost no memory for their children's status; a second
-// cache, of metadata only, holds the recorded children for pruning
+// cache, of metadata only, holds the settled children for pruning
 // (spec.history). The labels cost one patch per object at the end of a
 // run, never at its start.
 
-// recordedPatch adds the recorded label.
-var recordedPatch = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+infrav1.RecordedLabel+`":"true"}}}`))
+// settledPatch adds the settled label.
+var settledPatch = client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"labels":{"`+infrav1.SettledLabel+`":"true"}}}`))
 
-// isRecorded says whether an object carries the recorded label.
-func isRecorded(o client.Object) bool { return o.GetLabels()[infrav1.RecordedLabel] == "true" }
+// isSettled says whether an object carries the settled label.
+func isSettled(o client.Object) bool { return o.GetLabels()[infrav1.SettledLabel] == "true" }
 
-// markRecorded labels a finished child recorded: its related objects
+// markSettled labels a finished child settled: its related objects
 // first, then the child, so a pass cut short leaves the child in the cache
 // and the next pass finishes the job.
-func (r *TerraformRunReconciler) markRecorded(ctx context.Context, e engine.Engine, child client.Object) error {
+func (r *TerraformRunReconciler) markSettled(ctx context.Context, e engine.Engine, child client.Object) error {
 	if rl, ok := e.(engine.RelatedLister); ok {
 		related, err := rl.Related(ctx, r.Client, child)
 		if err != nil {
 			return generic("ListSteps", err, "listing the steps of %s", child.GetName())
 		}
 		for _, o := range related {
-			if err := r.labelRecorded(ctx, o); err != nil {
+			if err := r.labelSettled(ctx, o); err != nil {
 				return err
 			}
 		}
 	}
-	return r.labelRecorded(ctx, child)
+	return r.labelSettled(ctx, child)
 }
 
-// labelRecorded patches the recorded label onto one object, as metadata:
+// labelSettled patches the settled label onto one object, as metadata:
 // the answer is the object's metadata, not a whole Workflow.
-func (r *TerraformRunReconciler) labelRecorded(ctx context.Context, o client.Object) error {
-	if isRecorded(o) {
+func (r *TerraformRunReconciler) labelSettled(ctx context.Context, o client.Object) error {
+	if isSettled(o) {
 		return nil
 	}
-	if m, err := r.patchMetadata(ctx, o, recordedPatch); err != nil && !apierrors.IsNotFound(err) {
-		return generic("LabelRecorded", err, "labelling %s %s recorded", kindOf(m), o.GetName())
+	if m, err := r.patchMetadata(ctx, o, settledPatch); err != nil && !apierrors.IsNotFound(err) {
+		return generic("LabelSettled", err, "labelling %s %s settled", kindOf(m), o.GetName())
 	}
-	// The pass goes on with o (a copy): it is recorded now, and so known
+	// The pass goes on with o (a copy): it is settled now, and so known
 	// to have finished, though the cache may lack its step objects already.
-	setLabel(o, infrav1.RecordedLabel, "true")
+	setLabel(o, infrav1.SettledLabel, "true")
 	return nil
 }
 
@@ -89,19 +89,19 @@ func (r *TerraformRunReconciler) patchMetadata(ctx context.Context, o client.Obj
 	return m, r.Patch(ctx, m, patch)
 }
 
-// recordedReader is where recorded children of a kind are read: the
-// recorded cache once its informer for the kind has synced, the API server
+// settledReader is where settled children of a kind are read: the
+// settled cache once its informer for the kind has synced, the API server
 // until then. The cache starts an informer on its first read of a kind and
 // would hold that read, and the worker running the pass, until the
 // informer syncs, with no limit but the manager's stop: a pass that starts
 // a run or prunes its history must not wait on it.
-func (r *TerraformRunReconciler) recordedReader(ctx context.Context, gvk schema.GroupVersionKind) client.Reader {
-	if r.Recorded == nil {
+func (r *TerraformRunReconciler) settledReader(ctx context.Context, gvk schema.GroupVersionKind) client.Reader {
+	if r.Settled == nil {
 		return r.APIReader
 	}
-	ic, ok := r.Recorded.(informerGetter)
+	ic, ok := r.Settled.(informerGetter)
 	if !ok {
-		return r.Recorded
+		return r.Settled
 	}
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(gvk)
@@ -109,25 +109,25 @@ func (r *TerraformRunReconciler) recordedReader(ctx context.Context, gvk schema.
 	if err != nil || !inf.HasSynced() {
 		return r.APIReader
 	}
-	return r.Recorded
+	return r.Settled
 }
 
-// informerGetter is the part of a cache that recordedReader asks whether
+// informerGetter is the part of a cache that settledReader asks whether
 // its informer for a kind has synced (and that starts it).
 type informerGetter interface {
 	GetInformer(ctx context.Context, obj client.Object, opts ...cache.InformerGetOption) (cache.Informer, error)
 }
 
-// listRecorded lists the metadata of this TerraformRun's recorded children.
-func (r *TerraformRunReconciler) listRecorded(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
+// listSettled lists the metadata of this TerraformRun's settled children.
+func (r *TerraformRunReconciler) listSettled(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) ([]client.Object, error) {
 	list := &metav1.PartialObjectMetadataList{}
 	list.SetGroupVersionKind(e.ChildGVK().GroupVersion().WithKind(e.ChildGVK().Kind + "List"))
-	sel := client.MatchingLabels{infrav1.RunNameLabel: run.Name, infrav1.RecordedLabel: "true"}
-	if err := r.recordedReader(ctx, e.ChildGVK()).List(ctx, list, client.InNamespace(run.Namespace), sel); err != nil {
+	sel := client.MatchingLabels{infrav1.RunNameLabel: run.Name, infrav1.SettledLabel: "true"}
+	if err := r.settledReader(ctx, e.ChildGVK()).List(ctx, list, client.InNamespace(run.Namespace), sel); err != nil {
 		if apimeta.IsNoMatchError(err) {
 			return nil, nil
 		}
-		return nil, generic("ListChildren", err, "listing recorded children")
+		return nil, generic("ListChildren", err, "listing settled children")
 	}
 	var out []client.Object
 	for i := range list.Items {
@@ -138,20 +138,20 @@ func (r *TerraformRunReconciler) listRecorded(ctx context.Context, run *infrav1.
 	return out, nil
 }
 
-// recordedChild says whether a recorded child holds a name: a run number
+// settledChild says whether a settled child holds a name: a run number
 // that a new run must skip (the children of an earlier TerraformRun of
 // the same name, orphaned by its deletion, may hold the next numbers).
-func (r *TerraformRunReconciler) recordedChild(ctx context.Context, ns string, e engine.Engine, name string) (bool, error) {
+func (r *TerraformRunReconciler) settledChild(ctx context.Context, ns string, e engine.Engine, name string) (bool, error) {
 	m := &metav1.PartialObjectMetadata{}
 	m.SetGroupVersionKind(e.ChildGVK())
-	err := r.recordedReader(ctx, e.ChildGVK()).Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m)
+	err := r.settledReader(ctx, e.ChildGVK()).Get(ctx, types.NamespacedName{Namespace: ns, Name: name}, m)
 	switch {
 	case apierrors.IsNotFound(err), apimeta.IsNoMatchError(err):
 		return false, nil
 	case err != nil:
 		return false, generic("GetChild", err, "getting %s", name)
 	}
-	return isRecorded(m), nil
+	return isSettled(m), nil
 }
 
 // kindOf is the kind of patched metadata, for messages.

@@ -14,7 +14,7 @@ import (
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=delete
 
-// reconcileRecords moves the records of finished runs to the object store
+// reconcileRetention moves the records of finished runs to the object store
 // and brings them back on request when one is configured
 // (reconcileObjectStore), and prunes the records (step logs and plans, pkg/records)
 // of runs that have left status.history: those numbered below the oldest
@@ -23,7 +23,7 @@ import (
 // run whose history did not change costs nothing. A failed prune is
 // logged and tried again on a later pass; it never holds a run back.
 // It sets no conditions.
-func (r *TerraformRunReconciler) reconcileRecords(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+func (r *TerraformRunReconciler) reconcileRetention(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	if r.Records == nil {
 		return ctrl.Result{}, nil
 	}
