@@ -3,6 +3,7 @@ package argo
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -140,7 +141,7 @@ func TestACancelledWorkflowIsStoppedNotRejected(t *testing.T) {
 		if !(Engine{}).SlimForCache(got) {
 			t.Fatal("not slimmed")
 		}
-		prog, err := Engine{}.Observe(got, nil)
+		prog, err := Engine{}.Observe(got, nil, time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"reflect"
 	"testing"
+	"time"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/util/file"
@@ -88,7 +89,7 @@ func TestSlimWorkflowStatusObservesTheSame(t *testing.T) {
 	eng := argo.New()
 	for name, wf := range map[string]*wfv1.Workflow{"approved and applied": real, "gate pending": pending, "plan failed": failed, "compressed": compressed} {
 		t.Run(name, func(t *testing.T) {
-			want, err := eng.Observe(wf.DeepCopy(), nil)
+			want, err := eng.Observe(wf.DeepCopy(), nil, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -97,7 +98,7 @@ func TestSlimWorkflowStatusObservesTheSame(t *testing.T) {
 				t.Fatal(err)
 			}
 			slim := out.(*wfv1.Workflow)
-			got, err := eng.Observe(slim, nil)
+			got, err := eng.Observe(slim, nil, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

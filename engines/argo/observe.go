@@ -5,6 +5,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -122,7 +123,7 @@ func resultsSynced(n wfv1.NodeStatus) bool {
 }
 
 // Observe implements engine.Engine.
-func (Engine) Observe(obj client.Object, _ []client.Object) (engine.Progress, error) {
+func (Engine) Observe(obj client.Object, _ []client.Object, _ time.Time) (engine.Progress, error) {
 	wf, ok := obj.(*wfv1.Workflow)
 	if !ok {
 		return engine.Progress{}, fmt.Errorf("argo: expected a Workflow, got %T", obj)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"testing"
+	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -141,7 +142,7 @@ func TestObserveAndDrive(t *testing.T) {
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
-			prog, err := job.New().Observe(tc.child, tc.related)
+			prog, err := job.New().Observe(tc.child, tc.related, time.Now())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -134,7 +134,7 @@ func (v runView) container(step, name string) (corev1.ContainerStatus, bool) {
 }
 
 // Observe implements engine.Engine.
-func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progress, error) {
+func (Engine) Observe(obj client.Object, related []client.Object, now time.Time) (engine.Progress, error) {
 	child, ok := obj.(*batchv1.Job)
 	if !ok {
 		return engine.Progress{}, fmt.Errorf("job: expected a Job, got %T", obj)
@@ -181,7 +181,7 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	prog.Applied = stepPhase(prog.Steps, names.StepApply) == infrav1.StepSucceeded
 	prog.OutputsExported = stepPhase(prog.Steps, names.StepExport) == infrav1.StepSucceeded
 	v.phase(&prog, failed)
-	if step := v.unread(time.Now()); step != "" && prog.Finished {
+	if step := v.unread(now); step != "" && prog.Finished {
 		// Not finished until every step's pod has been read: a result
 		// taken now would lack that step's (no apply, no outputs).
 		prog.Finished, prog.FinishedAt, prog.Phase = false, nil, infrav1.RunRunning

@@ -77,7 +77,7 @@ func observe(t *testing.T, pr *tektonv1.PipelineRun, trs []*tektonv1.TaskRun) an
 	for _, tr := range trs {
 		related = append(related, tr)
 	}
-	p, err := tekton.New().Observe(pr, related)
+	p, err := tekton.New().Observe(pr, related, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,7 +54,7 @@ func (Engine) Related(ctx context.Context, c client.Reader, child client.Object)
 }
 
 // Observe implements engine.Engine.
-func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progress, error) {
+func (Engine) Observe(obj client.Object, related []client.Object, now time.Time) (engine.Progress, error) {
 	pr, ok := obj.(*tektonv1.PipelineRun)
 	if !ok {
 		return engine.Progress{}, fmt.Errorf("tekton: expected a PipelineRun, got %T", obj)
@@ -155,7 +155,7 @@ func (Engine) Observe(obj client.Object, related []client.Object) (engine.Progre
 	if pr.Spec.Status != "" && out.Finished && out.Phase == infrav1.RunFailed && failedMsg == "" {
 		out.Message = engine.Stopped(stopReason(pr))
 	}
-	if tr := unreadTaskRun(pr, taskRuns, time.Now()); tr != "" && out.Finished {
+	if tr := unreadTaskRun(pr, taskRuns, now); tr != "" && out.Finished {
 		// The TaskRuns are cached apart from the PipelineRun and may lag
 		// it (seconds after an API server restart): a result taken now
 		// would lack that task's (no apply, no outputs: seen in make

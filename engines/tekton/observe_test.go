@@ -2,6 +2,7 @@ package tekton_test
 
 import (
 	"testing"
+	"time"
 
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
@@ -31,7 +32,7 @@ func TestObserveFailedStepAndSkippedRest(t *testing.T) {
 		tektonv1.StepState{Name: "clone", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
 		tektonv1.StepState{Name: "init", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}},
 	)
-	got, err := tekton.New().Observe(pr, []client.Object{tr})
+	got, err := tekton.New().Observe(pr, []client.Object{tr}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,7 +48,7 @@ func TestObserveFailedStepAndSkippedRest(t *testing.T) {
 
 	// A pod that never started: no step states, the condition says why.
 	noPod := failedPlanTask()
-	got, _ = tekton.New().Observe(pr, []client.Object{noPod})
+	got, _ = tekton.New().Observe(pr, []client.Object{noPod}, time.Now())
 	if got.Steps[0].Phase != infrav1.StepFailed || got.Steps[0].Message != `"step-init" exited with code 1` {
 		t.Errorf("first step = %+v, want Failed with the TaskRun's message", got.Steps[0])
 	}
@@ -65,7 +66,7 @@ func TestObserveWaitsForTheTaskRunsThePipelineRunNames(t *testing.T) {
 	pr.Status.ChildReferences = []tektonv1.ChildStatusReference{
 		{TypeMeta: runtime.TypeMeta{Kind: "TaskRun"}, Name: "pr-export-outputs", PipelineTaskName: "export-outputs"},
 	}
-	got, err := tekton.New().Observe(pr, nil)
+	got, err := tekton.New().Observe(pr, nil, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,12 +75,12 @@ func TestObserveWaitsForTheTaskRunsThePipelineRunNames(t *testing.T) {
 	}
 	export := &tektonv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-export-outputs", Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: "export-outputs"}}}
 	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running"})
-	if got, _ = tekton.New().Observe(pr, []client.Object{export}); got.Finished {
+	if got, _ = tekton.New().Observe(pr, []client.Object{export}, time.Now()); got.Finished {
 		t.Fatalf("with an older copy of its TaskRun, still running: finished %v, phase %s; want not finished", got.Finished, got.Phase)
 	}
 	export.Status.Steps = []tektonv1.StepState{{Name: "export-outputs", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}}}
 	export.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: "Succeeded"})
-	got, err = tekton.New().Observe(pr, []client.Object{export})
+	got, err = tekton.New().Observe(pr, []client.Object{export}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
 	pr.Spec.Status = tektonv1.PipelineRunSpecStatusCancelledRunFinally
 	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Cancelled", Message: `PipelineRun "pr" was cancelled`})
 
-	got, err := tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled: CustomRun cancelled as the PipelineRun it belongs to has been cancelled.")})
+	got, err := tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled: CustomRun cancelled as the PipelineRun it belongs to has been cancelled.")}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -113,7 +114,7 @@ func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
 
 	// Cancelled by someone else: said so.
 	pr.Annotations = nil
-	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled")})
+	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonCustomRunCancelled, "the approval was cancelled")}, time.Now())
 	if got.Message != "stopped: the PipelineRun's spec.status is CancelledRunFinally" {
 		t.Errorf("cancelled by hand: message %q", got.Message)
 	}
@@ -121,7 +122,7 @@ func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
 	// Rejected, then the PipelineRun ended: a rejection.
 	pr.Spec.Status = ""
 	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Failed"})
-	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonRejected, "plan sha256:ab rejected by alice")})
+	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonRejected, "plan sha256:ab rejected by alice")}, time.Now())
 	if got.Gate.State != engine.GateRejected || got.Phase != infrav1.RunRejected || got.Gate.By != "alice" {
 		t.Errorf("rejected: gate %s by %q, phase %s; want Rejected by alice", got.Gate.State, got.Gate.By, got.Phase)
 	}

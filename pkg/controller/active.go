@@ -124,7 +124,7 @@ func (r *TerraformRunReconciler) observeWith(ctx context.Context, rd client.Read
 			return engine.Progress{}, generic("ListSteps", err, "listing the steps of %s", child.GetName())
 		}
 	}
-	prog, err := e.Observe(child, related)
+	prog, err := e.Observe(child, related, r.now())
 	if err != nil {
 		return engine.Progress{}, &StallingError{Reason: infrav1.ReasonRunFailed, Err: err}
 	}

@@ -61,7 +61,7 @@ func (f *fakeEngine) Build(req engine.Request) (client.Object, error) {
 		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 	}}, nil
 }
-func (f *fakeEngine) Observe(child client.Object, _ []client.Object) (engine.Progress, error) {
+func (f *fakeEngine) Observe(child client.Object, _ []client.Object, _ time.Time) (engine.Progress, error) {
 	if f.looks == nil {
 		f.looks = map[string]int{}
 	}

@@ -126,7 +126,7 @@ func (stepsEngine) Related(ctx context.Context, c client.Reader, child client.Ob
 	return out, nil
 }
 
-func (stepsEngine) Observe(_ client.Object, related []client.Object) (engine.Progress, error) {
+func (stepsEngine) Observe(_ client.Object, related []client.Object, _ time.Time) (engine.Progress, error) {
 	if len(related) == 0 {
 		return engine.Progress{Phase: infrav1.RunRunning, Message: "waiting to read the pod of step apply"}, nil
 	}

@@ -39,8 +39,10 @@ type Engine interface {
 	// request always gives the same object.
 	Build(req Request) (client.Object, error)
 	// Observe reads a child's status, and that of its related objects (see
-	// RelatedLister), into engine-neutral progress.
-	Observe(child client.Object, related []client.Object) (Progress, error)
+	// RelatedLister), into engine-neutral progress, as of now: it reads no
+	// clock of its own, so the same objects and time always give the same
+	// progress.
+	Observe(child client.Object, related []client.Object, now time.Time) (Progress, error)
 }
 
 // RelatedLister is an optional interface that engines implement when a
