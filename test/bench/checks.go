@@ -10,28 +10,21 @@ import (
 	"sync"
 	"time"
 
-	"github.com/opr8r/opr8r/pkg/engine"
-
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/controller"
-	"github.com/opr8r/opr8r/pkg/testutil"
-	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
 // checksResult is the scheduled-checks bench (BENCH_CHECKS=1): N runs with
 // spec.interval, observed for a window once every run's first apply is
-// Ready. The bench plays Argo: it holds every child it sees for Hold, then
-// finishes it with a plan without changes (a check that finds nothing).
+// Ready. The bench plays an engine (BENCH_ENGINE, as make bench): it holds
+// every child it sees for Hold, then finishes it with a plan without changes
+// (a check that finds nothing).
 type checksResult struct {
 	Runs         int
 	Interval     time.Duration
@@ -73,6 +66,7 @@ func envDuration(name string, def time.Duration) time.Duration {
 // when it was due, by the manager's own NextCheck, to when its child was
 // seen).
 type player struct {
+	eng    enginePlayer
 	ctx    context.Context
 	c      client.Client
 	runs   client.Reader
@@ -93,18 +87,18 @@ type player struct {
 }
 
 func (p *player) add(obj any) {
-	wf, ok := obj.(*wfv1.Workflow)
-	if !ok || wf.Status.Phase.Completed() {
+	wf, ok := obj.(client.Object)
+	if !ok || p.eng.Finished(wf) {
 		return
 	}
 	seenAt := time.Now()
 	p.mu.Lock()
-	if p.seen[wf.Name] {
+	if p.seen[wf.GetName()] {
 		p.mu.Unlock()
 		return
 	}
-	p.seen[wf.Name] = true
-	check := wf.Labels[infrav1.RunTypeLabel] == string(infrav1.RunDrift)
+	p.seen[wf.GetName()] = true
+	check := wf.GetLabels()[infrav1.RunTypeLabel] == string(infrav1.RunDrift)
 	if p.counting && check {
 		p.started++
 	} else if p.counting {
@@ -116,16 +110,16 @@ func (p *player) add(obj any) {
 	}
 	p.mu.Unlock()
 	var wait time.Duration
-	runName := wf.Labels[infrav1.RunNameLabel]
+	runName := wf.GetLabels()[infrav1.RunNameLabel]
 	if check {
 		run := &infrav1.TerraformRun{}
-		if err := p.runs.Get(p.ctx, client.ObjectKey{Namespace: wf.Namespace, Name: runName}, run); err == nil {
+		if err := p.runs.Get(p.ctx, client.ObjectKey{Namespace: wf.GetNamespace(), Name: runName}, run); err == nil {
 			wait = seenAt.Sub(controller.NextCheck(run, p.minInt))
 		}
 	}
 	go func() {
 		time.Sleep(p.hold)
-		err := finishChild(p.ctx, p.c, wf.Namespace, wf.Name)
+		err := p.eng.Finish(p.ctx, p.c, client.ObjectKeyFromObject(wf))
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if err != nil && p.ctx.Err() != nil {
@@ -133,7 +127,7 @@ func (p *player) add(obj any) {
 		}
 		if err != nil {
 			p.errors++
-			logf("finishing %s: %v", wf.Name, err)
+			logf("finishing %s: %v", wf.GetName(), err)
 			return
 		}
 		if check && p.counting {
@@ -149,9 +143,9 @@ func (p *player) add(obj any) {
 // count kept by the goroutine that finished it could see the next child
 // first, and overstate the children active at once by one).
 func (p *player) update(oldObj, newObj any) {
-	o, ok1 := oldObj.(*wfv1.Workflow)
-	n, ok2 := newObj.(*wfv1.Workflow)
-	if ok1 && ok2 && !o.Status.Phase.Completed() && n.Status.Phase.Completed() {
+	o, ok1 := oldObj.(client.Object)
+	n, ok2 := newObj.(client.Object)
+	if ok1 && ok2 && !p.eng.Finished(o) && p.eng.Finished(n) {
 		p.mu.Lock()
 		p.active--
 		p.mu.Unlock()
@@ -160,7 +154,7 @@ func (p *player) update(oldObj, newObj any) {
 
 // remove counts an unfinished child that was deleted as finished.
 func (p *player) remove(obj any) {
-	if wf, ok := obj.(*wfv1.Workflow); ok && !wf.Status.Phase.Completed() {
+	if o, ok := obj.(client.Object); ok && !p.eng.Finished(o) {
 		p.mu.Lock()
 		p.active--
 		p.mu.Unlock()
@@ -175,45 +169,33 @@ func benchChecks() (checksResult, error) {
 		Hold:     envDuration("BENCH_CHECK_HOLD", 5*time.Second),
 		Cap:      envInt("BENCH_CHECK_CAP", 50),
 	}
-	tmp, err := os.MkdirTemp("", "opr8r-bench-checks-")
+	eng, err := benchEngine()
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(tmp)
-	defer onInterrupt(func() { os.RemoveAll(tmp) })()
-	env, cfg, auditLog, err := controlPlaneWithAudit(tmp)
+	tmp, cleanup, err := tempDir("opr8r-bench-checks-")
 	if err != nil {
 		return res, err
 	}
-	defer env.Stop()
-	defer onInterrupt(func() { _ = env.Stop() })()
+	defer cleanup()
+	const ns = "checks"
+	pl, err := startPlane(tmp, false, ns)
+	if err != nil {
+		return res, err
+	}
+	defer pl.stop()
+	env, auditLog, bcfg, c := pl.env, pl.auditLog, pl.cfg, pl.c
+	scheme := c.Scheme()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
-		return res, err
-	}
-	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
-		return res, err
-	}
-	scheme, _ := engine.Scheme(engines.All())
-	bcfg := rest.CopyConfig(cfg)
-	bcfg.QPS, bcfg.Burst = qps, burst
-	c, err := client.New(bcfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return res, err
-	}
-	const ns = "checks"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		return res, err
-	}
 
-	// The player: informers on the Workflows and runs of the namespace.
+	// The player: informers on the children and runs of the namespace.
 	ca, err := cache.New(bcfg, cache.Options{Scheme: scheme, DefaultNamespaces: map[string]cache.Config{ns: {}}})
 	if err != nil {
 		return res, err
 	}
-	p := &player{ctx: ctx, c: c, runs: ca, hold: res.Hold, minInt: controller.DefaultMinCheckInterval, seen: map[string]bool{}, perRun: map[string]int{}}
-	wfs, err := ca.GetInformer(ctx, &wfv1.Workflow{})
+	p := &player{eng: eng, ctx: ctx, c: c, runs: ca, hold: res.Hold, minInt: controller.DefaultMinCheckInterval, seen: map[string]bool{}, perRun: map[string]int{}}
+	wfs, err := ca.GetInformer(ctx, eng.eng.NewChild())
 	if err != nil {
 		return res, err
 	}
@@ -245,7 +227,7 @@ func benchChecks() (checksResult, error) {
 	logf("checks: %d runs with interval %s, --max-active-runs=%d, children held %s", res.Runs, res.Interval, res.Cap, res.Hold)
 	start := time.Now()
 	if err := parallel(res.Runs, func(i int) error {
-		run := testutil.MakeRun(fmt.Sprintf("k%05d", i), ns).Auto().Obj()
+		run := eng.run(fmt.Sprintf("k%05d", i), ns).Obj()
 		run.UID = ""
 		run.Spec.Interval = &metav1.Duration{Duration: res.Interval}
 		return c.Create(ctx, run)

@@ -24,8 +24,9 @@
 // BENCH_P1_ONLY=1 stops after P1; BENCH_MANAGER_BIN runs another manager
 // build; BENCH_HEAP_PROFILE=dir saves the manager's heap profile at P4;
 // BENCH_APISERVER_PROFILE=dir saves 10s CPU profiles of kube-apiserver
-// (baseline, P1) and of the manager (P1). BENCH_ENGINE=tekton plays Tekton
-// instead of Argo (engines.go); BENCH_SHARDS=1 runs P6 instead, four
+// (baseline, P1) and of the manager (P1). BENCH_ENGINE=NAME plays that
+// engine instead of the first one whose test kit has a bench player
+// (engines.go); BENCH_SHARDS=1 runs P6 instead, four
 // managers over shards of the runs (shards.go).
 package main
 
@@ -45,16 +46,14 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
-	"github.com/opr8r/opr8r/pkg/engine"
-
+	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/names"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/go-logr/logr"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -65,14 +64,11 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/util/retry"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -257,42 +253,20 @@ func benchOne(n int) (result, error) {
 		return result{}, err
 	}
 	res := result{N: n, Engine: p.name}
-	tmp, err := os.MkdirTemp("", "opr8r-bench-")
+	tmp, cleanup, err := tempDir("opr8r-bench-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(tmp)
-	defer onInterrupt(func() { os.RemoveAll(tmp) })()
-	env, cfg, auditLog, err := controlPlaneWithAudit(tmp)
-	if err != nil {
-		return res, err
-	}
-	defer env.Stop()
-	defer onInterrupt(func() { _ = env.Stop() })()
-	ctx := context.Background()
-	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
-		return res, err
-	}
-	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
-		return res, err
-	}
+	defer cleanup()
 	// opr8r's admission policies, as installed by kustomize and Helm:
 	// opr8r-finalizer adds the finalizer in the user's create.
-	if err := envtestutil.InstallPolicies(cfg); err != nil {
-		return res, err
-	}
-	scheme, _ := engine.Scheme(engines.All())
-	bcfg := rest.CopyConfig(cfg)
-	bcfg.QPS, bcfg.Burst = qps, burst
-	c, err := client.New(bcfg, client.Options{Scheme: scheme})
+	pl, err := startPlane(tmp, true, "runs", "baseline", "foreign", "floor", "warmup", "nopolicy")
 	if err != nil {
 		return res, err
 	}
-	for _, ns := range []string{"runs", "baseline", "foreign", "floor", "warmup", "nopolicy"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-			return res, err
-		}
-	}
+	defer pl.stop()
+	env, auditLog, bcfg, c := pl.env, pl.auditLog, pl.cfg, pl.c
+	ctx := context.Background()
 
 	logf("P1 baseline (N=%d, %s)", n, p.name)
 	// P1 baseline: a bare client creating the N children the manager would
@@ -428,18 +402,24 @@ func benchOne(n int) (result, error) {
 	if events > 1000 {
 		events = 1000
 	}
-	// Tekton's first change of a run is its plan TaskRun: made before the
-	// timed changes, and shown (its steps pending) before P2 starts.
+	// An engine's first change of a run may come before its first step
+	// reports (Tekton's plan TaskRun): made before the timed changes, and
+	// shown (its steps pending) before P2 starts.
+	var madeSome atomic.Bool
 	if err := parallel(events, func(i int) error {
 		run := &infrav1.TerraformRun{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: fmt.Sprintf("r%05d", i)}, run); err != nil {
 			return err
 		}
-		return p.prepare(ctx, c, "runs", run.Status.Run.ID)
+		made, err := p.Prepare(ctx, c, key("runs", run.Status.Run.ID))
+		if made {
+			madeSome.Store(true)
+		}
+		return err
 	}); err != nil {
 		return res, fmt.Errorf("P2 prepare: %w", err)
 	}
-	if p.name == infrav1.EngineTekton {
+	if madeSome.Load() {
 		if err := waitFor(5*time.Minute, func() (bool, error) {
 			time.Sleep(time.Second)
 			l := &infrav1.TerraformRunList{}
@@ -463,7 +443,7 @@ func benchOne(n int) (result, error) {
 	res.P2Settle, res.P2SettleCPU = quiesce(mgr.Process.Pid, 2*time.Minute)
 	// The run's status is read from a watch, as a user's client would see
 	// it: polling would add its interval and load the API server.
-	runs, err := watchRuns(ctx, bcfg, scheme, "runs")
+	runs, err := watchRuns(ctx, bcfg, c.Scheme(), "runs")
 	if err != nil {
 		return res, err
 	}
@@ -475,7 +455,7 @@ func benchOne(n int) (result, error) {
 		}
 		child := run.Status.Run.ID
 		t0 := time.Now()
-		if err := p.stepDone(ctx, c, "runs", child); err != nil {
+		if err := p.StepDone(ctx, c, key("runs", child)); err != nil {
 			return res, err
 		}
 		if err := runs.await(name, time.Minute, cloneDone); err != nil {
@@ -496,7 +476,7 @@ func benchOne(n int) (result, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: "runs", Name: fmt.Sprintf("r%05d", i)}, run); err != nil {
 			return err
 		}
-		return p.finish(ctx, c, "runs", run.Status.Run.ID)
+		return p.Finish(ctx, c, key("runs", run.Status.Run.ID))
 	}); err != nil {
 		return res, err
 	}
@@ -549,14 +529,15 @@ func benchOne(n int) (result, error) {
 		if err := c.Create(ctx, sec); err != nil {
 			return err
 		}
-		wf := &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%05d", i), Namespace: "foreign"}, Spec: wfv1.WorkflowSpec{Entrypoint: "main",
-			Templates: []wfv1.Template{{Name: "main", Container: &corev1.Container{Image: "busybox", Command: []string{"sh", "-c", strings.Repeat("echo padding; ", 40)}}}}}}
-		if err := c.Create(ctx, wf); err != nil {
-			return err
+		for _, k := range enginestest.Kits() {
+			if k.Bench == nil {
+				continue
+			}
+			if err := c.Create(ctx, k.Bench.Foreign(fmt.Sprintf("f%05d", i), "foreign")); err != nil {
+				return err
+			}
 		}
-		pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("f%05d", i), Namespace: "foreign"},
-			Spec: tektonv1.PipelineRunSpec{PipelineRef: &tektonv1.PipelineRef{Name: "someone-elses-" + strings.Repeat("x", 100)}}}
-		return c.Create(ctx, pr)
+		return nil
 	}); err != nil {
 		return res, err
 	}
@@ -821,70 +802,6 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-// finishChild completes the Workflow wfName in ns (see finish): a plan
-// without changes, as an apply run or a check that finds nothing reports.
-func finishChild(ctx context.Context, c client.Client, ns, wfName string) error {
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		wf := &wfv1.Workflow{}
-		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: wfName}, wf); err != nil {
-			return err
-		}
-		now := metav1.Now()
-		wf.Status.Nodes = wfv1.Nodes{}
-		root := argoNode(wfName, "", wfv1.NodeTypeDAG, wfv1.NodeSucceeded, "clone")
-		root.ID, root.Name, root.DisplayName, root.TemplateName, root.BoundaryID = wfName, wfName, wfName, "main", ""
-		root.OutboundNodes, root.Progress, root.HostNodeName, root.Outputs, root.TaskResultSynced = []string{wfName + "-apply"}, "4/4", "", nil, nil
-		wf.Status.Nodes.Set(root.ID, root)
-		wf.Status.Nodes.Set(wfName+"-clone", cloneNode(wfName))
-		wf.Status.Nodes.Set(wfName+"-init", argoNode(wfName, "init", wfv1.NodeTypePod, wfv1.NodeSucceeded, "plan"))
-		wf.Status.Nodes.Set(wfName+"-plan", argoNode(wfName, "plan", wfv1.NodeTypePod, wfv1.NodeSucceeded, "apply",
-			argoResult("has-changes", "false"), argoResult("digest", "sha256:"+strings.Repeat("0", 64)),
-			argoResult("summary", `{"add":0,"change":0,"destroy":0,"replace":0}`)))
-		apply := argoNode(wfName, "apply", wfv1.NodeTypeSkipped, wfv1.NodeSkipped, "")
-		apply.Message, apply.HostNodeName, apply.Outputs, apply.TaskResultSynced, apply.Progress, apply.ResourcesDuration = "when 'false == true' evaluated false", "", nil, nil, "", nil
-		wf.Status.Nodes.Set(apply.ID, apply)
-		exit := argoNode(wfName, "cleanup", wfv1.NodeTypePod, wfv1.NodeSucceeded, "")
-		exit.ID, exit.Name, exit.DisplayName, exit.BoundaryID, exit.NodeFlag = wfName+"-exit", wfName+".onExit", wfName+".onExit", "", &wfv1.NodeFlag{Hooked: true}
-		wf.Status.Nodes.Set(exit.ID, exit)
-		wf.Status.Phase = wfv1.WorkflowSucceeded
-		wf.Status.FinishedAt = now
-		wf.Status.Progress = "5/5"
-		wf.Status.ResourcesDuration = wfv1.ResourcesDuration{corev1.ResourceCPU: 0, corev1.ResourceMemory: 32}
-		wf.Status.Conditions = wfv1.Conditions{{Type: wfv1.ConditionTypePodRunning, Status: metav1.ConditionFalse}, {Type: wfv1.ConditionTypeCompleted, Status: metav1.ConditionTrue}}
-		wf.Status.ArtifactRepositoryRef = &wfv1.ArtifactRepositoryRefStatus{Default: true, ArtifactRepository: &wfv1.ArtifactRepository{}}
-		wf.Status.ArtifactGCStatus = &wfv1.ArtGCStatus{NotSpecified: true}
-		return c.Update(ctx, wf)
-	})
-}
-
-// argoNode is a step's node in a DAG as Argo 3.7 writes it, with the fields
-// of the e2e cluster's Workflows: boundary, children, host, progress,
-// resource durations, template scope, exit code and synced task results.
-func argoNode(wfName, step string, typ wfv1.NodeType, phase wfv1.NodePhase, next string, results ...wfv1.Parameter) wfv1.NodeStatus {
-	now := metav1.Now()
-	synced := true
-	n := wfv1.NodeStatus{ID: wfName + "-" + step, Name: wfName + "." + step, DisplayName: step, TemplateName: step, TemplateScope: "local/" + wfName,
-		Type: typ, Phase: phase, BoundaryID: wfName, HostNodeName: "node-1", StartedAt: now, FinishedAt: now, Progress: "1/1",
-		ResourcesDuration: wfv1.ResourcesDuration{corev1.ResourceCPU: 0, corev1.ResourceMemory: 5}, TaskResultSynced: &synced,
-		Outputs: &wfv1.Outputs{ExitCode: ptr.To("0"), Parameters: results}}
-	if next != "" {
-		n.Children = []string{wfName + "-" + next}
-	}
-	return n
-}
-
-// cloneNode is the clone step's node, finished: the change P2 writes, and
-// part of every finished Workflow.
-func cloneNode(wfName string) wfv1.NodeStatus {
-	return argoNode(wfName, "clone", wfv1.NodeTypePod, wfv1.NodeSucceeded, "init", argoResult("commit", ""))
-}
-
-// argoResult is an output parameter as Argo reports it: its value and where
-// it was read from.
-func argoResult(name, value string) wfv1.Parameter {
-	return wfv1.Parameter{Name: name, Value: wfv1.AnyStringPtr(value), ValueFrom: &wfv1.ValueFrom{Default: wfv1.AnyStringPtr(""), Path: "/tmp/opr8r-results/" + name}}
-}
-
 func parallel(n int, fn func(i int) error) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -931,7 +848,7 @@ func startManager(kubeconfig string, extra []string, env ...string) (*exec.Cmd, 
 	}
 	// No cap on active children (--max-active-runs, 100 by default): P1
 	// starts N runs at once, and their children never finish during it.
-	args := []string{"--engines=argo,tekton", "--metrics-bind-address=0", "--health-probe-bind-address=0", "--max-active-runs=0",
+	args := []string{"--engines=" + playedEngines(), "--metrics-bind-address=0", "--health-probe-bind-address=0", "--max-active-runs=0",
 		fmt.Sprintf("--kube-api-qps=%d", qps), fmt.Sprintf("--kube-api-burst=%d", burst), "--zap-log-level=error"}
 	pprofAddr := ""
 	if help, _ := exec.Command(bin, "--help").CombinedOutput(); strings.Contains(string(help), "pprof-bind-address") {

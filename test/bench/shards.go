@@ -12,17 +12,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/opr8r/opr8r/pkg/engine"
-
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/engines"
-	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
 // shardResult is P6: runs spread over three shards and the default one,
@@ -62,38 +55,19 @@ func benchShards(n int) (shardResult, error) {
 		return shardResult{}, err
 	}
 	res := shardResult{N: n, Engine: p.name}
-	tmp, err := os.MkdirTemp("", "opr8r-bench-shards-")
+	tmp, cleanup, err := tempDir("opr8r-bench-shards-")
 	if err != nil {
 		return res, err
 	}
-	defer os.RemoveAll(tmp)
-	env, cfg, auditLog, err := controlPlaneWithAudit(tmp)
-	if err != nil {
-		return res, err
-	}
-	defer env.Stop()
-	defer onInterrupt(func() { _ = env.Stop() })()
-	ctx := context.Background()
-	for _, install := range []func() error{
-		func() error { return envtestutil.InstallArgoCRDs(ctx, cfg) },
-		func() error { return envtestutil.InstallTektonCRDs(ctx, cfg) },
-		func() error { return envtestutil.InstallPolicies(cfg) },
-	} {
-		if err := install(); err != nil {
-			return res, err
-		}
-	}
-	scheme, _ := engine.Scheme(engines.All())
-	bcfg := rest.CopyConfig(cfg)
-	bcfg.QPS, bcfg.Burst = qps, burst
-	c, err := client.New(bcfg, client.Options{Scheme: scheme})
-	if err != nil {
-		return res, err
-	}
+	defer cleanup()
 	const ns = "shards"
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	pl, err := startPlane(tmp, true, ns)
+	if err != nil {
 		return res, err
 	}
+	defer pl.stop()
+	env, auditLog, bcfg, c := pl.env, pl.auditLog, pl.cfg, pl.c
+	ctx := context.Background()
 	var mgrs []*exec.Cmd
 	var pprofs []string
 	for _, s := range shards {
@@ -142,7 +116,7 @@ func benchShards(n int) (shardResult, error) {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: fmt.Sprintf("s%05d", i)}, run); err != nil {
 			return err
 		}
-		return p.finish(ctx, c, ns, run.Status.Run.ID)
+		return p.Finish(ctx, c, key(ns, run.Status.Run.ID))
 	}); err != nil {
 		return res, err
 	}

@@ -1,6 +1,6 @@
 // Package envtestutil starts a real kube-apiserver and etcd (envtest) with
-// opr8r's CRDs and the engines' CRDs taken from the module cache at the
-// versions pinned in go.mod.
+// opr8r's CRDs, and installs the engines' CRDs, which their test kits take
+// from the module cache at the versions pinned in go.mod.
 package envtestutil
 
 import (
@@ -13,6 +13,8 @@ import (
 	"runtime"
 	"strings"
 
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -23,12 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 	"sigs.k8s.io/yaml"
-)
-
-// ArgoModule and TektonModule are the engine modules whose CRDs are installed.
-const (
-	ArgoModule   = "github.com/argoproj/argo-workflows/v3"
-	TektonModule = "github.com/tektoncd/pipeline"
 )
 
 // RepoRoot is the repository's root directory.
@@ -154,17 +150,10 @@ func ModuleDir(module string) (string, error) {
 	return dir, nil
 }
 
-// ArgoCRDs reads Argo's full-schema CRDs from the pinned module.
-func ArgoCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return moduleCRDs(ArgoModule, filepath.Join("manifests", "base", "crds", "full", "argoproj.io_*.yaml"))
-}
-
-// TektonCRDs reads Tekton's CRDs from the pinned module.
-func TektonCRDs() ([]*apiextensionsv1.CustomResourceDefinition, error) {
-	return moduleCRDs(TektonModule, filepath.Join("config", "300-crds", "300-*.yaml"))
-}
-
-func moduleCRDs(module, glob string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+// ModuleCRDs reads the CRDs that match glob (a path inside the module)
+// from a module at the version go.mod pins: an engine's test kit names its
+// own (enginetest.Kit.CRDs).
+func ModuleCRDs(module, glob string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
 	dir, err := ModuleDir(module)
 	if err != nil {
 		return nil, err
@@ -188,28 +177,26 @@ func moduleCRDs(module, glob string) ([]*apiextensionsv1.CustomResourceDefinitio
 	return out, nil
 }
 
-// InstallArgoCRDs server-side applies Argo's full CRDs (too large for a
-// client-side apply) and waits until they are served.
-func InstallArgoCRDs(ctx context.Context, cfg *rest.Config) error {
-	crds, err := ArgoCRDs()
-	if err != nil {
-		return err
+// InstallKitCRDs installs the CRDs of every kit's engine (an engine
+// without CRDs has none).
+func InstallKitCRDs(ctx context.Context, cfg *rest.Config, kits []enginetest.Kit) error {
+	for _, k := range kits {
+		if k.CRDs == nil {
+			continue
+		}
+		crds, err := k.CRDs()
+		if err != nil {
+			return fmt.Errorf("the %s engine's CRDs: %w", k.Engine.Name(), err)
+		}
+		if err := InstallCRDs(ctx, cfg, crds); err != nil {
+			return err
+		}
 	}
-	return InstallCRDs(ctx, cfg, crds)
+	return nil
 }
 
-// InstallTektonCRDs server-side applies Tekton's CRDs and waits until they
-// are served. Their conversion webhook is never called: opr8r only uses each
-// kind's storage version.
-func InstallTektonCRDs(ctx context.Context, cfg *rest.Config) error {
-	crds, err := TektonCRDs()
-	if err != nil {
-		return err
-	}
-	return InstallCRDs(ctx, cfg, crds)
-}
-
-// InstallCRDs server-side applies CRDs and waits until they are established.
+// InstallCRDs server-side applies CRDs (an engine's may be too large for a
+// client-side apply) and waits until they are established.
 func InstallCRDs(ctx context.Context, cfg *rest.Config, crds []*apiextensionsv1.CustomResourceDefinition) error {
 	s := kruntime.NewScheme()
 	if err := apiextensionsv1.AddToScheme(s); err != nil {

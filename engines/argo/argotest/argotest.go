@@ -8,13 +8,17 @@ import (
 	"context"
 	"fmt"
 	"hash/fnv"
+	"path/filepath"
 	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/test/envtestutil"
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/validate"
 	. "github.com/onsi/gomega" //nolint:revive // test support
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -38,8 +42,21 @@ func Kit() enginetest.Kit {
 			return validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{})
 		},
 		NewSim: func(env enginetest.Env, key client.ObjectKey) enginetest.Sim { return Sim{key: key, env: env} },
+		// Argo's full-schema CRDs: the API server then checks every
+		// Workflow opr8r makes against Argo's whole schema.
+		CRDs: func() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+			return envtestutil.ModuleCRDs(Module, filepath.Join("manifests", "base", "crds", "full", "argoproj.io_*.yaml"))
+		},
+		StepObjects: func() []client.ObjectList {
+			return []client.ObjectList{&wfv1.WorkflowTaskResultList{}, &corev1.PodList{}}
+		},
+		Bench: benchPlayer{},
 	}
 }
+
+// Module is the Go module of the Argo version opr8r is built and tested
+// against (go.mod pins it).
+const Module = "github.com/argoproj/argo-workflows/v3"
 
 // Sim plays the Argo workflow controller for one Workflow: it
 // writes node statuses the way Argo v3.7 does, with Argo's own Go types.

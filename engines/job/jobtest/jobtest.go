@@ -35,6 +35,9 @@ func Kit() enginetest.Kit {
 		Validate:    Validate,
 		StartWrites: map[string]int{"create PersistentVolumeClaim": 1},
 		NewSim:      func(env enginetest.Env, key client.ObjectKey) enginetest.Sim { return Sim{key: key, env: env} },
+		StepObjects: func() []client.ObjectList {
+			return []client.ObjectList{&batchv1.JobList{}, &corev1.PodList{}}
+		},
 	}
 }
 

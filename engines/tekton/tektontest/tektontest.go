@@ -10,12 +10,14 @@ package tektontest
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	. "github.com/onsi/gomega" //nolint:revive // test support
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -28,6 +30,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
+	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
 // Kit returns the Tekton engine's test kit.
@@ -47,8 +50,21 @@ func Kit() enginetest.Kit {
 			return nil
 		},
 		NewSim: func(env enginetest.Env, key client.ObjectKey) enginetest.Sim { return Sim{key: key, env: env} },
+		// Their conversion webhook is never called: opr8r only uses each
+		// kind's storage version.
+		CRDs: func() ([]*apiextensionsv1.CustomResourceDefinition, error) {
+			return envtestutil.ModuleCRDs(Module, filepath.Join("config", "300-crds", "300-*.yaml"))
+		},
+		StepObjects: func() []client.ObjectList {
+			return []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}, &corev1.PodList{}}
+		},
+		Bench: benchPlayer{},
 	}
 }
+
+// Module is the Go module of the Tekton version opr8r is built and tested
+// against (go.mod pins it).
+const Module = "github.com/tektoncd/pipeline"
 
 // Sim plays the Tekton pipelines controller for one
 // PipelineRun: it creates TaskRuns and the approval CustomRun the way Tekton

@@ -16,6 +16,7 @@ import (
 
 	. "github.com/onsi/gomega" //nolint:revive // test support, read as test code
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -39,6 +40,18 @@ type Kit struct {
 	// start a run besides creating the child (the Job engine's driver
 	// creates the workspace volume claim).
 	StartWrites map[string]int
+	// CRDs returns the engine's CRDs at the version go.mod pins, for the
+	// API servers of the tests, the benches and the dev tool; nil for an
+	// engine whose kinds every cluster serves.
+	CRDs func() ([]*apiextensionsv1.CustomResourceDefinition, error)
+	// StepObjects are empty lists of every kind the engine makes for a
+	// child's steps besides the child (Tekton's TaskRuns and CustomRuns,
+	// Argo's task results, the Job engine's Jobs; pods for all), for the
+	// suites that look for leaks and leftovers.
+	StepObjects func() []client.ObjectList
+	// Bench plays the engine in the scale benches; nil for an engine they
+	// do not play.
+	Bench BenchPlayer
 }
 
 // Env is what a simulator works with.
@@ -182,4 +195,26 @@ func Running() corev1.ContainerState {
 
 func apiutilGVK(c client.Client, obj client.Object) (schema.GroupVersionKind, error) {
 	return apiutil.GVKForObject(obj, c.Scheme())
+}
+
+// BenchPlayer plays an engine's controller in the scale benches (make
+// bench, bench-checks, bench-shards), where no engine controller runs: bare
+// writes of every field the engine writes, cheap enough for thousands of
+// children at once.
+type BenchPlayer interface {
+	// Prepare makes what the engine makes of a new child before its first
+	// step reports (Tekton: the plan task's TaskRun); it reports whether
+	// it made anything the run's status will show.
+	Prepare(ctx context.Context, c client.Client, child client.ObjectKey) (bool, error)
+	// StepDone writes the change the latency bench times: the clone step
+	// of a started child finished.
+	StepDone(ctx context.Context, c client.Client, child client.ObjectKey) error
+	// Finish completes a child as the engine does a run whose plan has no
+	// changes: apply skipped, cleanup done, the child succeeded.
+	Finish(ctx context.Context, c client.Client, child client.ObjectKey) error
+	// Finished says whether a child, as watched, has finished.
+	Finished(child client.Object) bool
+	// Foreign is an object of the child's kind that is not opr8r's (no
+	// labels of opr8r's), of a typical size, for the memory bench.
+	Foreign(name, namespace string) client.Object
 }
