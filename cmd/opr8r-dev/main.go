@@ -1,6 +1,6 @@
 // Command opr8r-dev is the one-command local start: without a cluster it
 // starts a local control plane (the etcd and kube-apiserver the tests use),
-// installs opr8r's and Argo's CRDs, runs the manager, applies an example and
+// installs opr8r's and the engines' CRDs, runs the manager, applies an example and
 // prints what happened. With KUBECONFIG set it runs the manager there.
 package main
 
@@ -13,6 +13,8 @@ import (
 	"path/filepath"
 	"syscall"
 	"time"
+
+	"github.com/opr8r/opr8r/engines/enginestest"
 
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -49,11 +51,8 @@ func run(example string, once bool) error {
 		return err
 	}
 	defer func() { _ = env.Stop() }()
-	fmt.Println("==> installing Argo Workflows' and Tekton's CRDs from the pinned modules")
-	if err := envtestutil.InstallArgoCRDs(ctx, cfg); err != nil {
-		return err
-	}
-	if err := envtestutil.InstallTektonCRDs(ctx, cfg); err != nil {
+	fmt.Println("==> installing the engines' CRDs from the pinned modules")
+	if err := envtestutil.InstallKitCRDs(ctx, cfg, enginestest.Kits()); err != nil {
 		return err
 	}
 	kubeconfig := filepath.Join(envtestutil.RepoRoot(), "bin", "dev.kubeconfig")
@@ -71,8 +70,8 @@ func run(example string, once bool) error {
 		return err
 	}
 	if _, err := manager.Setup(mgr, manager.Options{
-		Engines: engines, DefaultEngine: infrav1.EngineArgo,
-		Engine: engine.Config{StepImage: "ghcr.io/opr8r/opr8r:latest", TerraformImage: "docker.io/hashicorp/terraform:1.11", RunnerServiceAccount: "opr8r-runner"},
+		Engines: engines, DefaultEngine: engine.DefaultEngine(engines),
+		Engine: engine.Config{StepImage: engine.DefaultStepImage, TerraformImage: engine.DefaultTerraformImage, RunnerServiceAccount: engine.DefaultRunnerServiceAccount},
 	}); err != nil {
 		return err
 	}

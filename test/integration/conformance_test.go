@@ -9,12 +9,8 @@ import (
 
 	"github.com/opr8r/opr8r/pkg/names"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
-	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -586,11 +582,10 @@ func conformance(g given) {
 		Expect(err).NotTo(HaveOccurred())
 		Expect(events.Items).NotTo(BeEmpty())
 		eventsJSON, _ := json.Marshal(events.Items)
-		// The objects any engine makes for a child's steps: Tekton's TaskRuns
-		// and CustomRuns, Argo's task results, the Job engine's step Jobs, and
-		// the pods of all of them.
+		// The objects every engine makes for a child's steps (each kit
+		// lists its own).
 		var stepObjects []byte
-		for _, l := range []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}, &wfv1.WorkflowTaskResultList{}, &batchv1.JobList{}, &corev1.PodList{}} {
+		for _, l := range allStepObjects() {
 			Expect(k8sClient.List(ctx, l, client.InNamespace(ns))).To(Succeed())
 			b, _ := json.Marshal(l)
 			stepObjects = append(stepObjects, b...)

@@ -41,6 +41,18 @@ var engineCases = func() []engineCase {
 	return out
 }()
 
+// allStepObjects are empty lists of every kind any engine makes for a
+// child's steps.
+func allStepObjects() []client.ObjectList {
+	var out []client.ObjectList
+	for _, e := range engineCases {
+		if e.kit.StepObjects != nil {
+			out = append(out, e.kit.StepObjects()...)
+		}
+	}
+	return out
+}
+
 func simEnv() enginetest.Env { return simEnvWithin(timeout) }
 
 // simEnvWithin is the simulators' environment with its own time limit for

@@ -1,6 +1,7 @@
 // Package integration runs the real manager against a real kube-apiserver and
-// etcd (envtest) with Argo's full CRDs installed. No Argo controller runs:
-// the tests play its part by writing Workflow status with Argo's own types.
+// etcd (envtest) with every engine's CRDs installed. No engine controller
+// runs: each engine's simulator (its test kit) plays its part by writing
+// status with the engine's own types.
 package integration
 
 import (
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/engine"
 
 	. "github.com/onsi/ginkgo/v2"
@@ -23,7 +25,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
-	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -64,7 +65,7 @@ func (b *syncBuffer) String() string {
 
 func TestIntegration(t *testing.T) {
 	RegisterFailHandler(Fail)
-	RunSpecs(t, "TerraformRun integration (envtest + Argo and Tekton CRDs)")
+	RunSpecs(t, "TerraformRun integration (envtest + every engine's CRDs)")
 }
 
 var _ = BeforeSuite(func() {
@@ -72,8 +73,7 @@ var _ = BeforeSuite(func() {
 	var err error
 	testEnv, cfg, err = envtestutil.Start()
 	Expect(err).NotTo(HaveOccurred())
-	Expect(envtestutil.InstallArgoCRDs(context.Background(), cfg)).To(Succeed())
-	Expect(envtestutil.InstallTektonCRDs(context.Background(), cfg)).To(Succeed())
+	Expect(envtestutil.InstallKitCRDs(context.Background(), cfg, enginestest.Kits())).To(Succeed())
 	scheme, err := engine.Scheme(engines.All())
 	Expect(err).NotTo(HaveOccurred())
 	k8sClient, err = client.New(cfg, client.Options{Scheme: scheme})
@@ -94,7 +94,7 @@ var _ = AfterSuite(func() {
 func testManagerOptions() manager.Options {
 	return manager.Options{
 		Engines:          engines.All(),
-		DefaultEngine:    infrav1.EngineArgo,
+		DefaultEngine:    engine.DefaultEngine(engines.All()),
 		Engine:           testutil.Config,
 		DestroyTimeout:   time.Minute,
 		ProgressTimeout:  progressTimeout,

@@ -1,6 +1,7 @@
-// Package nocrd starts the manager against an API server without Argo's
-// CRDs: runs must stall with EngineUnavailable, the manager must keep
-// running, and installing the CRDs later must let the runs continue.
+// Package nocrd starts the manager against an API server without the
+// engines' CRDs: runs must stall with EngineUnavailable, the manager must
+// keep running, and installing an engine's CRDs later must let its runs
+// continue.
 package nocrd
 
 import (
@@ -9,14 +10,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/engines/enginestest"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
@@ -50,7 +51,7 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	Expect(err).NotTo(HaveOccurred())
 	Expect(mgr.AddHealthzCheck("healthz", healthz.Ping)).To(Succeed())
 	_, err = manager.Setup(mgr, manager.Options{
-		Engines: engines.All(), DefaultEngine: infrav1.EngineArgo,
+		Engines: engines.All(), DefaultEngine: engine.DefaultEngine(engines.All()),
 		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond,
 	})
 	Expect(err).NotTo(HaveOccurred())
@@ -62,27 +63,23 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	c, err := client.New(cfg, client.Options{Scheme: scheme})
 	Expect(err).NotTo(HaveOccurred())
 
-	type engineCase struct {
-		name    infrav1.EngineName
-		kind    string
-		install func(context.Context, *rest.Config) error
-		count   func() int
+	// Every engine with CRDs of its own: its runs wait for them.
+	var cases []enginetest.Kit
+	for _, k := range enginestest.Kits() {
+		if k.CRDs != nil {
+			cases = append(cases, k)
+		}
 	}
-	cases := []engineCase{
-		{infrav1.EngineArgo, "Workflow", envtestutil.InstallArgoCRDs, func() int {
-			list := &wfv1.WorkflowList{}
+	Expect(cases).NotTo(BeEmpty())
+	for _, k := range cases {
+		name, kind := k.Engine.Name(), k.Engine.ChildGVK().Kind
+		count := func() int {
+			list := k.Engine.NewChildList()
 			Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-			return len(list.Items)
-		}},
-		{infrav1.EngineTekton, "PipelineRun", envtestutil.InstallTektonCRDs, func() int {
-			list := &tektonv1.PipelineRunList{}
-			Expect(c.List(ctx, list, client.InNamespace("default"))).To(Succeed())
-			return len(list.Items)
-		}},
-	}
-	for _, ec := range cases {
-		By("a run on " + string(ec.name) + " without its CRD stalls")
-		run := testutil.MakeRun("waits-"+string(ec.name), "default").Engine(ec.name).Obj()
+			return apimeta.LenList(list)
+		}
+		By("a run on " + string(name) + " without its CRD stalls")
+		run := testutil.MakeRun("waits-"+string(name), "default").Engine(name).Obj()
 		run.UID = ""
 		Expect(c.Create(ctx, run)).To(Succeed())
 		stalled := func() string {
@@ -93,7 +90,7 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 			}
 			return ""
 		}
-		Eventually(stalled, 20*time.Second, 100*time.Millisecond).Should(HavePrefix("True/EngineUnavailable: engine \"" + string(ec.name) + "\" is unavailable: the " + ec.kind + " CRD"))
+		Eventually(stalled, 20*time.Second, 100*time.Millisecond).Should(HavePrefix("True/EngineUnavailable: engine \"" + string(name) + "\" is unavailable: the " + kind + " CRD"))
 
 		By("the manager is still alive and healthy")
 		Consistently(done, 2*time.Second).ShouldNot(Receive())
@@ -102,9 +99,9 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 		Expect(resp.StatusCode).To(Equal(http.StatusOK))
 		_ = resp.Body.Close()
 
-		By("installing " + string(ec.name) + "'s CRDs lets the run continue by itself")
-		Expect(ec.install(ctx, cfg)).To(Succeed())
-		Eventually(ec.count, 40*time.Second, 200*time.Millisecond).Should(Equal(1))
+		By("installing " + string(name) + "'s CRDs lets the run continue by itself")
+		Expect(envtestutil.InstallKitCRDs(ctx, cfg, []enginetest.Kit{k})).To(Succeed())
+		Eventually(count, 40*time.Second, 200*time.Millisecond).Should(Equal(1))
 		Eventually(stalled, 10*time.Second, 100*time.Millisecond).Should(BeEmpty())
 	}
 })
