@@ -98,6 +98,11 @@ func (Engine) LogsHint(namespace, child string) string {
 	return fmt.Sprintf("argo logs %s -n %s", child, namespace)
 }
 
+// ApprovalRights implements engine.ApprovalHinter.
+func (Engine) ApprovalRights() string {
+	return "limit who may resume Workflows with RBAC on workflows (argo resume needs update)"
+}
+
 // ApprovalHint implements engine.ApprovalHinter.
 func (Engine) ApprovalHint(namespace, child string) string {
 	return fmt.Sprintf("argo resume %s -n %s (or RESUME in the Argo UI)", child, namespace)

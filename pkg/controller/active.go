@@ -277,7 +277,7 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 		return r.finishSucceeded(ctx, run, st)
 	case infrav1.RunRejected:
 		if prog.Plan != nil {
-			r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, prog.Plan.Digest)
+			r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
 		}
 		reason := infrav1.ReasonRejected
 		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
@@ -298,7 +298,7 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 		r.setApproval(run, infrav1.ApprovalStatus{Digest: prog.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 	}
 	if prog.Gate.State == engine.GateApproved && prog.Plan != nil {
-		r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, prog.Plan.Digest)
+		r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
 	}
 	if prog.OutputsExported {
 		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {

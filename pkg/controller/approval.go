@@ -35,7 +35,7 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	}
 	switch prog.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		r.setEngineDecision(ctx, run, st.eff.Spec.Approval, prog.Gate, digest)
+		r.setEngineDecision(ctx, run, st, prog.Gate, digest)
 		return ctrl.Result{}, nil
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
@@ -222,7 +222,8 @@ func gateErr(err error) (ctrl.Result, error) {
 // plan's other decisions. The engine has already let the plan through, so
 // an approval that spec.approval's policy would not count is recorded as
 // ApprovedOutsidePolicy, with a Warning event naming the rule it broke.
-func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *infrav1.TerraformRun, ap infrav1.ApprovalSpec, g engine.Gate, digest string) {
+func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *infrav1.TerraformRun, st *passState, g engine.Gate, digest string) {
+	ap := st.eff.Spec.Approval
 	if a := run.Status.Approval; a != nil && a.Digest == digest {
 		return
 	}
@@ -274,8 +275,12 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		a.By = g.By
 		a.Reason = "approved in the engine outside spec.approval: " + tallyMessage(t)
 		run.Status.Approval = &a
+		advice := ""
+		if h, ok := st.engine.(engine.ApprovalHinter); ok {
+			advice = "; " + h.ApprovalRights()
+		}
 		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApprovedOutsidePolicy,
-			msg+", which spec.approval does not count ("+tallyMessage(t)+"); limit who may resume Workflows with RBAC on workflows (argo resume needs update)")
+			msg+", which spec.approval does not count ("+tallyMessage(t)+")"+advice)
 		return
 	}
 	r.setApproval(run, a, msg)

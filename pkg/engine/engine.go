@@ -174,6 +174,10 @@ type ApprovalHinter interface {
 	// ApprovalHint says how to approve the child's gate in the engine, for
 	// example "argo resume NAME".
 	ApprovalHint(namespace, child string) string
+	// ApprovalRights says which rights let a person pass the gate in the
+	// engine, for the message of an approval the engine let through
+	// outside the run's approval policy: what to restrict.
+	ApprovalRights() string
 }
 
 // ErrGateNotPending says that a child has no approval gate waiting.
