@@ -41,13 +41,11 @@ manifests: $(CONTROLLER_GEN) ## Generate the CRD into config/crd/bases and RBAC 
 	$(MAKE) helm-sync
 
 .PHONY: helm-sync
-helm-sync: ## Copy the generated CRD and RBAC rules into the Helm chart (never edited twice).
+helm-sync: ## Copy the generated CRD, manager and user roles into the Helm chart (never edited twice; hack/engine-manifests.sh copies the engines' files).
 	mkdir -p deploy/opr8r/crds deploy/opr8r/files/rbac
 	cp config/crd/bases/*.yaml deploy/opr8r/crds/
 	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
-	cp config/rbac/runner/role.yaml deploy/opr8r/files/rbac/runner.yaml
 	cat config/rbac/users/approver.yaml <(echo ---) config/rbac/users/editor.yaml > deploy/opr8r/templates/user-roles.yaml
-	{ echo '{{- if .Values.admissionPolicies.enabled }}'; for f in config/policy/*.yaml; do [ "$$(basename $$f)" = kustomization.yaml ] || { cat $$f; echo "---"; }; done | sed '$$d' | sed 's#^    namespace: opr8r-system$$#    namespace: {{ .Release.Namespace }}#'; echo '{{- end }}'; } > deploy/opr8r/templates/policy.yaml
 
 .PHONY: fmt
 fmt:

@@ -52,7 +52,7 @@ func main() {
 	var s settings
 	all := strings.Join(engineNames(engines.All()), ",")
 	flag.StringVar(&s.engines, "engines", all, "Comma-separated engines to enable ("+all+"). An enabled engine whose CRDs are missing leaves its runs Stalled until they are installed.")
-	flag.StringVar(&s.defaultEngine, "default-engine", string(engine.DefaultEngine(engines.All())), "Engine used when spec.engine is empty (default: the first of --engines' default); auto picks the first enabled engine whose child kind the cluster serves, in the order "+strings.Join(engineNames(engines.All()), ", ")+".")
+	flag.StringVar(&s.defaultEngine, "default-engine", "", "Engine used when spec.engine is empty (empty: the first enabled engine, in the order "+strings.Join(engineNames(engines.All()), ", ")+"); auto picks the first enabled engine whose child kind the cluster serves, in that order.")
 	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", engine.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
 	flag.StringVar(&s.cfg.StepImage, "step-image", engine.DefaultStepImage, "Image that holds the opr8r-step binary.")
 	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
@@ -116,6 +116,9 @@ func run(s settings) error {
 	scheme, err := engine.Scheme(enabled)
 	if err != nil {
 		return err
+	}
+	if s.defaultEngine == "" {
+		s.defaultEngine = string(engine.DefaultEngine(enabled))
 	}
 	if s.defaultEngine == "auto" {
 		if s.defaultEngine, err = servedEngine(restCfg, enabled); err != nil {

@@ -6,6 +6,7 @@ package manager
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -481,21 +482,25 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 }
 
 // SelectEngines returns the engines of known (the engines this build has,
-// engines.All from cmd/) whose names are listed, in the order listed.
+// engines.All from cmd/, in order of preference) whose names are listed, in
+// known's order, so the first is the default engine whatever order the
+// names come in.
 func SelectEngines(known []engine.Engine, names []infrav1.EngineName) ([]engine.Engine, error) {
-	byName := map[infrav1.EngineName]engine.Engine{}
 	var all []string
 	for _, e := range known {
-		byName[e.Name()] = e
 		all = append(all, string(e.Name()))
 	}
-	var out []engine.Engine
 	for _, n := range names {
-		e, ok := byName[n]
-		if !ok {
+		if !slices.Contains(all, string(n)) {
 			return nil, fmt.Errorf("unknown engine %q (known: %s)", n, strings.Join(all, ", "))
 		}
-		out = append(out, e)
+	}
+	// In the order of known, which is the order of preference.
+	var out []engine.Engine
+	for _, e := range known {
+		if slices.Contains(names, e.Name()) {
+			out = append(out, e)
+		}
 	}
 	return out, nil
 }

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/opr8r/opr8r/engines"
+
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -113,8 +115,42 @@ func generatedCRDs(t *testing.T) map[string]*apiextensionsv1.CustomResourceDefin
 	return out
 }
 
-// checkCommon checks what both install paths must get right.
-func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int) {
+// allEngines are the names of every engine opr8r ships.
+func allEngines() []string {
+	var out []string
+	for _, e := range engines.All() {
+		out = append(out, string(e.Name()))
+	}
+	return out
+}
+
+// wantPolicies counts the admission policies of a kind that an install
+// with the given engines has: opr8r's own (config/policy) and each
+// engine's (config/policy/engine-<name>.yaml, from its package).
+func wantPolicies(t *testing.T, kind string, enabled []string) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), "config", "policy", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		b := filepath.Base(f)
+		if e, ok := strings.CutPrefix(strings.TrimSuffix(b, ".yaml"), "engine-"); b == "kustomization.yaml" || ok && !slices.Contains(enabled, e) {
+			continue
+		}
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(byKind(objects(t, string(data)), kind))
+	}
+	return n
+}
+
+// checkCommon checks what both install paths must get right, for an
+// install with the given engines enabled.
+func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []string) {
 	t.Helper()
 	crds, want := byKind(objs, "CustomResourceDefinition"), generatedCRDs(t)
 	if len(crds) != len(want) {
@@ -129,12 +165,16 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 			t.Errorf("the installed CRD %s differs from the generated one (-generated +installed):\n%s", u.GetName(), diff)
 		}
 	}
-	if n := len(byKind(objs, "MutatingAdmissionPolicy")); n != 4 {
-		t.Errorf("want opr8r's 4 MutatingAdmissionPolicies (the identity stamps and the finalizer), got %d", n)
+	for _, kind := range []string{"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"} {
+		if n, want := len(byKind(objs, kind)), wantPolicies(t, kind, enabled); n != want {
+			t.Errorf("want %d %ss (opr8r's and engines %v's), got %d", want, kind, enabled, n)
+		}
 	}
-	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n != 8 {
-		t.Errorf("want opr8r's 8 ValidatingAdmissionPolicies, got %d", n)
+	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n < 6 {
+		t.Errorf("want at least opr8r's own 6 ValidatingAdmissionPolicies, got %d", n)
 	}
+	// The manager's, each engine's, the approver's and the editor's.
+	wantRoles := 3 + len(enabled)
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {
 		t.Errorf("want %d ClusterRoles, got %d", wantRoles, len(roles))
@@ -172,7 +212,7 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, wantRoles int)
 func TestKustomizeDefault(t *testing.T) {
 	k := tool(t, "OPR8R_KUSTOMIZE")
 	objs := objects(t, run(t, k, "build", "config/default"))
-	checkCommon(t, objs, 6) // the manager's, each of the three engines', the approver's and the editor's
+	checkCommon(t, objs, allEngines())
 
 	for _, dir := range []string{"config/rbac/runner", "config/samples", "config/crd"} {
 		if len(objects(t, run(t, k, "build", dir))) == 0 {
@@ -219,20 +259,31 @@ func TestHelmChart(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	t.Run("defaults", func(t *testing.T) {
 		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds"))
-		checkCommon(t, objs, 6)
+		checkCommon(t, objs, allEngines())
 		dryRun(t, objs)
 	})
 	t.Run("one engine: rights and flags for that engine only", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false", "--include-crds"))
-		checkCommon(t, objs, 4)
-		for _, r := range byKind(objs, "ClusterRole") {
-			if strings.HasSuffix(r.GetName(), "tekton") || strings.HasSuffix(r.GetName(), "job") {
-				t.Errorf("rights of a disabled engine rendered: %s", r.GetName())
+		// Each engine alone: only its rights, its policies and its flag.
+		for _, keep := range allEngines() {
+			setArgs := []string{"template", "opr8r", "deploy/opr8r", "--include-crds"}
+			for _, e := range allEngines() {
+				if e != keep {
+					setArgs = append(setArgs, "--set", "engines."+e+".enabled=false")
+				}
 			}
-		}
-		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
-		if !strings.Contains(args, "--engines=argo ") && !strings.HasSuffix(args, "--engines=argo") {
-			t.Errorf("args %q, want --engines=argo", args)
+			objs := objects(t, run(t, h, setArgs...))
+			checkCommon(t, objs, []string{keep})
+			for _, r := range byKind(objs, "ClusterRole") {
+				for _, e := range allEngines() {
+					if e != keep && strings.HasSuffix(r.GetName(), "-"+e) {
+						t.Errorf("rights of a disabled engine rendered: %s", r.GetName())
+					}
+				}
+			}
+			args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+			if !strings.Contains(args, "--engines="+keep+" ") && !strings.HasSuffix(args, "--engines="+keep) {
+				t.Errorf("args %q, want --engines=%s", args, keep)
+			}
 		}
 	})
 	t.Run("a cluster without admission policies: none rendered, and the manager trusts no stamp", func(t *testing.T) {

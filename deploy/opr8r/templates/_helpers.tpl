@@ -45,6 +45,6 @@ enabled unless engines.<name>.enabled is false. */ -}}
 {{- define "opr8r.engines" -}}
 {{- $e := include "opr8r.engineList" . | splitList "," | compact -}}
 {{- if not $e }}{{ fail "enable at least one engine (every engines.<name>.enabled is false)" }}{{ end -}}
-{{- if not (has .Values.defaultEngine $e) }}{{ fail (printf "defaultEngine %q is not enabled" .Values.defaultEngine) }}{{ end -}}
+{{- if and .Values.defaultEngine (not (has .Values.defaultEngine $e)) }}{{ fail (printf "defaultEngine %q is not enabled" .Values.defaultEngine) }}{{ end -}}
 {{ join "," $e }}
 {{- end -}}
