@@ -94,7 +94,7 @@ func (f *fakeEngine) Cancel(_ context.Context, _ client.Client, child client.Obj
 type hinter struct{ *fakeEngine }
 
 func (h hinter) ApprovalHint(ns, child string) string { return "fake approve " + child }
-func (h hinter) ApprovalRights() string { return "limit who may use fake approve" }
+func (h hinter) ApprovalRights() string               { return "limit who may use fake approve" }
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
 
