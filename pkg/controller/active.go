@@ -7,15 +7,12 @@ import (
 	"github.com/opr8r/opr8r/pkg/names"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	apimeta "k8s.io/apimachinery/pkg/api/meta"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
-	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // reconcileActive follows the active run (status.run, not yet finished): it
@@ -46,7 +43,7 @@ func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infra
 		return ctrl.Result{}, err
 	}
 	st.engine, st.child, st.progress = e, child, prog
-	r.project(run, cur, prog)
+	r.project(run, st, cur, prog)
 	if !prog.Finished {
 		r.Limiter.Hold(run.Namespace, cur.ID)
 		return ctrl.Result{}, nil
@@ -133,7 +130,7 @@ func (r *TerraformRunReconciler) observeWith(ctx context.Context, rd client.Read
 
 // project copies a child's progress into status. Terminal phases are set by
 // finishRun, once the run's results are recorded.
-func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1.RunStatus, prog engine.Progress) {
+func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, st *passState, cur *infrav1.RunStatus, prog engine.Progress) {
 	cur.Steps = prog.Steps
 	if prog.Commit != "" {
 		cur.Commit = prog.Commit
@@ -155,7 +152,7 @@ func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, cur *infrav1
 		if prog.Gate.State == engine.GatePending {
 			reason = infrav1.ReasonAwaitingApproval
 		}
-		r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", cur.ID, describeSteps(prog.Steps)))
+		st.report(progressing, reason, fmt.Sprintf("run %s: %s", cur.ID, describeSteps(prog.Steps)))
 	}
 }
 
@@ -213,33 +210,6 @@ func describeSteps(steps []infrav1.StepStatus) string {
 	return "pending"
 }
 
-// finishRun records a finished run: for an apply run its outputs first, so
-// a run is never recorded as finished with its outputs unwritten; then the
-// run's result in status.run and status.history.
-func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, prog := run.Status.Run, st.progress
-	r.Limiter.Release(run.Namespace, cur.ID)
-	switch cur.Type {
-	case infrav1.RunApply:
-		if err := r.finishApply(ctx, run, st); err != nil {
-			return err
-		}
-	case infrav1.RunPlan:
-		r.finishPlanOnly(run, st)
-	}
-	cur.Phase, cur.Message, cur.FinishedAt = prog.Phase, prog.Message, r.finishedAt(prog.FinishedAt)
-	if cur.Type == infrav1.RunApply && applyMayHaveRun(prog.Steps) {
-		run.Status.ResourcesMayExist = true
-	}
-	if cur.SpecHash == st.hash {
-		run.Status.ObservedGeneration = run.Generation
-	}
-	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
-	st.active, st.finished = false, true
-	runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
-	return nil
-}
-
 // applyStarted says whether an active run's apply step has started.
 func applyStarted(steps []infrav1.StepStatus) bool {
 	for _, s := range steps {
@@ -248,114 +218,4 @@ func applyStarted(steps []infrav1.StepStatus) bool {
 		}
 	}
 	return false
-}
-
-// applyMayHaveRun says whether a finished run's apply step may have changed
-// anything: it ran, or the child does not say.
-func applyMayHaveRun(steps []infrav1.StepStatus) bool {
-	for _, s := range steps {
-		if s.Name == names.StepApply {
-			return s.Phase != infrav1.StepPending && s.Phase != infrav1.StepSkipped
-		}
-	}
-	// No apply step reported: the plan failed or was rejected before it, or
-	// the engine shows no steps; only the former is known to be harmless.
-	for _, s := range steps {
-		if s.Name == names.StepPlan || s.Name == names.StepApprove {
-			return false
-		}
-	}
-	return true
-}
-
-// finishApply records the result of a finished apply run: the approval the
-// engine shows, the outputs Secret, and Applied and Ready, or Stalled.
-func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, prog := run.Status.Run, st.progress
-	switch prog.Phase {
-	case infrav1.RunSucceeded:
-		return r.finishSucceeded(ctx, run, st)
-	case infrav1.RunRejected:
-		if prog.Plan != nil {
-			r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
-		}
-		reason := infrav1.ReasonRejected
-		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
-			reason = infrav1.ReasonApprovalTimeout
-		}
-		r.setStalled(run, reason, fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, prog.Message, run.Name))
-	default:
-		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
-	}
-	return nil
-}
-
-// finishSucceeded records a successful apply run: its approval, its outputs,
-// Applied and Ready.
-func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
-	cur, prog := run.Status.Run, st.progress
-	if prog.Plan != nil && prog.Plan.HasChanges && st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto {
-		r.setApproval(run, infrav1.ApprovalStatus{Digest: prog.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
-	}
-	if prog.Gate.State == engine.GateApproved && prog.Plan != nil {
-		r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
-	}
-	if prog.OutputsExported {
-		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {
-			return err
-		}
-	}
-	if prog.Applied {
-		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, "applied plan "+digestOf(run)+" ("+run.Status.PlanSummary+")")
-	} else {
-		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
-	}
-	run.Status.LastAppliedHash = cur.SpecHash
-	run.Status.LastApplied = &infrav1.AppliedRevision{Revision: cur.Commit, Inputs: cur.Inputs, RunID: cur.ID}
-	if c := findCondition(run, infrav1.DriftedCondition); c != nil && c.Status == metav1True {
-		r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, "run "+cur.ID+" applied the spec again")
-	}
-	r.setReady(run, fmt.Sprintf("run %s succeeded: %s; %d outputs in Secret %s", cur.ID, planSummaryOrNone(run), len(run.Status.Outputs), run.Status.OutputsSecretName))
-	return nil
-}
-
-// finishPlanOnly records a finished run of a planOnly TerraformRun: Ready
-// when the plan was made (nothing is applied), Stalled when it failed.
-func (r *TerraformRunReconciler) finishPlanOnly(run *infrav1.TerraformRun, st *passState) {
-	cur, prog := run.Status.Run, st.progress
-	if prog.Phase != infrav1.RunSucceeded || prog.Plan == nil {
-		r.setStalled(run, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
-		return
-	}
-	r.transition(run, infrav1.ReadyCondition, metav1True, infrav1.ReasonPlannedOnly,
-		fmt.Sprintf("run %s planned %s; nothing is applied (spec.planOnly): kubectl tfrun plan %s", cur.ID, prog.Plan.Short(), run.Name))
-	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ReconcilingCondition)
-	apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.StalledCondition)
-}
-
-func planSummaryOrNone(run *infrav1.TerraformRun) string {
-	if run.Status.Plan == nil {
-		return "no plan"
-	}
-	if !run.Status.Plan.HasChanges {
-		return "no changes"
-	}
-	return "applied " + results.Short(run.Status.Plan.Add, run.Status.Plan.Change, run.Status.Plan.Destroy)
-}
-
-// childDeleted records an active run whose child was deleted by hand. It is
-// not restarted by itself: the person who deleted it may have meant to stop
-// it. What its apply step did is unknown, so the state may hold resources.
-func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *passState) {
-	cur := run.Status.Run
-	cur.Phase = infrav1.RunFailed
-	cur.FinishedAt = r.finishedAt(nil)
-	cur.Message = fmt.Sprintf("%s %s was deleted before it finished", cur.Child.Kind, cur.ID)
-	if cur.Type == infrav1.RunApply {
-		run.Status.ResourcesMayExist = true
-	}
-	r.Limiter.Release(run.Namespace, cur.ID)
-	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
-	st.active, st.finished, st.childGone = false, true, true
-	r.setStalled(run, infrav1.ReasonChildDeleted, cur.Message+fmt.Sprintf("; request a new run with kubectl tfrun rerun %s (annotation %s)", run.Name, infrav1.RunRequestAnnotation))
 }

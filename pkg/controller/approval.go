@@ -334,7 +334,7 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 		return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
 	}
 	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by "+why+" before approval")
-	r.setProgressing(run, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
+	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
 	st.stop = true
 	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 }

@@ -68,7 +68,7 @@ func (r *TerraformRunReconciler) reconcileDelete(ctx context.Context, run *infra
 		return ctrl.Result{}, withSuffix(err, escape)
 	}
 	if st.active {
-		return r.followDestroy(run, escape)
+		return r.followDestroy(run, st, escape)
 	}
 	return r.nextDestroy(ctx, run, st, e, escape)
 }
@@ -95,7 +95,7 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 }
 
 // followDestroy waits for the active destroy run, up to DestroyTimeout.
-func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, escape string) (ctrl.Result, error) {
+func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, st *passState, escape string) (ctrl.Result, error) {
 	cur := run.Status.Run
 	timeout := r.DestroyTimeout
 	if timeout == 0 {
@@ -104,7 +104,7 @@ func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, escape
 	if cur.StartedAt != nil && r.now().Sub(cur.StartedAt.Time) > timeout {
 		return ctrl.Result{}, stalling(infrav1.ReasonDestroyTimeout, "destroy run %s has run for more than %s; check its steps%s", cur.ID, timeout, escape)
 	}
-	setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "destroy run "+cur.ID+" is running")
+	st.report(deleting, infrav1.ReasonDestroying, "destroy run "+cur.ID+" is running")
 	if cur.StartedAt != nil {
 		return ctrl.Result{RequeueAfter: timeout - r.now().Sub(cur.StartedAt.Time)}, nil
 	}
@@ -114,7 +114,7 @@ func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, escape
 // stopBeforeDestroy stops the active apply run and waits for it to end.
 func (r *TerraformRunReconciler) stopBeforeDestroy(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	cur := run.Status.Run
-	setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDestroying, "waiting for the active run "+cur.ID+" to stop before destroying")
+	st.report(deleting, infrav1.ReasonDestroying, "waiting for the active run "+cur.ID+" to stop before destroying")
 	if c, ok := st.engine.(engine.Canceller); ok && st.child != nil {
 		if err := c.Cancel(ctx, r.Client, st.child, "the TerraformRun is being deleted"); err != nil {
 			return ctrl.Result{}, generic("CancelRun", err, "stopping run %s", cur.ID)

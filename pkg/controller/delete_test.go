@@ -94,13 +94,12 @@ func TestDeleteFlow(t *testing.T) {
 			run.DeletionTimestamp = &now
 			r, c := newReconciler(t, f, append(objs, run.DeepCopy())...)
 			st := r.newPassState(run)
-			if _, err := runFlow(ctx(), run, st, r.deleteFlow()); err != nil {
-				if _, stall := r.reportError(run, ctrlResult(), err); stall != nil {
-					t.Fatal(err)
-				}
+			res, err := runFlow(ctx(), run, st, r.deleteFlow())
+			if _, err := r.summarize(run, st, res, err); err != nil {
+				t.Fatal(err)
 			}
 			stored := &infrav1.TerraformRun{}
-			err := c.Get(ctx(), client.ObjectKeyFromObject(run), stored)
+			err = c.Get(ctx(), client.ObjectKeyFromObject(run), stored)
 			hasFinalizer := err == nil && len(stored.Finalizers) > 0
 			if hasFinalizer != tc.wantFinalizer {
 				t.Errorf("finalizer kept: %v, want %v", hasFinalizer, tc.wantFinalizer)
@@ -144,8 +143,9 @@ func TestDestroyTimesOut(t *testing.T) {
 	now := metav1.NewTime(t0)
 	run.DeletionTimestamp = &now
 	r, _ = newReconciler(t, f, childOf(t, run, infrav1.RunDestroy, 1, run.Status.Run.SpecHash), run.DeepCopy())
-	_, err := runFlow(ctx(), run, r.newPassState(run), r.deleteFlow())
-	r.reportError(run, ctrlResult(), err)
+	st := r.newPassState(run)
+	res, err := runFlow(ctx(), run, st, r.deleteFlow())
+	_, _ = r.summarize(run, st, res, err)
 	if got := condOf(run, infrav1.StalledCondition); got != "True/DestroyTimeout" {
 		t.Fatalf("Stalled = %s, want True/DestroyTimeout", got)
 	}

@@ -394,16 +394,15 @@ func (r *TerraformRunReconciler) reconcileDependents(ctx context.Context, run *i
 		cur != nil && cur.Type == infrav1.RunDestroy:
 		return ctrl.Result{}, nil
 	}
-	dependents, deleting, err := r.dependents(ctx, run)
+	dependents, being, err := r.dependents(ctx, run)
 	if err != nil || len(dependents) == 0 {
 		return ctrl.Result{}, err
 	}
 	st.stop = true
 	hatch := fmt.Sprintf("to destroy now, run: kubectl annotate tfrun %s %s=true", run.Name, infrav1.IgnoreDependentsAnnotation)
-	if deleting == len(dependents) {
-		setStatus(run, infrav1.ReconcilingCondition, metav1True, infrav1.ReasonDependentsExist,
+	if being == len(dependents) {
+		st.report(deleting, infrav1.ReasonDependentsExist,
 			fmt.Sprintf("waiting for the TerraformRuns that depend on this one to be deleted before destroying: %s; %s", strings.Join(dependents, ", "), hatch))
-		apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.StalledCondition)
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, stalling(infrav1.ReasonDependentsExist,

@@ -184,10 +184,8 @@ func TestReconcileDependencies(t *testing.T) {
 func passThrough(t *testing.T, r *TerraformRunReconciler, run *infrav1.TerraformRun) (*passState, error) {
 	t.Helper()
 	st := r.newPassState(run)
-	if _, err := r.reconcileDependencies(ctx(), run, st); err != nil {
-		return st, err
-	}
-	_, err := r.reconcileStart(ctx(), run, st)
+	res, err := runFlow(ctx(), run, st, []subReconciler{r.reconcileDependencies, r.reconcileStart})
+	_, _ = r.summarize(run, st, res, err)
 	return st, err
 }
 

@@ -39,7 +39,7 @@ func TestReportError(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			r := &TerraformRunReconciler{}
 			run := aRun("a")
-			res, err := r.reportError(run, ctrl.Result{}, tc.err)
+			res, err := r.summarize(run, &passState{}, ctrl.Result{}, tc.err)
 			if (err != nil) != tc.wantErr || res.RequeueAfter != tc.wantRequeue || condOf(run, infrav1.StalledCondition) != tc.wantStalled {
 				t.Fatalf("got %v, %v, Stalled %q; want err %v, requeue %s, Stalled %q", res, err, condOf(run, infrav1.StalledCondition), tc.wantErr, tc.wantRequeue, tc.wantStalled)
 			}
@@ -175,7 +175,8 @@ func TestReconcileProgress(t *testing.T) {
 			st := r.newPassState(run)
 			st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
 			st.progress = engine.Progress{Gate: engine.Gate{State: tc.gate}}
-			if _, err := r.reconcileProgress(ctx(), run, st); err != nil {
+			res, err := r.reconcileProgress(ctx(), run, st)
+			if _, err := r.summarize(run, st, res, err); err != nil {
 				t.Fatal(err)
 			}
 			if got := condOf(run, infrav1.StalledCondition); got != tc.wantStalled {
@@ -199,7 +200,8 @@ func TestStalledMessageIsTheSameOnEveryPass(t *testing.T) {
 		r.Now = func() time.Time { return now }
 		st := r.newPassState(run)
 		st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
-		if _, err := r.reconcileProgress(ctx(), run, st); err != nil {
+		res, err := r.reconcileProgress(ctx(), run, st)
+		if _, err := r.summarize(run, st, res, err); err != nil {
 			t.Fatal(err)
 		}
 		c := apimeta.FindStatusCondition(run.Status.Conditions, infrav1.StalledCondition)

@@ -168,6 +168,8 @@ func childOf(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, n int
 func runSub(r *TerraformRunReconciler, run *infrav1.TerraformRun, sub subReconciler) (*passState, ctrl.Result, error) {
 	st := r.newPassState(run)
 	res, err := sub(context.Background(), run, st)
+	// As Reconcile does: the pass's outcome and error become conditions.
+	_, _ = r.summarize(run, st, res, err)
 	return st, res, err
 }
 

@@ -43,7 +43,6 @@ func (r *TerraformRunReconciler) projectOutputs(ctx context.Context, run, eff *i
 	}
 	outs, err := results.Outputs(eff.Spec.Outputs, raw.Data[results.RawOutputsKey])
 	if err != nil {
-		r.transition(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonOutputsFailed, err.Error())
 		return &StallingError{Reason: infrav1.ReasonOutputsFailed, Err: err}
 	}
 	data := map[string][]byte{}

@@ -32,7 +32,7 @@ func (r *TerraformRunReconciler) reconcileProgress(_ context.Context, run *infra
 	}
 	// The message names when the run last moved, not for how long: a
 	// message that changed on every pass would cost a status write each.
-	r.setStalled(run, infrav1.ReasonNoProgress, fmt.Sprintf("run %s has made no progress for over %s, since %s (%s): check the engine's controller and the step pods of %s %s; opr8r keeps waiting",
+	st.report(stalled, infrav1.ReasonNoProgress, fmt.Sprintf("run %s has made no progress for over %s, since %s (%s): check the engine's controller and the step pods of %s %s; opr8r keeps waiting",
 		cur.ID, r.ProgressTimeout, last.UTC().Format(time.RFC3339), step, cur.Child.Kind, cur.ID))
 	return ctrl.Result{RequeueAfter: r.ProgressTimeout}, nil
 }

@@ -75,7 +75,7 @@ func (r *TerraformRunReconciler) supersedeCheck(ctx context.Context, run *infrav
 			return ctrl.Result{}, generic("SupersedeCheck", err, "stopping check %s", check.GetName())
 		}
 	}
-	r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for check %s to stop before a new run starts", check.GetName()))
+	st.report(progressing, infrav1.ReasonProgressing, fmt.Sprintf("waiting for check %s to stop before a new run starts", check.GetName()))
 	st.stop = true
 	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 }
@@ -161,45 +161,6 @@ func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.Te
 	return ctrl.Result{}, r.createInputs(ctx, st.eff, child)
 }
 
-// finishCheck records a finished check and judges what it found.
-func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *passState, check client.Object, prog engine.Progress) {
-	r.Limiter.Release(run.Namespace, check.GetName())
-	rec := checkRecord(st.eff.Spec.Engine, check, prog)
-	rec.FinishedAt = r.finishedAt(rec.FinishedAt)
-	result := r.judgeCheck(run, st, check, prog, rec)
-	if rec.Message == "" {
-		rec.Message = result
-	} else {
-		rec.Message = result + ": " + rec.Message
-	}
-	if n := childNumber(check); n > run.Status.LastRunNumber {
-		run.Status.LastRunNumber = n
-	}
-	run.Status.History = historyWith(run.Status.History, rec, *st.eff.Spec.History.KeepRecords)
-	run.Status.Drift = &infrav1.DriftStatus{LastCheckID: check.GetName(), LastCheckedAt: *rec.FinishedAt, Result: result, Revision: prog.Commit}
-	if result == infrav1.CheckDrifted {
-		run.Status.Drift.Plan = rec.Plan
-	}
-	checksFinished.WithLabelValues(result).Inc()
-	runsFinished.WithLabelValues(string(rec.Engine), string(infrav1.RunDrift), string(rec.Result)).Inc()
-	st.finished = true
-}
-
-// checkRecord is a finished check's history record.
-func checkRecord(e infrav1.EngineName, check client.Object, prog engine.Progress) infrav1.RunRecord {
-	l := check.GetLabels()
-	rec := infrav1.RunRecord{
-		ID: check.GetName(), Number: childNumber(check), Type: infrav1.RunDrift, Engine: e,
-		Trigger: infrav1.TriggerSchedule, SpecHash: l[infrav1.SpecHashLabel], Revision: prog.Commit,
-		Result: prog.Phase, StartedAt: prog.StartedAt, FinishedAt: prog.FinishedAt, Message: truncate(prog.Message, 900),
-	}
-	if prog.Plan != nil {
-		rec.Plan = planStatus(prog.Plan, check.GetName())
-		rec.Inputs = prog.Plan.Inputs
-	}
-	return rec
-}
-
 // judgeCheck decides what a finished check found, sets Drifted and asks
 // for the apply run the finding calls for.
 func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passState, check client.Object, prog engine.Progress, rec infrav1.RunRecord) string {
@@ -216,15 +177,13 @@ func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passS
 		r.reportDrift(run, st, check.GetName(), prog.Plan)
 		return infrav1.CheckDrifted
 	}
+	// Ready follows from Drifted (summarize).
 	r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, fmt.Sprintf("check %s found no drift", check.GetName()))
-	if c := findCondition(run, infrav1.ReadyCondition); c != nil && c.Reason == infrav1.ReasonDriftDetected {
-		r.setReady(run, "check "+check.GetName()+" found no drift")
-	}
 	return infrav1.CheckNoDrift
 }
 
-// reportDrift sets Drifted and Ready False, emits the event, counts it and,
-// with driftRemediation Apply, asks for an apply run.
+// reportDrift sets Drifted (and so Ready False, summarize), emits the
+// event, counts it and, with driftRemediation Apply, asks for an apply run.
 func (r *TerraformRunReconciler) reportDrift(run *infrav1.TerraformRun, st *passState, check string, p *engine.PlanResult) {
 	msg := fmt.Sprintf("check %s found drift: applying the spec again would change %s (plan %s)", check, p.Short(), p.Digest)
 	if st.eff.Spec.DriftRemediation == infrav1.DriftApply {
@@ -234,7 +193,6 @@ func (r *TerraformRunReconciler) reportDrift(run *infrav1.TerraformRun, st *pass
 		msg += fmt.Sprintf("; repair it with kubectl tfrun rerun %s, or set spec.driftRemediation: Apply", run.Name)
 	}
 	r.transition(run, infrav1.DriftedCondition, metav1True, infrav1.ReasonDriftDetected, msg)
-	setStatus(run, infrav1.ReadyCondition, metav1False, infrav1.ReasonDriftDetected, msg)
 	driftDetected.WithLabelValues(run.Namespace, run.Name).Inc()
 }
 

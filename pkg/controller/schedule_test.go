@@ -64,7 +64,7 @@ func TestReconcileScheduleJudgesAFinishedCheck(t *testing.T) {
 			r, _ := newReconciler(t, f)
 			run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
 			run.Status.LastApplied = &infrav1.AppliedRevision{Revision: rev, Inputs: inputs, RunID: "a-1"}
-			r.setReady(run, "run a-1 succeeded")
+			setStatus(run, infrav1.ReadyCondition, metav1True, infrav1.ReasonSucceeded, "run a-1 succeeded")
 			hash := run.Status.Run.SpecHash
 			if tc.otherSpec {
 				hash = "0000000000000000"
@@ -135,6 +135,7 @@ func TestReconcileScheduleStartsChecksWhenDue(t *testing.T) {
 				run.Spec.Terraform.Workspace = "other"
 			}
 			r, c := newReconciler(t, f, childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash), run.DeepCopy())
+			summarizeColumns(run) // as the pass that recorded the run left them
 			before := run.Status.DeepCopy()
 			_, res, err := runSub(r, run, r.reconcileSchedule)
 			if err != nil {

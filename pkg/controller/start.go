@@ -42,14 +42,14 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 		return ctrl.Result{}, nil
 	}
 	if run.Spec.Suspend {
-		setStatus(run, infrav1.ReconcilingCondition, metav1False, infrav1.ReasonSuspended, "spec.suspend is true: no new run starts")
+		st.report(suspended, infrav1.ReasonSuspended, "spec.suspend is true: no new run starts")
 		return ctrl.Result{}, nil
 	}
 	if st.deps.blocked != nil {
 		return ctrl.Result{}, st.deps.blocked
 	}
 	if !st.deps.ready() {
-		r.setProgressing(run, infrav1.ReasonDependencyNotReady, fmt.Sprintf("run not started (%s): %s", n.trigger, st.deps.wait))
+		st.report(progressing, infrav1.ReasonDependencyNotReady, fmt.Sprintf("run not started (%s): %s", n.trigger, st.deps.wait))
 		return ctrl.Result{}, nil
 	}
 	e, err := r.engineFor(st.eff.Spec.Engine)
@@ -105,12 +105,12 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 	if other, err := r.otherActiveChild(ctx, run, e, name, number); err != nil {
 		return ctrl.Result{}, err
 	} else if other != "" {
-		r.setProgressing(run, infrav1.ReasonProgressing, fmt.Sprintf("waiting for %s %s to finish before starting %s", e.ChildGVK().Kind, other, name))
+		st.report(progressing, infrav1.ReasonProgressing, fmt.Sprintf("waiting for %s %s to finish before starting %s", e.ChildGVK().Kind, other, name))
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	if child == nil {
 		if ok, pos, total := r.Limiter.Acquire(client.ObjectKeyFromObject(run), name, prioRun); !ok {
-			r.setProgressing(run, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: position %d of %d waiting for one of the %d slots of --max-active-runs", name, pos, total, r.Limiter.max))
+			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: position %d of %d waiting for one of the %d slots of --max-active-runs", name, pos, total, r.Limiter.max))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}
 		if child, err = r.createChild(ctx, run, st, e, n.typ, name, number); err != nil {
@@ -164,7 +164,7 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 	}
 	// The message project() writes for a child that has not started, so the
 	// reconcile that the child's creation triggers writes nothing.
-	r.setProgressing(run, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
+	st.report(progressing, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
 	runsStarted.WithLabelValues(string(e.Name()), string(n.typ)).Inc()
 }
 

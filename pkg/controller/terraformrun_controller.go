@@ -172,8 +172,7 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			res, retErr = ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 			return
 		}
-		res, retErr = r.reportError(run, res, retErr)
-		summarize(run)
+		res, retErr = r.summarize(run, st, res, retErr)
 		if err := r.patchStatus(ctx, base, run); err != nil {
 			if apierrors.IsConflict(err) && retErr == nil {
 				// The cache lags the API server (after an API server
@@ -242,23 +241,6 @@ func (r *TerraformRunReconciler) patchStatus(ctx context.Context, base, run *inf
 		return nil
 	}
 	return generic("PatchStatus", err, "patching status")
-}
-
-// reportError turns stalling and waiting errors into the Stalled condition:
-// stalling errors are not retried, waiting errors are retried after their
-// delay. Other errors are returned for controller-runtime's backoff.
-func (r *TerraformRunReconciler) reportError(run *infrav1.TerraformRun, res ctrl.Result, err error) (ctrl.Result, error) {
-	var s *StallingError
-	var w *WaitingError
-	switch {
-	case errors.As(err, &s):
-		r.setStalled(run, s.Reason, s.Error())
-		return ctrl.Result{}, nil
-	case errors.As(err, &w):
-		r.setStalled(run, w.Reason, w.Error())
-		return ctrl.Result{RequeueAfter: w.RequeueAfter}, nil
-	}
-	return res, err
 }
 
 // engineFor returns an engine, or an error that says why it can't be used.
@@ -350,6 +332,9 @@ type passState struct {
 	persisted infrav1.TerraformRunStatus
 	// stop ends the pass after the current sub-reconciler.
 	stop bool
+	// outcome is what the pass found of the run as a whole (report), which
+	// summarize turns into Ready, Reconciling and Stalled.
+	outcome outcome
 }
 
 func (r *TerraformRunReconciler) newPassState(run *infrav1.TerraformRun) *passState {
