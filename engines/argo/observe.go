@@ -137,55 +137,51 @@ func (Engine) Observe(obj client.Object, _ []client.Object, _ time.Time) (engine
 		FinishedAt: engine.TimeOrNil(wf.Status.FinishedAt),
 		Message:    wf.Status.Message,
 	}
-	var failedMsg string
 	for _, name := range withChecks(stepOrder, checkNames(ns)) {
 		n, found := stepNode(wf, ns, name)
 		if !found {
 			continue
 		}
-		st := infrav1.StepStatus{
+		prog.Steps = append(prog.Steps, infrav1.StepStatus{
 			Name:       name,
 			Phase:      stepPhase(n.Phase),
 			StartedAt:  engine.TimeOrNil(n.StartedAt),
 			FinishedAt: engine.TimeOrNil(n.FinishedAt),
 			Message:    n.Message,
-		}
-		prog.Steps = append(prog.Steps, st)
-		if st.Phase == infrav1.StepFailed && failedMsg == "" && name != names.StepApprove {
-			failedMsg = fmt.Sprintf("step %s failed: %s", name, n.Message)
-		}
-		switch name {
-		case names.StepClone:
-			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
-				prog.Commit = outputParam(n, pipeline.ResultCommit)
-			}
-		case names.StepPlan:
-			if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
-				plan, err := planResult(n)
-				if err != nil {
-					return engine.Progress{}, err
-				}
-				prog.Plan = plan
-			}
-		case names.StepApprove:
-			prog.Gate = gate(wf, n)
-		case names.StepApply:
-			prog.Applied = n.Phase == wfv1.NodeSucceeded
-		case names.StepExport:
-			prog.OutputsExported = n.Phase == wfv1.NodeSucceeded
+		})
+		if err := readNode(&prog, wf, name, n); err != nil {
+			return engine.Progress{}, err
 		}
 	}
 	prog.Phase, prog.Finished = runPhase(wf.Status.Phase, prog.Gate.State)
-	if failedMsg != "" {
-		prog.Message = failedMsg
-	}
-	if prog.Gate.State == engine.GateRejected {
-		prog.Message = "plan rejected: " + prog.Gate.Message
-	}
-	if wf.Spec.Shutdown != "" && prog.Finished && prog.Phase == infrav1.RunFailed && failedMsg == "" {
-		prog.Message = engine.Stopped(stopReason(wf))
-	}
+	prog.Conclude(wf.Spec.Shutdown != "", stopReason(wf))
 	return prog, nil
+}
+
+// readNode reads what a step's node reports beyond its phase: the commit,
+// the plan, the gate, whether apply and export succeeded.
+func readNode(prog *engine.Progress, wf *wfv1.Workflow, step string, n wfv1.NodeStatus) error {
+	switch step {
+	case names.StepClone:
+		if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
+			prog.Commit = outputParam(n, pipeline.ResultCommit)
+		}
+	case names.StepPlan:
+		if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
+			plan, err := planResult(n)
+			if err != nil {
+				return err
+			}
+			prog.Plan = plan
+		}
+	case names.StepApprove:
+		prog.Gate = gate(wf, n)
+	case names.StepApply:
+		prog.Applied = n.Phase == wfv1.NodeSucceeded
+	case names.StepExport:
+		prog.OutputsExported = n.Phase == wfv1.NodeSucceeded
+	}
+	return nil
 }
 
 // stopReason is why a Workflow was stopped: the reason opr8r gave

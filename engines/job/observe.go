@@ -141,13 +141,7 @@ func (Engine) Observe(obj client.Object, related []client.Object, now time.Time)
 	}
 	v := newView(child, related)
 	prog := engine.Progress{StartedAt: child.Status.StartTime}
-	var failed []string
-	add := func(st infrav1.StepStatus) {
-		prog.Steps = append(prog.Steps, st)
-		if st.Phase == infrav1.StepFailed && st.Name != names.StepApprove {
-			failed = append(failed, fmt.Sprintf("step %s failed: %s", st.Name, st.Message))
-		}
-	}
+	add := func(st infrav1.StepStatus) { prog.Steps = append(prog.Steps, st) }
 	// The plan Job's steps show once its pod exists (or the Job failed
 	// without one), as an Argo node shows once it is scheduled.
 	_, failedEarly := jobFailed(child)
@@ -180,7 +174,7 @@ func (Engine) Observe(obj client.Object, related []client.Object, now time.Time)
 	}
 	prog.Applied = stepPhase(prog.Steps, names.StepApply) == infrav1.StepSucceeded
 	prog.OutputsExported = stepPhase(prog.Steps, names.StepExport) == infrav1.StepSucceeded
-	v.phase(&prog, failed)
+	v.phase(&prog)
 	if step := v.unread(now); step != "" && prog.Finished {
 		// Not finished until every step's pod has been read: a result
 		// taken now would lack that step's (no apply, no outputs).
@@ -421,18 +415,19 @@ func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
 
 // phase derives the run's phase: finished once cleanup has; Rejected when
 // the gate was, Failed when a step failed or the run was stopped.
-func (v runView) phase(prog *engine.Progress, failed []string) {
+func (v runView) phase(prog *engine.Progress) {
 	cleanup := v.jobs[names.StepCleanup]
 	prog.Finished = jobDone(cleanup)
 	if prog.Finished {
 		prog.FinishedAt = jobFinishedAt(cleanup)
 	}
 	cancelled := v.child.Annotations[annoCancelled]
+	failed := engine.FirstFailure(prog.Steps)
 	switch {
 	case prog.Gate.State == engine.GateRejected:
 		prog.Phase, prog.Message = infrav1.RunRejected, "plan rejected: "+prog.Gate.Message
-	case len(failed) > 0:
-		prog.Phase, prog.Message = infrav1.RunFailed, failed[0]
+	case failed != "":
+		prog.Phase, prog.Message = infrav1.RunFailed, failed
 	case cancelled != "":
 		prog.Phase, prog.Message = infrav1.RunFailed, engine.Stopped(cancelled)
 	case prog.Gate.State == engine.GatePending:

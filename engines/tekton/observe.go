@@ -53,109 +53,56 @@ func (Engine) Related(ctx context.Context, c client.Reader, child client.Object)
 	return out, nil
 }
 
+// view is a PipelineRun with the TaskRuns and the gate CustomRun of its
+// tasks, and the tasks Tekton skipped.
+type view struct {
+	pr       *tektonv1.PipelineRun
+	taskRuns map[string]*tektonv1.TaskRun
+	gate     *tektonv1beta1.CustomRun
+	skipped  map[string]bool
+}
+
+func newView(pr *tektonv1.PipelineRun, related []client.Object) view {
+	v := view{pr: pr, taskRuns: map[string]*tektonv1.TaskRun{}, skipped: map[string]bool{}}
+	for _, o := range related {
+		switch r := o.(type) {
+		case *tektonv1.TaskRun:
+			if metav1.IsControlledBy(r, pr) || r.Labels[PipelineRunLabel] == pr.Name {
+				v.taskRuns[r.Labels[PipelineTaskLabel]] = r
+			}
+		case *tektonv1beta1.CustomRun:
+			if r.Labels[PipelineTaskLabel] == taskApprove && r.Labels[PipelineRunLabel] == pr.Name {
+				v.gate = r
+			}
+		}
+	}
+	for _, s := range pr.Status.SkippedTasks {
+		v.skipped[s.Name] = true
+	}
+	return v
+}
+
 // Observe implements engine.Engine.
 func (Engine) Observe(obj client.Object, related []client.Object, now time.Time) (engine.Progress, error) {
 	pr, ok := obj.(*tektonv1.PipelineRun)
 	if !ok {
 		return engine.Progress{}, fmt.Errorf("tekton: expected a PipelineRun, got %T", obj)
 	}
-	taskRuns := map[string]*tektonv1.TaskRun{}
-	var gate *tektonv1beta1.CustomRun
-	for _, o := range related {
-		switch r := o.(type) {
-		case *tektonv1.TaskRun:
-			if metav1.IsControlledBy(r, pr) || r.Labels[PipelineRunLabel] == pr.Name {
-				taskRuns[r.Labels[PipelineTaskLabel]] = r
-			}
-		case *tektonv1beta1.CustomRun:
-			if r.Labels[PipelineTaskLabel] == taskApprove && r.Labels[PipelineRunLabel] == pr.Name {
-				gate = r
-			}
-		}
-	}
-	skipped := map[string]bool{}
-	for _, s := range pr.Status.SkippedTasks {
-		skipped[s.Name] = true
-	}
-
+	v := newView(pr, related)
 	out := engine.Progress{StartedAt: pr.Status.StartTime, FinishedAt: pr.Status.CompletionTime}
-	var failedMsg string
-	addStep := func(st infrav1.StepStatus) {
-		out.Steps = append(out.Steps, st)
-		if st.Phase == infrav1.StepFailed && failedMsg == "" && st.Name != names.StepApprove {
-			failedMsg = fmt.Sprintf("step %s failed: %s", st.Name, st.Message)
-		}
+	if err := v.planSteps(&out); err != nil {
+		return engine.Progress{}, err
 	}
-
-	// clone, init and plan are steps of the plan task.
-	if tr := taskRuns[taskPlan]; tr != nil {
-		for _, name := range []string{names.StepClone, names.StepInit, names.StepPlan} {
-			addStep(stepStatus(tr, name, name))
-		}
-		res := taskResults(tr)
-		if succeeded(tr.Status.GetCondition(apis.ConditionSucceeded)) {
-			out.Commit = res[pipeline.ResultCommit]
-			plan, err := planResult(res)
-			if err != nil {
-				return engine.Progress{}, err
-			}
-			out.Plan = plan
-		}
-	}
-	// Checks, from their TaskRuns and the skipped tasks (the cached
-	// PipelineRun has no spec), in order of name.
-	checks := map[string]bool{}
-	for task := range taskRuns {
-		if names.IsCheck(task) {
-			checks[task] = true
-		}
-	}
-	for task := range skipped {
-		if names.IsCheck(task) {
-			checks[task] = true
-		}
-	}
-	for _, task := range slices.Sorted(maps.Keys(checks)) {
-		if tr := taskRuns[task]; tr != nil {
-			addStep(stepStatus(tr, task, task))
-		} else {
-			addStep(infrav1.StepStatus{Name: task, Phase: infrav1.StepSkipped})
-		}
-	}
-	switch {
-	case gate != nil:
-		out.Gate = gateState(gate)
-		addStep(gateStep(gate, out.Gate))
-	case skipped[taskApprove]:
-		out.Gate.State = engine.GateSkipped
-		addStep(infrav1.StepStatus{Name: names.StepApprove, Phase: infrav1.StepSkipped})
-	}
-	for _, t := range []struct{ task, step string }{{taskApply, names.StepApply}, {taskExport, names.StepExport}, {taskCleanup, names.StepCleanup}} {
-		if tr := taskRuns[t.task]; tr != nil {
-			st := stepStatus(tr, t.step, t.step)
-			addStep(st)
-			out.Applied = out.Applied || (t.step == names.StepApply && st.Phase == infrav1.StepSucceeded)
-			out.OutputsExported = out.OutputsExported || (t.step == names.StepExport && st.Phase == infrav1.StepSucceeded)
-		} else if skipped[t.task] {
-			addStep(infrav1.StepStatus{Name: t.step, Phase: infrav1.StepSkipped})
-		}
-	}
-
+	v.checkSteps(&out)
+	v.gateStep(&out)
+	v.laterSteps(&out)
 	c := pr.Status.GetCondition(apis.ConditionSucceeded)
 	if c != nil {
 		out.Message = c.Message
 	}
 	out.Phase, out.Finished = runPhase(c, out.Gate.State)
-	if failedMsg != "" {
-		out.Message = failedMsg
-	}
-	if out.Gate.State == engine.GateRejected {
-		out.Message = "plan rejected: " + out.Gate.Message
-	}
-	if pr.Spec.Status != "" && out.Finished && out.Phase == infrav1.RunFailed && failedMsg == "" {
-		out.Message = engine.Stopped(stopReason(pr))
-	}
-	if tr := unreadTaskRun(pr, taskRuns, now); tr != "" && out.Finished {
+	out.Conclude(pr.Spec.Status != "", stopReason(pr))
+	if tr := unreadTaskRun(pr, v.taskRuns, now); tr != "" && out.Finished {
 		// The TaskRuns are cached apart from the PipelineRun and may lag
 		// it (seconds after an API server restart): a result taken now
 		// would lack that task's (no apply, no outputs: seen in make
@@ -165,6 +112,76 @@ func (Engine) Observe(obj client.Object, related []client.Object, now time.Time)
 		out.Message = "waiting to read TaskRun " + tr
 	}
 	return out, nil
+}
+
+// planSteps reads clone, init and plan, the steps of the plan task, and
+// the commit and plan it reports once it succeeded.
+func (v view) planSteps(out *engine.Progress) error {
+	tr := v.taskRuns[taskPlan]
+	if tr == nil {
+		return nil
+	}
+	for _, name := range []string{names.StepClone, names.StepInit, names.StepPlan} {
+		out.Steps = append(out.Steps, stepStatus(tr, name, name))
+	}
+	if !succeeded(tr.Status.GetCondition(apis.ConditionSucceeded)) {
+		return nil
+	}
+	res := taskResults(tr)
+	out.Commit = res[pipeline.ResultCommit]
+	plan, err := planResult(res)
+	out.Plan = plan
+	return err
+}
+
+// checkSteps reads the checks, from their TaskRuns and the skipped tasks
+// (the cached PipelineRun has no spec), in order of name.
+func (v view) checkSteps(out *engine.Progress) {
+	checks := map[string]bool{}
+	for task := range v.taskRuns {
+		checks[task] = names.IsCheck(task)
+	}
+	for task := range v.skipped {
+		checks[task] = checks[task] || names.IsCheck(task)
+	}
+	for _, task := range slices.Sorted(maps.Keys(checks)) {
+		switch tr := v.taskRuns[task]; {
+		case !checks[task]:
+		case tr != nil:
+			out.Steps = append(out.Steps, stepStatus(tr, task, task))
+		default:
+			out.Steps = append(out.Steps, infrav1.StepStatus{Name: task, Phase: infrav1.StepSkipped})
+		}
+	}
+}
+
+// gateStep reads the approval gate: its CustomRun, or the task Tekton
+// skipped for a plan without changes.
+func (v view) gateStep(out *engine.Progress) {
+	switch {
+	case v.gate != nil:
+		out.Gate = gateState(v.gate)
+		out.Steps = append(out.Steps, gateStep(v.gate, out.Gate))
+	case v.skipped[taskApprove]:
+		out.Gate.State = engine.GateSkipped
+		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepApprove, Phase: infrav1.StepSkipped})
+	}
+}
+
+// laterSteps reads apply, export-outputs and the finally task cleanup.
+func (v view) laterSteps(out *engine.Progress) {
+	for _, t := range []struct{ task, step string }{{taskApply, names.StepApply}, {taskExport, names.StepExport}, {taskCleanup, names.StepCleanup}} {
+		tr := v.taskRuns[t.task]
+		switch {
+		case tr != nil:
+			st := stepStatus(tr, t.step, t.step)
+			out.Steps = append(out.Steps, st)
+			out.Applied = out.Applied || (t.step == names.StepApply && st.Phase == infrav1.StepSucceeded)
+			out.OutputsExported = out.OutputsExported || (t.step == names.StepExport && st.Phase == infrav1.StepSucceeded)
+		case v.skipped[t.task]:
+			out.Steps = append(out.Steps, infrav1.StepStatus{Name: t.step, Phase: infrav1.StepSkipped})
+		}
+	}
 }
 
 // unreadTaskRun names a TaskRun of the PipelineRun's childReferences that

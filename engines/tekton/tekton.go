@@ -101,40 +101,52 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	run := req.Run
-	steps := map[string]pipeline.Step{}
-	for _, s := range p.Steps {
-		steps[s.Name] = s
+	tasks := append([]tektonv1.PipelineTask{planTask(p, req)}, checkTasks(p, req)...)
+	if !pipeline.PlanOnly(p.Type) {
+		tasks = laterTasks(p, req, tasks)
 	}
-	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
-	planTask := tektonv1.PipelineTask{
+	return pipelineRun(p, req, tasks), nil
+}
+
+// workspaceBinding binds a task to the run's workspace.
+func workspaceBinding() []tektonv1.WorkspacePipelineTaskBinding {
+	return []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
+}
+
+// planTask runs clone, init and plan as steps of one pod.
+func planTask(p *pipeline.Pipeline, req engine.Request) tektonv1.PipelineTask {
+	clone, _ := p.StepNamed(names.StepClone)
+	init, _ := p.StepNamed(names.StepInit)
+	plan, _ := p.StepNamed(names.StepPlan)
+	return tektonv1.PipelineTask{
 		Name:        taskPlan,
 		DisplayName: "Plan (clone, init, plan)",
 		Description: "One pod: " + pipeline.StepDescription(names.StepClone) + " " + pipeline.StepDescription(names.StepInit) + " " + pipeline.StepDescription(names.StepPlan),
-		Workspaces:  ws,
-		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(steps[names.StepClone], steps[names.StepPlan]), steps[names.StepClone], steps[names.StepInit], steps[names.StepPlan]),
+		Workspaces:  workspaceBinding(),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(clone, plan), clone, init, plan),
 	}
-	tasks := []tektonv1.PipelineTask{planTask}
-	// Checks run side by side after a plan with changes, a pod each; the
-	// gate (or apply) runs after all of them, and a failed check fails
-	// the PipelineRun before it.
+}
+
+// checkTasks run side by side after a plan with changes, a pod each; the
+// gate (or apply) runs after all of them, and a failed check fails the
+// PipelineRun before it.
+func checkTasks(p *pipeline.Pipeline, req engine.Request) []tektonv1.PipelineTask {
+	var tasks []tektonv1.PipelineTask
 	for _, c := range p.Checks() {
 		tasks = append(tasks, tektonv1.PipelineTask{
-			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: ws,
+			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: workspaceBinding(),
 			DisplayName: "Check " + strings.TrimPrefix(c.Name, names.CheckPrefix), Description: pipeline.StepDescription(c.Name),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
 			When:     tektonv1.WhenExpressions{hasChanges()},
 		})
 	}
-	if !pipeline.PlanOnly(p.Type) {
-		tasks = laterTasks(p, req, tasks)
-	}
-	podTemplate := &tektonpod.PodTemplate{
-		SecurityContext: p.PodSecurityContext,
-		NodeSelector:    p.NodeSelector,
-		Tolerations:     p.Tolerations,
-	}
-	pr := &tektonv1.PipelineRun{
+	return tasks
+}
+
+// pipelineRun is the child: the tasks, the finally task cleanup, the pods'
+// settings and the workspace's claim.
+func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.PipelineTask) *tektonv1.PipelineRun {
+	return &tektonv1.PipelineRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: tektonv1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
 		ObjectMeta: metav1.ObjectMeta{
 			Name:      p.Name,
@@ -144,7 +156,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 				// The workspace holds the plan file: delete it when the run ends.
 				"tekton.dev/auto-cleanup-pvc": "true",
 			},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(run, infrav1.GroupVersion.WithKind("TerraformRun"))},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},
 		Spec: tektonv1.PipelineRunSpec{
 			PipelineSpec: &tektonv1.PipelineSpec{
@@ -153,7 +165,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 				Workspaces:  []tektonv1.PipelineWorkspaceDeclaration{{Name: pipeline.WorkspaceVolume}},
 				Tasks:       tasks,
 				Finally: []tektonv1.PipelineTask{{
-					Name: taskCleanup, Workspaces: ws,
+					Name: taskCleanup, Workspaces: workspaceBinding(),
 					DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
 					TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
 				}},
@@ -163,7 +175,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			Timeouts: &tektonv1.TimeoutFields{Pipeline: &metav1.Duration{}},
 			TaskRunTemplate: tektonv1.PipelineTaskRunTemplate{
 				ServiceAccountName: p.ServiceAccountName,
-				PodTemplate:        podTemplate,
+				PodTemplate:        &tektonpod.PodTemplate{SecurityContext: p.PodSecurityContext, NodeSelector: p.NodeSelector, Tolerations: p.Tolerations},
 			},
 			Workspaces: []tektonv1.WorkspaceBinding{{
 				Name: pipeline.WorkspaceVolume,
@@ -177,7 +189,6 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			}},
 		},
 	}
-	return pr, nil
 }
 
 // taskSpec embeds the given steps as one task (one pod). Steps in a stock
@@ -224,7 +235,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 	for _, s := range p.Steps {
 		steps[s.Name] = s
 	}
-	ws := []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
+	ws := workspaceBinding()
 	hasChanges := hasChanges()
 	afterPlan := []string{taskPlan}
 	for _, c := range p.Checks() {

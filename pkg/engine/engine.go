@@ -12,6 +12,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/names"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -302,6 +304,34 @@ type Progress struct {
 	// OutputsExported is true when the export-outputs step succeeded, so the
 	// raw outputs Secret (RawOutputsSecretName) exists.
 	OutputsExported bool
+}
+
+// FirstFailure words the first failed step of steps, the gate aside (a
+// rejection is not a failure): "step <name> failed: <message>", or "".
+func FirstFailure(steps []infrav1.StepStatus) string {
+	for _, s := range steps {
+		if s.Phase == infrav1.StepFailed && s.Name != names.StepApprove {
+			return fmt.Sprintf("step %s failed: %s", s.Name, s.Message)
+		}
+	}
+	return ""
+}
+
+// Conclude words a child's message once its steps, gate, phase and the
+// engine's own message are read, as every engine words it: the first
+// failed step's message, else a rejection's, else, for a child that was
+// stopped (Canceller) and failed without a failed step, the stop's reason.
+func (p *Progress) Conclude(stopped bool, stopReason string) {
+	failed := FirstFailure(p.Steps)
+	if failed != "" {
+		p.Message = failed
+	}
+	if p.Gate.State == GateRejected {
+		p.Message = "plan rejected: " + p.Gate.Message
+	}
+	if stopped && p.Finished && p.Phase == infrav1.RunFailed && failed == "" {
+		p.Message = Stopped(stopReason)
+	}
 }
 
 // PlanResult is the plan step's small result (see pkg/results).

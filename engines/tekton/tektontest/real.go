@@ -37,41 +37,20 @@ func hash(s string) string {
 // the results, a copy of the task spec and the feature flags.
 func FinishedTaskRun(pr *tektonv1.PipelineRun, task string, at time.Time, exit map[string]int32, results map[string]string) *tektonv1.TaskRun {
 	name := pr.Name + "-" + task
-	labels := map[string]string{}
-	for k, v := range pr.Labels {
-		labels[k] = v
+	labels := maps.Clone(pr.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
 	labels[tekton.PipelineRunLabel], labels[tekton.PipelineTaskLabel] = pr.Name, task
 	labels["tekton.dev/memberOf"], labels["tekton.dev/task"] = "tasks", task
-	var spec *tektonv1.TaskSpec
-	if ps := pr.Spec.PipelineSpec; ps != nil {
-		for _, t := range append(append([]tektonv1.PipelineTask{}, ps.Tasks...), ps.Finally...) {
-			if t.Name == task && t.TaskSpec != nil {
-				spec = t.TaskSpec.TaskSpec.DeepCopy()
-			}
-		}
-	}
-	if spec == nil {
-		spec = &tektonv1.TaskSpec{Steps: []tektonv1.Step{{Name: task, Image: "x"}}}
-	}
+	spec := taskSpecOf(pr, task)
 	start, end := metav1.NewTime(at.Add(-20*time.Second)), metav1.NewTime(at)
 	tr := &tektonv1.TaskRun{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: pr.Namespace, Labels: labels,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(pr, tektonv1.SchemeGroupVersion.WithKind("PipelineRun"))}},
 		Spec: tektonv1.TaskRunSpec{TaskSpec: spec, ServiceAccountName: "opr8r-runner", Timeout: &metav1.Duration{Duration: time.Hour}},
 	}
-	var res []tektonv1.TaskRunResult
-	type msg struct {
-		Key   string `json:"key"`
-		Value string `json:"value"`
-		Type  int    `json:"type"`
-	}
-	var msgs []msg
-	for _, k := range slices.Sorted(maps.Keys(results)) {
-		res = append(res, tektonv1.TaskRunResult{Name: k, Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues(results[k])})
-		msgs = append(msgs, msg{Key: k, Value: results[k], Type: 1})
-	}
-	termination, _ := json.Marshal(msgs)
+	res, termination := taskResultsOf(results)
 	failed := false
 	for _, s := range spec.Steps {
 		code := exit[s.Name]
@@ -85,7 +64,7 @@ func FinishedTaskRun(pr *tektonv1.PipelineRun, task string, at time.Time, exit m
 			TerminationReason: reason,
 			ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{
 				ExitCode: code, Reason: reason, StartedAt: start, FinishedAt: end,
-				ContainerID: "containerd://" + hash(name+s.Name), Message: string(termination),
+				ContainerID: "containerd://" + hash(name+s.Name), Message: termination,
 			}},
 		})
 	}
@@ -101,6 +80,37 @@ func FinishedTaskRun(pr *tektonv1.PipelineRun, task string, at time.Time, exit m
 	tr.Status.TaskSpec = spec.DeepCopy()
 	tr.Status.Provenance = &tektonv1.Provenance{FeatureFlags: config.DefaultFeatureFlags.DeepCopy()}
 	return tr
+}
+
+// taskSpecOf is the embedded spec of a task of pr (one placeholder step
+// when pr has none).
+func taskSpecOf(pr *tektonv1.PipelineRun, task string) *tektonv1.TaskSpec {
+	if ps := pr.Spec.PipelineSpec; ps != nil {
+		for _, t := range append(append([]tektonv1.PipelineTask{}, ps.Tasks...), ps.Finally...) {
+			if t.Name == task && t.TaskSpec != nil {
+				return t.TaskSpec.TaskSpec.DeepCopy()
+			}
+		}
+	}
+	return &tektonv1.TaskSpec{Steps: []tektonv1.Step{{Name: task, Image: "x"}}}
+}
+
+// taskResultsOf are a TaskRun's results, and the termination message that
+// carries them (Tekton reads results from it, as JSON).
+func taskResultsOf(results map[string]string) ([]tektonv1.TaskRunResult, string) {
+	type msg struct {
+		Key   string `json:"key"`
+		Value string `json:"value"`
+		Type  int    `json:"type"`
+	}
+	var res []tektonv1.TaskRunResult
+	var msgs []msg
+	for _, k := range slices.Sorted(maps.Keys(results)) {
+		res = append(res, tektonv1.TaskRunResult{Name: k, Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues(results[k])})
+		msgs = append(msgs, msg{Key: k, Value: results[k], Type: 1})
+	}
+	termination, _ := json.Marshal(msgs)
+	return res, string(termination)
 }
 
 // FinishedStatus is the status Tekton writes on the PipelineRun pr once it
