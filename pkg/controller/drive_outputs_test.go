@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
+
 	"github.com/opr8r/opr8r/pkg/results"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -165,4 +167,50 @@ func TestReconcileOutputs(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestWriteOutputsSecretThatIsNotOurs: a Secret of the outputs' name that
+// the run does not own is never overwritten, whether the cache shows it or
+// not (a Secret without opr8r's label is not in the manager's cache: its
+// create fails AlreadyExists and the Secret is read past the cache); the
+// run stalls naming the Secret and the fix. An API error names the Secret.
+func TestWriteOutputsSecretThatIsNotOurs(t *testing.T) {
+	theirs := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "a-outputs", Namespace: "ns"}, Data: map[string][]byte{"x": []byte("theirs")}}
+	for name, cached := range map[string]bool{"in the cache": true, "not in the cache": false} {
+		t.Run(name, func(t *testing.T) {
+			r, c := newReconciler(t, &fakeEngine{}, theirs.DeepCopy())
+			if !cached {
+				r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+					Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+						if _, ok := obj.(*corev1.Secret); ok {
+							return apierrors.NewNotFound(corev1.Resource("secrets"), key.Name)
+						}
+						return cl.Get(ctx, key, obj, opts...)
+					},
+				})
+			}
+			_, err := r.writeOutputsSecret(ctx(), aRun("a"), "a-outputs", map[string][]byte{"id": []byte("abc")})
+			var s *StallingError
+			if !errors.As(err, &s) || s.Reason != infrav1.ReasonOutputsFailed || !contains(err.Error(), "spec.outputs.secretName") {
+				t.Fatalf("err = %v, want OutputsFailed naming spec.outputs.secretName", err)
+			}
+			got := &corev1.Secret{}
+			if err := c.Get(ctx(), client.ObjectKeyFromObject(theirs), got); err != nil || string(got.Data["x"]) != "theirs" || len(got.Data) != 1 {
+				t.Fatalf("their Secret was changed: %+v, %v", got.Data, err)
+			}
+		})
+	}
+	t.Run("an API error names the Secret", func(t *testing.T) {
+		r, c := newReconciler(t, &fakeEngine{})
+		r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+			Create: func(context.Context, client.WithWatch, client.Object, ...client.CreateOption) error {
+				return apierrors.NewServiceUnavailable("etcd is away")
+			},
+		})
+		_, err := r.writeOutputsSecret(ctx(), aRun("a"), "a-outputs", map[string][]byte{"id": []byte("abc")})
+		var g *GenericError
+		if !errors.As(err, &g) || !contains(err.Error(), "creating Secret a-outputs") || !apierrors.IsServiceUnavailable(err) {
+			t.Fatalf("err = %v, want a GenericError naming Secret a-outputs that keeps its cause", err)
+		}
+	})
 }

@@ -103,7 +103,8 @@ func newDigestKey() (string, error) {
 // writeOutputsSecret creates or updates the outputs Secret, owned by the run,
 // and returns the outputs digest. A Secret of that name that opr8r does not
 // own is never overwritten. The digest key is made with the Secret and kept
-// as long as it exists.
+// as long as it exists. Every API error is returned as a GenericError that
+// names the Secret.
 func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, name string, data map[string][]byte) (string, error) {
 	want := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: run.Namespace, Labels: map[string]string{
@@ -118,38 +119,56 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 		want.Labels[infrav1.ShardLabel] = shard
 	}
 	if err := controllerutil.SetControllerReference(run, want, r.Scheme()); err != nil {
-		return "", err
+		return "", generic("WriteOutputs", err, "owning Secret %s", name)
 	}
 	got := &corev1.Secret{}
 	err := r.Get(ctx, client.ObjectKeyFromObject(want), got)
 	if apierrors.IsNotFound(err) {
-		key, kerr := newDigestKey()
-		if kerr != nil {
-			return "", kerr
+		created, cerr := r.createOutputsSecret(ctx, run, want)
+		if cerr != nil {
+			return "", cerr
 		}
-		want.Annotations = map[string]string{infrav1.OutputsDigestKeyAnnotation: key}
-		err = r.Create(ctx, want)
-		if err == nil {
-			r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("wrote %d outputs to Secret %s", len(data), name))
+		if created {
 			return OutputsDigest(digestKey(want), data), nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return "", err
 		}
 		// The cache lags, or the Secret is not ours (not labelled, so not
 		// cached): read it directly to tell which.
 		err = r.APIReader.Get(ctx, client.ObjectKeyFromObject(want), got)
 	}
 	if err != nil {
-		return "", err
+		return "", generic("ReadOutputs", err, "reading Secret %s", name)
 	}
+	return r.updateOutputsSecret(ctx, run, got, want)
+}
+
+// createOutputsSecret creates the outputs Secret with a new digest key; it
+// reports false, with no error, when a Secret of that name exists.
+func (r *TerraformRunReconciler) createOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, want *corev1.Secret) (bool, error) {
+	key, err := newDigestKey()
+	if err != nil {
+		return false, generic("WriteOutputs", err, "making the digest key of Secret %s", want.Name)
+	}
+	want.Annotations = map[string]string{infrav1.OutputsDigestKeyAnnotation: key}
+	switch err := r.Create(ctx, want); {
+	case apierrors.IsAlreadyExists(err):
+		return false, nil
+	case err != nil:
+		return false, generic("WriteOutputs", err, "creating Secret %s", want.Name)
+	}
+	r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("wrote %d outputs to Secret %s", len(want.Data), want.Name))
+	return true, nil
+}
+
+// updateOutputsSecret brings an existing outputs Secret (got) to want,
+// unless it is not the run's, and returns the outputs digest.
+func (r *TerraformRunReconciler) updateOutputsSecret(ctx context.Context, run *infrav1.TerraformRun, got, want *corev1.Secret) (string, error) {
 	earlier := earlierIncarnation(got, run)
 	if !metav1.IsControlledBy(got, run) && !earlier {
-		return "", stalling(infrav1.ReasonOutputsFailed, "Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", name)
+		return "", stalling(infrav1.ReasonOutputsFailed, "Secret %s is not owned by this TerraformRun; set spec.outputs.secretName to another name", got.Name)
 	}
 	key := digestKey(got)
 	if !earlier && key != nil && apiequality.Semantic.DeepEqual(got.Data, want.Data) && labelsContain(got.Labels, want.Labels) {
-		return OutputsDigest(key, data), nil
+		return OutputsDigest(key, want.Data), nil
 	}
 	if earlier {
 		// A TerraformRun of this name was deleted and created again before
@@ -159,7 +178,7 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 	if key == nil || earlier {
 		hexKey, err := newDigestKey()
 		if err != nil {
-			return "", err
+			return "", generic("WriteOutputs", err, "making the digest key of Secret %s", got.Name)
 		}
 		if got.Annotations == nil {
 			got.Annotations = map[string]string{}
@@ -169,19 +188,17 @@ func (r *TerraformRunReconciler) writeOutputsSecret(ctx context.Context, run *in
 	}
 	restored := !apiequality.Semantic.DeepEqual(got.Data, want.Data)
 	got.Data = want.Data
-	for k, v := range want.Labels {
-		if got.Labels == nil {
-			got.Labels = map[string]string{}
-		}
-		got.Labels[k] = v
+	if got.Labels == nil {
+		got.Labels = map[string]string{}
 	}
+	maps.Copy(got.Labels, want.Labels)
 	if err := r.Update(ctx, got); err != nil {
-		return "", generic("WriteOutputs", err, "updating Secret %s", name)
+		return "", generic("WriteOutputs", err, "updating Secret %s", got.Name)
 	}
 	if restored {
-		r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(data), name))
+		r.event(run, "Normal", "OutputsWritten", "Outputs", fmt.Sprintf("restored %d outputs in Secret %s", len(want.Data), got.Name))
 	}
-	return OutputsDigest(key, data), nil
+	return OutputsDigest(key, want.Data), nil
 }
 
 // reconcileOutputs rewrites the outputs Secret of the latest successful run

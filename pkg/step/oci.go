@@ -283,68 +283,74 @@ func unpackModule(in io.Reader, dest string) (int, error) {
 	if err := os.MkdirAll(dest, 0o755); err != nil {
 		return 0, err
 	}
+	u := unpacker{dest: dest}
 	tr := tar.NewReader(src)
-	var files, entries int
-	var total int64
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			break
 		}
 		if err != nil {
-			return files, fmt.Errorf("the layer is not a valid tar: %w", err)
+			return u.files, fmt.Errorf("the layer is not a valid tar: %w", err)
 		}
-		if entries++; entries > maxModuleFiles {
-			return files, fmt.Errorf("more than %d entries", maxModuleFiles)
-		}
-		if h.Typeflag == tar.TypeXGlobalHeader {
-			continue
-		}
-		rel, err := entryPath(h.Name)
-		if err != nil {
-			return files, err
-		}
-		if rel == "." {
-			continue
-		}
-		target := filepath.Join(dest, filepath.FromSlash(rel))
-		if err := noLinkInPath(dest, rel); err != nil {
-			return files, err
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(target, 0o755); err != nil {
-				return files, err
-			}
-		case tar.TypeReg:
-			left := maxModuleBytes - total
-			n, err := writeEntry(target, h.Mode, io.LimitReader(tr, left+1))
-			if err != nil {
-				return files, err
-			}
-			if total += n; total > maxModuleBytes {
-				return files, fmt.Errorf("the module unpacks to more than %d bytes", maxModuleBytes)
-			}
-			files++
-		case tar.TypeSymlink:
-			if err := linkInside(rel, h.Linkname); err != nil {
-				return files, err
-			}
-			if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
-				return files, err
-			}
-			_ = os.Remove(target)
-			if err := os.Symlink(h.Linkname, target); err != nil {
-				return files, err
-			}
-		default:
-			return files, fmt.Errorf("entry %q is a %s, which a module may not contain (only files, directories and links inside the module)", h.Name, typeName(h.Typeflag))
+		if err := u.entry(h, tr); err != nil {
+			return u.files, err
 		}
 	}
-	if files == 0 {
+	if u.files == 0 {
 		return 0, errors.New("the artifact holds no files")
 	}
-	return files, nil
+	return u.files, nil
+}
+
+// unpacker writes a module's tar entries under dest, counting what it
+// wrote against the module's limits.
+type unpacker struct {
+	dest           string
+	files, entries int
+	total          int64
+}
+
+// entry writes one tar entry, or refuses it.
+func (u *unpacker) entry(h *tar.Header, body io.Reader) error {
+	if u.entries++; u.entries > maxModuleFiles {
+		return fmt.Errorf("more than %d entries", maxModuleFiles)
+	}
+	if h.Typeflag == tar.TypeXGlobalHeader {
+		return nil
+	}
+	rel, err := entryPath(h.Name)
+	if err != nil || rel == "." {
+		return err
+	}
+	target := filepath.Join(u.dest, filepath.FromSlash(rel))
+	if err := noLinkInPath(u.dest, rel); err != nil {
+		return err
+	}
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return os.MkdirAll(target, 0o755)
+	case tar.TypeReg:
+		n, err := writeEntry(target, h.Mode, io.LimitReader(body, maxModuleBytes-u.total+1))
+		if err != nil {
+			return err
+		}
+		if u.total += n; u.total > maxModuleBytes {
+			return fmt.Errorf("the module unpacks to more than %d bytes", maxModuleBytes)
+		}
+		u.files++
+		return nil
+	case tar.TypeSymlink:
+		if err := linkInside(rel, h.Linkname); err != nil {
+			return err
+		}
+		if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+			return err
+		}
+		_ = os.Remove(target)
+		return os.Symlink(h.Linkname, target)
+	}
+	return fmt.Errorf("entry %q is a %s, which a module may not contain (only files, directories and links inside the module)", h.Name, typeName(h.Typeflag))
 }
 
 // entryPath cleans a tar entry's name; it refuses an absolute path or one

@@ -134,70 +134,16 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if err := os.Remove(ApplyMarker(o.PlanFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return nil, fmt.Errorf("removing the apply marker of the previous plan: %w", err)
 	}
-	args := []string{"plan", "-input=false", "-no-color", "-detailed-exitcode", "-out=" + o.PlanFile}
-	if o.Destroy {
-		args = append(args, "-destroy")
-	}
 	deps, err := r.loadDependencies(ctx, o)
 	if err != nil {
 		return nil, err
 	}
-	varFiles, cleanup, err := r.varFiles(o, deps.vals)
-	defer cleanup()
+	sum, planJSON, err := r.runPlan(ctx, m, o, deps)
 	if err != nil {
 		return nil, err
 	}
-	for _, f := range varFiles {
-		args = append(args, "-var-file="+f)
-	}
-	// With a sensitive output of a dependency among the variables, the plan
-	// is printed only once the module is known to declare it sensitive.
-	quiet := hasSensitive(o.DependencyVars)
-	if quiet {
-		r.logf("terraform %s (printed after the sensitive variables are checked)", strings.Join(args, " "))
-	}
-	stdout, code, err := r.tf(ctx, m.Dir, quiet, []int{2}, args...)
-	if err != nil {
-		return nil, destroyHint(err, deps.missing)
-	}
-	sum, declared, planJSON, err := r.summarize(ctx, m, o.PlanFile)
-	if err != nil {
+	if err := r.storePlan(ctx, m, o, sum, planJSON); err != nil {
 		return nil, err
-	}
-	if err := checkSensitive(o.DependencyVars, declared); err != nil {
-		return nil, err
-	}
-	if quiet {
-		rw := &redactingWriter{r: r, w: r.Out}
-		_, _ = rw.Write(stdout)
-		rw.Flush()
-	}
-	sum.HasChanges = code == 2
-	var text []byte
-	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" || r.Records != nil {
-		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
-			return nil, err
-		}
-	}
-	if o.PlanSecret != "" && r.Kube != nil {
-		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
-		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, infrav1.ComponentPlan, data); err != nil {
-			return nil, err
-		}
-	}
-	if o.CheckInputDir != "" {
-		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
-			return nil, err
-		}
-	}
-	// The whole plan, kept past the run's pods: the readable plan redacted
-	// like the log (it is what people read), the JSON as terraform wrote
-	// it (for tools); both only ever in Secrets or encrypted objects.
-	if err := r.KeepRecord(ctx, records.KindPlanText, []byte(r.Redact(string(text)))); err != nil {
-		return nil, fmt.Errorf("keeping the readable plan: %w", err)
-	}
-	if err := r.KeepRecord(ctx, records.KindPlanJSON, planJSON); err != nil {
-		return nil, fmt.Errorf("keeping the plan as JSON: %w", err)
 	}
 	inputs, err := inputsDigest(o, deps.vals)
 	if err != nil {
@@ -211,6 +157,80 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	}
 	r.logf("plan: %s (replace %d), has changes: %v, digest %s", res.Short(), sum.Replace, sum.HasChanges, sum.Digest)
 	return sum, nil
+}
+
+// runPlan runs terraform plan with the run's variables and its
+// dependencies' outputs, and summarizes the plan file it wrote.
+func (r *Runner) runPlan(ctx context.Context, m Module, o PlanOptions, deps depValues) (*PlanSummary, []byte, error) {
+	args := []string{"plan", "-input=false", "-no-color", "-detailed-exitcode", "-out=" + o.PlanFile}
+	if o.Destroy {
+		args = append(args, "-destroy")
+	}
+	varFiles, cleanup, err := r.varFiles(o, deps.vals)
+	defer cleanup()
+	if err != nil {
+		return nil, nil, err
+	}
+	for _, f := range varFiles {
+		args = append(args, "-var-file="+f)
+	}
+	// With a sensitive output of a dependency among the variables, the plan
+	// is printed only once the module is known to declare it sensitive.
+	quiet := hasSensitive(o.DependencyVars)
+	if quiet {
+		r.logf("terraform %s (printed after the sensitive variables are checked)", strings.Join(args, " "))
+	}
+	stdout, code, err := r.tf(ctx, m.Dir, quiet, []int{2}, args...)
+	if err != nil {
+		return nil, nil, destroyHint(err, deps.missing)
+	}
+	sum, declared, planJSON, err := r.summarize(ctx, m, o.PlanFile)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := checkSensitive(o.DependencyVars, declared); err != nil {
+		return nil, nil, err
+	}
+	if quiet {
+		rw := &redactingWriter{r: r, w: r.Out}
+		_, _ = rw.Write(stdout)
+		rw.Flush()
+	}
+	sum.HasChanges = code == 2
+	return sum, planJSON, nil
+}
+
+// storePlan keeps the plan where people and checks read it: the readable
+// plan's Secret, the checks' input, and the run's records.
+func (r *Runner) storePlan(ctx context.Context, m Module, o PlanOptions, sum *PlanSummary, planJSON []byte) error {
+	var text []byte
+	var err error
+	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" || r.Records != nil {
+		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
+			return err
+		}
+	}
+	if o.PlanSecret != "" && r.Kube != nil {
+		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
+		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, infrav1.ComponentPlan, data); err != nil {
+			return err
+		}
+	}
+	if o.CheckInputDir != "" {
+		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
+			return err
+		}
+	}
+	// The whole plan, kept past the run's pods: the readable plan redacted
+	// like the log (it is what people read), the JSON as terraform wrote
+	// it (for tools); both only ever in Secrets or encrypted objects.
+	if err := r.KeepRecord(ctx, records.KindPlanText, []byte(r.Redact(string(text)))); err != nil {
+		return fmt.Errorf("keeping the readable plan: %w", err)
+	}
+	if err := r.KeepRecord(ctx, records.KindPlanJSON, planJSON); err != nil {
+		return fmt.Errorf("keeping the plan as JSON: %w", err)
+	}
+	return nil
 }
 
 // writeCheckInput writes what the run's checks read: the plan as JSON and
