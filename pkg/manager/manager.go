@@ -406,47 +406,12 @@ func (l *slimListWatch) IsWatchListSemanticsUnSupported() bool {
 
 // Setup adds the TerraformRun controller and the engine watcher to mgr.
 func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, error) {
-	reg, err := engine.NewRegistry(o.Engines...)
+	r, err := newReconciler(mgr, o)
 	if err != nil {
 		return nil, err
 	}
-	if _, ok := reg.Get(o.DefaultEngine); !ok {
-		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
-	}
-	avail := controller.NewAvailability()
-	settled, err := newSettledCache(mgr, o)
-	if err != nil {
+	if err := addRecords(mgr, r, o); err != nil {
 		return nil, err
-	}
-	if err := mgr.Add(settled); err != nil {
-		return nil, err
-	}
-	r := &controller.TerraformRunReconciler{
-		Client:          mgr.GetClient(),
-		APIReader:       mgr.GetAPIReader(),
-		Settled:         settled,
-		Recorder:        mgr.GetEventRecorder("opr8r"),
-		Engines:         reg,
-		Available:       avail,
-		DefaultEngine:   o.DefaultEngine,
-		Config:          o.Engine,
-		DestroyTimeout:  o.DestroyTimeout,
-		ProgressTimeout: o.ProgressTimeout,
-	}
-	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
-	if err != nil {
-		return nil, err
-	}
-	r.Records = &records.SecretStore{Client: cs}
-	if o.ObjectStore != nil {
-		r.ObjectStore, r.RestoreTTL = o.ObjectStore, o.RestoreTTL
-		retention := o.RecordsRetention
-		if retention == 0 {
-			retention = DefaultRecordsRetention
-		}
-		if err := mgr.Add(&RecordsExpirer{Store: o.ObjectStore, Client: mgr.GetClient(), Retention: retention, Period: o.RecordsExpiryPeriod}); err != nil {
-			return nil, err
-		}
 	}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {
@@ -457,20 +422,13 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	// channel, so it is buffered.
 	freed := make(chan event.GenericEvent, 1024)
 	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, freed)
-	r.MinCheckInterval = o.MinCheckInterval
-	r.UntrustedIdentity = o.NoAdmissionPolicies
-	r.AllowCrossNamespaceDependencies = o.AllowCrossNamespaceDependencies
-	r.WatchNamespaces = o.WatchNamespaces
-	if r.MinCheckInterval == 0 {
-		r.MinCheckInterval = controller.DefaultMinCheckInterval
-	}
 	c, err := r.SetupWithManager(mgr, maxConc, wake, freed)
 	if err != nil {
 		return nil, err
 	}
 	w := &controller.EngineWatcher{
 		Manager: mgr, Cache: mgr.GetCache(), Mapper: mgr.GetRESTMapper(), Client: mgr.GetClient(),
-		Controller: c, Engines: reg, Available: avail, Period: o.EnginePollPeriod, Wake: wake,
+		Controller: c, Engines: r.Engines, Available: r.Available, Period: o.EnginePollPeriod, Wake: wake,
 	}
 	if err := mgr.Add(w); err != nil {
 		return nil, err
@@ -479,6 +437,65 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, err
 	}
 	return r, nil
+}
+
+// newReconciler is the TerraformRun reconciler of o's engines, with the
+// settled children's cache added to mgr.
+func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, error) {
+	reg, err := engine.NewRegistry(o.Engines...)
+	if err != nil {
+		return nil, err
+	}
+	if _, ok := reg.Get(o.DefaultEngine); !ok {
+		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
+	}
+	settled, err := newSettledCache(mgr, o)
+	if err != nil {
+		return nil, err
+	}
+	if err := mgr.Add(settled); err != nil {
+		return nil, err
+	}
+	r := &controller.TerraformRunReconciler{
+		Client:                          mgr.GetClient(),
+		APIReader:                       mgr.GetAPIReader(),
+		Settled:                         settled,
+		Recorder:                        mgr.GetEventRecorder("opr8r"),
+		Engines:                         reg,
+		Available:                       controller.NewAvailability(),
+		DefaultEngine:                   o.DefaultEngine,
+		Config:                          o.Engine,
+		DestroyTimeout:                  o.DestroyTimeout,
+		ProgressTimeout:                 o.ProgressTimeout,
+		MinCheckInterval:                o.MinCheckInterval,
+		UntrustedIdentity:               o.NoAdmissionPolicies,
+		AllowCrossNamespaceDependencies: o.AllowCrossNamespaceDependencies,
+		WatchNamespaces:                 o.WatchNamespaces,
+	}
+	if r.MinCheckInterval == 0 {
+		r.MinCheckInterval = controller.DefaultMinCheckInterval
+	}
+	return r, nil
+}
+
+// addRecords gives the reconciler the records' stores: the Secrets the
+// steps write, and the object store finished runs' records move to, whose
+// expirer it adds to mgr.
+func addRecords(mgr ctrl.Manager, r *controller.TerraformRunReconciler, o Options) error {
+	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
+	if err != nil {
+		return err
+	}
+	r.Records = &records.SecretStore{Client: cs}
+	if o.ObjectStore == nil {
+		return nil
+	}
+	r.ObjectStore, r.RestoreTTL = o.ObjectStore, o.RestoreTTL
+	retention := o.RecordsRetention
+	if retention == 0 {
+		retention = DefaultRecordsRetention
+	}
+	return mgr.Add(&RecordsExpirer{Store: o.ObjectStore, Client: mgr.GetClient(), Retention: retention, Period: o.RecordsExpiryPeriod})
 }
 
 // SelectEngines returns the engines of known (the engines this build has,

@@ -149,44 +149,67 @@ func buildGraph(ctx context.Context, c client.Client, ns string) (Graph, error) 
 	for i := range list.Items {
 		r := &list.Items[i]
 		for _, d := range r.Spec.DependsOn {
-			dns := d.Namespace
-			if dns == "" {
-				dns = r.Namespace
-			}
-			key := dns + "/" + d.Name
-			if _, ok := runs[key]; !ok && !missing[key] {
-				other := &infrav1.TerraformRun{}
-				err := c.Get(ctx, client.ObjectKey{Namespace: dns, Name: d.Name}, other)
-				switch {
-				case err == nil:
-					runs[key] = other
-				case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
-					missing[key] = true
-				default:
-					return g, err
-				}
+			key, err := resolveDependency(ctx, c, r, d, runs, missing)
+			if err != nil {
+				return g, err
 			}
 			g.Edges = append(g.Edges, GraphEdge{From: shortKey(ns, key), To: shortKey(ns, r.Namespace+"/"+r.Name), Outputs: outputsOf(d.Outputs)})
 		}
 	}
 	layers := layerOf(runs)
 	for key, r := range runs {
-		n := GraphNode{Namespace: r.Namespace, Name: r.Name, Layer: layers[key], Phase: r.Status.Phase}
-		if cur := r.Status.Run; cur != nil {
-			n.Engine, n.Trigger, n.TriggerDetail = string(cur.Engine), string(cur.Trigger), cur.TriggerDetail
-		}
-		if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.ReadyCondition); c != nil {
-			n.Ready = string(c.Status)
-		}
-		if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.DependenciesReadyCondition); c != nil && c.Status != "True" {
-			n.Waiting = c.Message
-		}
-		g.Nodes = append(g.Nodes, n)
+		g.Nodes = append(g.Nodes, graphNode(r, layers[key]))
 	}
 	for key := range missing {
 		dns, name, _ := strings.Cut(key, "/")
 		g.Nodes = append(g.Nodes, GraphNode{Namespace: dns, Name: name, Layer: -1, Missing: true})
 	}
+	g.sort(ns)
+	return g, nil
+}
+
+// resolveDependency returns the key of a dependency of r, read into runs
+// unless it is there, or noted missing when it is gone or out of reach.
+func resolveDependency(ctx context.Context, c client.Client, r *infrav1.TerraformRun, d infrav1.Dependency, runs map[string]*infrav1.TerraformRun, missing map[string]bool) (string, error) {
+	dns := d.Namespace
+	if dns == "" {
+		dns = r.Namespace
+	}
+	key := dns + "/" + d.Name
+	if _, ok := runs[key]; ok || missing[key] {
+		return key, nil
+	}
+	other := &infrav1.TerraformRun{}
+	err := c.Get(ctx, client.ObjectKey{Namespace: dns, Name: d.Name}, other)
+	switch {
+	case err == nil:
+		runs[key] = other
+	case apierrors.IsNotFound(err), apierrors.IsForbidden(err):
+		missing[key] = true
+	default:
+		return "", err
+	}
+	return key, nil
+}
+
+// graphNode is a run's node in its layer.
+func graphNode(r *infrav1.TerraformRun, layer int) GraphNode {
+	n := GraphNode{Namespace: r.Namespace, Name: r.Name, Layer: layer, Phase: r.Status.Phase}
+	if cur := r.Status.Run; cur != nil {
+		n.Engine, n.Trigger, n.TriggerDetail = string(cur.Engine), string(cur.Trigger), cur.TriggerDetail
+	}
+	if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.ReadyCondition); c != nil {
+		n.Ready = string(c.Status)
+	}
+	if c := apimeta.FindStatusCondition(r.Status.Conditions, infrav1.DependenciesReadyCondition); c != nil && c.Status != "True" {
+		n.Waiting = c.Message
+	}
+	return n
+}
+
+// sort orders the nodes by rank, layer and name, and the edges by their
+// ends, as printed.
+func (g *Graph) sort(ns string) {
 	sort.Slice(g.Nodes, func(i, j int) bool {
 		a, b := g.Nodes[i], g.Nodes[j]
 		if ra, rb := rank(a), rank(b); ra != rb {
@@ -203,7 +226,6 @@ func buildGraph(ctx context.Context, c client.Client, ns string) (Graph, error) 
 		}
 		return g.Edges[i].From < g.Edges[j].From
 	})
-	return g, nil
 }
 
 // rank orders runs in layers first, then runs in cycles, then missing ones.

@@ -103,7 +103,16 @@ func NewCommand(o *Options) *cobra.Command {
 	}
 	o.Flags.AddFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVarP(&o.Output, "output", "o", "", "Output format: json or yaml (default: human); graph also takes dot")
+	root.AddCommand(o.listCommand(), o.planCommand(), o.approveCommand(), o.rejectCommand(),
+		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
+		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error { return o.checks(cmd.Context(), args[0]) }},
+		o.outputsCommand(), newRenderCommand(o), o.logsCommand(), newHistoryCommand(o), newGraphCommand(o))
+	return root
+}
 
+func (o *Options) listCommand() *cobra.Command {
 	var allNamespaces bool
 	list := &cobra.Command{
 		Use: "list", Aliases: []string{"get", "ls"}, Short: "List runs with engine, phase, plan and current step",
@@ -111,14 +120,20 @@ func NewCommand(o *Options) *cobra.Command {
 		RunE: func(cmd *cobra.Command, args []string) error { return o.list(cmd.Context(), args, allNamespaces) },
 	}
 	list.Flags().BoolVarP(&allNamespaces, "all-namespaces", "A", false, "List runs in every namespace")
+	return list
+}
 
+func (o *Options) approveCommand() *cobra.Command {
 	var pin string
 	approve := &cobra.Command{
 		Use: "approve NAME", Short: "Approve the plan waiting at the gate (bound to its digest)", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.approve(cmd.Context(), args[0], pin) },
 	}
 	approve.Flags().StringVar(&pin, "plan", "", "Approve only if the waiting plan has this digest")
+	return approve
+}
 
+func (o *Options) rejectCommand() *cobra.Command {
 	var reason string
 	reject := &cobra.Command{
 		Use: "reject NAME", Short: "Reject the plan waiting at the gate", Args: cobra.ExactArgs(1),
@@ -126,14 +141,20 @@ func NewCommand(o *Options) *cobra.Command {
 	}
 	reject.Flags().StringVar(&reason, "reason", "", "Why (shown in status)")
 	_ = reject.MarkFlagRequired("reason")
+	return reject
+}
 
+func (o *Options) outputsCommand() *cobra.Command {
 	var showSensitive bool
 	outputs := &cobra.Command{
 		Use: "outputs NAME", Short: "Show outputs; sensitive values only with --show-sensitive", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return o.outputs(cmd.Context(), args[0], showSensitive) },
 	}
 	outputs.Flags().BoolVar(&showSensitive, "show-sensitive", false, "Show the values of sensitive outputs")
+	return outputs
+}
 
+func (o *Options) logsCommand() *cobra.Command {
 	var step, runID string
 	logs := &cobra.Command{
 		Use: "logs NAME", Short: "Show a step's log: from its pod while it runs, else as kept after the run (any run in the history)", Args: cobra.ExactArgs(1),
@@ -141,7 +162,10 @@ func NewCommand(o *Options) *cobra.Command {
 	}
 	logs.Flags().StringVar(&step, "step", names.StepPlan, "The step: clone, init, plan, check-<name>, apply, export-outputs or cleanup")
 	logs.Flags().StringVar(&runID, "run", "", "The run's id (kubectl tfrun history's ID column); default the latest run")
+	return logs
+}
 
+func (o *Options) planCommand() *cobra.Command {
 	var planRun string
 	var planJSON bool
 	plan := &cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan, whole (or of any run in the history)", Args: cobra.ExactArgs(1),
@@ -150,14 +174,7 @@ func NewCommand(o *Options) *cobra.Command {
 		}}
 	plan.Flags().StringVar(&planRun, "run", "", "The run's id (kubectl tfrun history's ID column); default the run of the current plan")
 	plan.Flags().BoolVar(&planJSON, "json", false, "Print the plan as JSON (terraform show -json), as kept after the run")
-
-	root.AddCommand(list, plan, approve, reject,
-		&cobra.Command{Use: "rerun NAME", Short: "Start a new run of the unchanged spec", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
-		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
-			RunE: func(cmd *cobra.Command, args []string) error { return o.checks(cmd.Context(), args[0]) }},
-		outputs, newRenderCommand(o), logs, newHistoryCommand(o), newGraphCommand(o))
-	return root
+	return plan
 }
 
 func (o *Options) get(ctx context.Context, name string) (*infrav1.TerraformRun, client.Client, kubernetes.Interface, error) {
@@ -675,6 +692,13 @@ func (o *Options) logs(ctx context.Context, name, runID, step string) error {
 			return err
 		}
 	}
+	return o.podLog(ctx, cs, run, step, active, kept)
+}
+
+// podLog prints a step's log from the newest of its pods, as its engine
+// says where it is (LogLocator); for an active run without a pod yet, the
+// log kept, if any.
+func (o *Options) podLog(ctx context.Context, cs kubernetes.Interface, run *infrav1.TerraformRun, step string, active bool, kept func() error) error {
 	r := run.Status.Run
 	reg, err := engine.NewRegistry(o.Engines...)
 	if err != nil {

@@ -52,25 +52,9 @@ func newRenderCommand(o *Options) *cobra.Command {
 // Render prints the child (and, with All, its input ConfigMaps) of the run
 // in the file, built by the same code the manager runs.
 func Render(out io.Writer, ro RenderOptions) error {
-	var b []byte
-	var err error
-	if ro.File == "-" {
-		b, err = io.ReadAll(os.Stdin)
-	} else {
-		b, err = os.ReadFile(ro.File)
-	}
+	run, err := readRun(ro.File)
 	if err != nil {
 		return err
-	}
-	run := &infrav1.TerraformRun{}
-	if err := yaml.UnmarshalStrict(b, run); err != nil {
-		return fmt.Errorf("%s is not a TerraformRun: %w", ro.File, err)
-	}
-	if run.Kind != "TerraformRun" {
-		return fmt.Errorf("%s has kind %q, want TerraformRun", ro.File, run.Kind)
-	}
-	if run.Namespace == "" {
-		run.Namespace = "default"
 	}
 	if ro.Engine != "" {
 		run.Spec.Engine = infrav1.EngineName(ro.Engine)
@@ -88,10 +72,9 @@ func Render(out io.Writer, ro RenderOptions) error {
 	if !ok {
 		return fmt.Errorf("unknown engine %q (known: %v)", eff.Spec.Engine, reg.Names())
 	}
-	hash := pipeline.SpecHash(eff)
 	name := names.ChildName(run.Name, typ, 1)
 	deps, notes := offlineDependencies(eff)
-	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: hash, Config: ro.Config, Dependencies: deps})
+	child, err := e.Build(engine.Request{Run: eff, Type: typ, Name: name, Number: 1, SpecHash: pipeline.SpecHash(eff), Config: ro.Config, Dependencies: deps})
 	if err != nil {
 		return err
 	}
@@ -109,6 +92,37 @@ func Render(out io.Writer, ro RenderOptions) error {
 			docs = append(docs, cm)
 		}
 	}
+	return writeYAML(out, docs)
+}
+
+// readRun reads the TerraformRun of a file (- for stdin), in namespace
+// default unless it names one.
+func readRun(file string) (*infrav1.TerraformRun, error) {
+	var b []byte
+	var err error
+	if file == "-" {
+		b, err = io.ReadAll(os.Stdin)
+	} else {
+		b, err = os.ReadFile(file)
+	}
+	if err != nil {
+		return nil, err
+	}
+	run := &infrav1.TerraformRun{}
+	if err := yaml.UnmarshalStrict(b, run); err != nil {
+		return nil, fmt.Errorf("%s is not a TerraformRun: %w", file, err)
+	}
+	if run.Kind != "TerraformRun" {
+		return nil, fmt.Errorf("%s has kind %q, want TerraformRun", file, run.Kind)
+	}
+	if run.Namespace == "" {
+		run.Namespace = "default"
+	}
+	return run, nil
+}
+
+// writeYAML writes objects as a YAML stream.
+func writeYAML(out io.Writer, docs []any) error {
 	for i, d := range docs {
 		y, err := yaml.Marshal(d)
 		if err != nil {
