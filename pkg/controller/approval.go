@@ -237,16 +237,7 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		msg += " by " + g.By
 	}
 	if !a.Approved {
-		a.Reason = g.Message
-		msg = "plan " + digest + " rejected in the engine: " + g.Message
-		if g.By == timeoutDecision.Actor() {
-			// opr8r's own timeout, seen by a pass that did not see its
-			// record (a stale cache, a lost status write): recorded as
-			// the timeout it was, not as somebody's rejection.
-			a.Source, a.By = infrav1.ApprovalTimedOut, ""
-			msg = "plan " + digest + " rejected: " + g.Message
-		}
-		r.setApproval(run, a, msg)
+		r.setEngineRejection(run, a, g, digest)
 		return
 	}
 	votes, err := r.votes(ctx, run, ap, digest)
@@ -282,6 +273,20 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApprovedOutsidePolicy,
 			msg+", which spec.approval does not count ("+tallyMessage(t)+")"+advice)
 		return
+	}
+	r.setApproval(run, a, msg)
+}
+
+// setEngineRejection records a rejection the engine shows.
+func (r *TerraformRunReconciler) setEngineRejection(run *infrav1.TerraformRun, a infrav1.ApprovalStatus, g engine.Gate, digest string) {
+	a.Reason = g.Message
+	msg := "plan " + digest + " rejected in the engine: " + g.Message
+	if g.By == timeoutDecision.Actor() {
+		// opr8r's own timeout, seen by a pass that did not see its record
+		// (a stale cache, a lost status write): recorded as the timeout it
+		// was, not as somebody's rejection.
+		a.Source, a.By = infrav1.ApprovalTimedOut, ""
+		msg = "plan " + digest + " rejected: " + g.Message
 	}
 	r.setApproval(run, a, msg)
 }
