@@ -85,7 +85,8 @@ func (v runView) planOnly() bool {
 // checks are the step names of the run's checks, which the child carries.
 func (v runView) checks() []string {
 	if a := v.child.Annotations[annoChecks]; a != "" {
-		return strings.Split(a, ",")
+		// By name, as every engine reports them.
+		return slices.Sorted(slices.Values(strings.Split(a, ",")))
 	}
 	return nil
 }
@@ -362,11 +363,14 @@ func (v runView) gate(plan *engine.PlanResult) engine.Gate {
 	if t, err := time.Parse(time.RFC3339, a[annoDecidedAt]); err == nil {
 		g.DecidedAt = &metav1.Time{Time: t}
 	}
-	switch a[annoDecision] {
-	case decisionApprove:
+	switch {
+	case a[annoDecision] == decisionApprove:
 		g.State = engine.GateApproved
-	case decisionReject:
+	case a[annoDecision] == decisionReject:
 		g.State = engine.GateRejected
+	case a[annoCancelled] != "":
+		// Stopped while it waited: no one decided (engine.Canceller).
+		g.State = engine.GateSkipped
 	}
 	return g
 }

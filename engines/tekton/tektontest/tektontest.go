@@ -23,6 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 	"knative.dev/pkg/apis"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -59,7 +60,23 @@ func Kit() enginetest.Kit {
 			return []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}, &corev1.PodList{}}
 		},
 		Bench: benchPlayer{},
+		Tick:  tick,
 	}
+}
+
+// tick plays opr8r's approval custom task controller over every CustomRun.
+func tick(ctx context.Context, c client.Client) error {
+	crs := &tektonv1beta1.CustomRunList{}
+	if err := c.List(ctx, crs); err != nil {
+		return err
+	}
+	r := &tekton.ApprovalReconciler{Client: c}
+	for _, cr := range crs.Items {
+		if _, err := r.Reconcile(ctx, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&cr)}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // Module is the Go module of the Tekton version opr8r is built and tested

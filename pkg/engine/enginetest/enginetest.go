@@ -52,6 +52,11 @@ type Kit struct {
 	// Bench plays the engine in the scale benches; nil for an engine they
 	// do not play.
 	Bench BenchPlayer
+	// Tick plays, once, opr8r's own controllers of the engine
+	// (engine.ControllerProvider) over every object they handle, where no
+	// manager runs them (the offline contract suite); nil for an engine
+	// without controllers of its own.
+	Tick func(ctx context.Context, c client.Client) error
 }
 
 // Env is what a simulator works with.

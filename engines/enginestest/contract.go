@@ -1,0 +1,404 @@
+package enginestest
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/onsi/gomega"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+// Run is the offline engine contract suite: what every engine must do, in
+// plain go test, with no API server. An in-memory client holds the child
+// and its step objects; the kit's simulator plays the engine's controller
+// and, where the engine has them, the suite plays opr8r's own side: its
+// controllers (Kit.Tick) and its driver (engine.Driver). The envtest
+// conformance suite (test/integration) is the layer above, with the real
+// manager and API server; make e2e the one above that, with the real
+// engines.
+func Run(t *testing.T, kit enginetest.Kit) {
+	t.Run("Build is deterministic and valid", func(t *testing.T) { buildContract(t, kit) })
+	t.Run("a stopped child reads as stopped, its gate skipped", func(t *testing.T) { stoppedContract(t, kit) })
+	t.Run("a slimmed cache copy observes the same", func(t *testing.T) { slimContract(t, kit) })
+	t.Run("a plan without changes skips the gate", func(t *testing.T) { noChangesContract(t, kit) })
+	t.Run("checks come out in order", func(t *testing.T) { checksContract(t, kit) })
+}
+
+// buildContract builds every golden case twice: the same object each time,
+// accepted by the engine's own validation.
+func buildContract(t *testing.T, kit enginetest.Kit) {
+	for name, tc := range testutil.GoldenCases() {
+		req := request(kit, tc.Run.Obj(), tc.Type, 1)
+		req.Dependencies = testutil.GoldenDeps(name)
+		first, err := kit.Engine.Build(req)
+		if err != nil {
+			t.Fatalf("%s: Build: %v", name, err)
+		}
+		second, err := kit.Engine.Build(req)
+		if err != nil {
+			t.Fatalf("%s: Build again: %v", name, err)
+		}
+		if diff := cmp.Diff(first, second); diff != "" {
+			t.Errorf("%s: Build is not deterministic (-first +second):\n%s", name, diff)
+		}
+		if err := kit.Validate(first); err != nil {
+			t.Errorf("%s: the engine's own validation refuses the child: %v", name, err)
+		}
+	}
+}
+
+// stoppedContract stops a child whose plan waits for approval: the engine
+// ends it with its cleanup, and it reads as Failed, "stopped: <reason>",
+// its gate skipped, never as a rejection.
+func stoppedContract(t *testing.T, kit enginetest.Kit) {
+	c, ok := kit.Engine.(engine.Canceller)
+	if !ok {
+		t.Fatalf("engine %s cannot stop a child (engine.Canceller): the reconciler stops superseded plans and applies before a destroy", kit.Engine.Name())
+	}
+	h := newHarness(t, kit)
+	sim := h.start(testutil.MakeRun("stopped", "ns"), infrav1.RunApply)
+	digest := enginetest.Digest("stopped")
+	sim.Start()
+	sim.Plan(1, 0, 0, digest)
+	sim.Suspend(digest)
+	if p := h.observe(); p.Gate.State != engine.GatePending {
+		t.Fatalf("the gate is %q before the stop, want Pending", p.Gate.State)
+	}
+	const reason = "superseded by a spec change"
+	if err := c.Cancel(context.Background(), h.c, h.child(), reason); err != nil {
+		t.Fatal(err)
+	}
+	sim.CompleteAfterGate()
+	p := h.observe()
+	want := struct {
+		Finished bool
+		Phase    infrav1.RunPhase
+		Message  string
+		Gate     engine.GateState
+	}{true, infrav1.RunFailed, engine.Stopped(reason), engine.GateSkipped}
+	got := want
+	got.Finished, got.Phase, got.Message, got.Gate = p.Finished, p.Phase, p.Message, p.Gate.State
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("the stopped child reads (-want +got):\n%s", diff)
+	}
+}
+
+// slimContract observes, at every state of an approved apply, the child
+// and its step objects as the manager's cache keeps them (CacheSlimmer):
+// the same progress as from the whole objects.
+func slimContract(t *testing.T, kit enginetest.Kit) {
+	slimmer, ok := kit.Engine.(engine.CacheSlimmer)
+	if !ok {
+		t.Logf("engine %s keeps its objects whole in the cache: nothing to compare", kit.Engine.Name())
+		return
+	}
+	h := newHarness(t, kit)
+	sim := h.start(testutil.MakeRun("slim", "ns"), infrav1.RunApply)
+	digest := enginetest.Digest("slim")
+	check := func(state string) {
+		t.Helper()
+		child, related := h.objects()
+		full, err := kit.Engine.Observe(child, related, time.Now())
+		if err != nil {
+			t.Fatalf("%s: %v", state, err)
+		}
+		slimChild := child.DeepCopyObject().(client.Object)
+		slimmer.SlimForCache(slimChild)
+		var slimRelated []client.Object
+		for _, o := range related {
+			s := o.DeepCopyObject().(client.Object)
+			slimmer.SlimForCache(s)
+			slimRelated = append(slimRelated, s)
+		}
+		slim, err := kit.Engine.Observe(slimChild, slimRelated, time.Now())
+		if err != nil {
+			t.Fatalf("%s: the slimmed copy: %v", state, err)
+		}
+		if diff := cmp.Diff(full, slim); diff != "" {
+			t.Errorf("%s: the slimmed copy observes otherwise (-whole +slimmed):\n%s", state, diff)
+		}
+	}
+	sim.Start()
+	check("started")
+	sim.Plan(1, 0, 0, digest)
+	check("planned")
+	sim.Suspend(digest)
+	check("waiting for approval")
+	h.approve(digest)
+	sim.FinishApply(`{"id":{"sensitive":false,"value":"x"}}`)
+	check("applied")
+}
+
+// noChangesContract: a plan without changes never waits at the gate; the
+// run succeeds with nothing applied and its outputs exported.
+func noChangesContract(t *testing.T, kit enginetest.Kit) {
+	h := newHarness(t, kit)
+	sim := h.start(testutil.MakeRun("same", "ns"), infrav1.RunApply)
+	sim.Start()
+	sim.Plan(0, 0, 0, enginetest.Digest("same"))
+	sim.SkipGate()
+	if p := h.observe(); p.Gate.State == engine.GatePending {
+		t.Fatalf("a plan without changes waits at the gate: %+v", p.Gate)
+	}
+	sim.FinishApply(`{}`)
+	p := h.observe()
+	if !p.Finished || p.Phase != infrav1.RunSucceeded || p.Gate.State == engine.GatePending || p.Gate.State == engine.GateApproved || p.Applied || !p.OutputsExported {
+		t.Errorf("a plan without changes ends %s (finished %v), gate %q, applied %v, outputs exported %v; want Succeeded, the gate skipped, nothing applied, outputs exported",
+			p.Phase, p.Finished, p.Gate.State, p.Applied, p.OutputsExported)
+	}
+	for _, s := range p.Steps {
+		if (s.Name == names.StepApprove || s.Name == names.StepApply) && s.Phase != infrav1.StepSkipped {
+			t.Errorf("step %s is %s, want Skipped", s.Name, s.Phase)
+		}
+	}
+}
+
+// checksContract: a run's checks are steps right after plan and before
+// the gate, each once, by name, whatever their order in the spec.
+func checksContract(t *testing.T, kit enginetest.Kit) {
+	h := newHarness(t, kit)
+	run := testutil.MakeRun("checked", "ns").
+		Check("zeta", "registry.example.com/zeta:1", "", "true").
+		Check("alpha", "registry.example.com/alpha:1", "", "true")
+	sim := h.start(run, infrav1.RunApply)
+	digest := enginetest.Digest("checked")
+	sim.Start()
+	sim.Plan(1, 0, 0, digest)
+	sim.PassChecks(names.CheckStep("zeta"), names.CheckStep("alpha"))
+	sim.Suspend(digest)
+	var order []string
+	for _, s := range h.observe().Steps {
+		order = append(order, s.Name)
+	}
+	want := []string{names.StepClone, names.StepInit, names.StepPlan, names.CheckStep("alpha"), names.CheckStep("zeta"), names.StepApprove}
+	if diff := cmp.Diff(want, order); diff != "" {
+		t.Errorf("steps (-want +got):\n%s", diff)
+	}
+}
+
+// request is the request the manager makes for a run's child.
+func request(kit enginetest.Kit, run *infrav1.TerraformRun, typ infrav1.RunType, number int64) engine.Request {
+	eff := pipeline.Defaults(run, kit.Engine.Name(), testutil.Config)
+	return engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, number), Number: number,
+		SpecHash: pipeline.SpecHash(eff), Config: testutil.Config}
+}
+
+// harness holds one child in an in-memory client, with the kit's
+// simulator and, in the background, opr8r's own side of the engine.
+type harness struct {
+	t    *testing.T
+	kit  enginetest.Kit
+	c    client.Client
+	key  client.ObjectKey
+	mu   sync.Mutex
+	errs []error
+}
+
+func newHarness(t *testing.T, kit enginetest.Kit) *harness {
+	t.Helper()
+	gomega.RegisterTestingT(t)
+	scheme, err := engine.Scheme([]engine.Engine{kit.Engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	statusTypes, err := statusSubresources(kit, scheme)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := &harness{t: t, kit: kit, c: fake.NewClientBuilder().WithScheme(scheme).WithStatusSubresource(statusTypes...).Build()}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go h.loop(ctx, done)
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		h.mu.Lock()
+		defer h.mu.Unlock()
+		for _, err := range h.errs {
+			t.Errorf("opr8r's side of the engine: %v", err)
+		}
+	})
+	return h
+}
+
+// statusSubresources are the kinds whose status is written apart from
+// their spec: those of the engine's CRDs that have a status subresource,
+// and the built-in kinds engines use.
+func statusSubresources(kit enginetest.Kit, scheme *runtime.Scheme) ([]client.Object, error) {
+	out := []client.Object{&batchv1.Job{}, &corev1.Pod{}, &corev1.PersistentVolumeClaim{}}
+	if kit.CRDs == nil {
+		return out, nil
+	}
+	crds, err := kit.CRDs()
+	if err != nil {
+		return nil, err
+	}
+	for _, crd := range crds {
+		for _, v := range crd.Spec.Versions {
+			if v.Subresources == nil || v.Subresources.Status == nil {
+				continue
+			}
+			obj, err := scheme.New(schema.GroupVersionKind{Group: crd.Spec.Group, Version: v.Name, Kind: crd.Spec.Names.Kind})
+			if err != nil {
+				continue // a kind of the engine's that opr8r never reads
+			}
+			out = append(out, obj.(client.Object))
+		}
+	}
+	return out, nil
+}
+
+// start builds and creates the child of a run, as the manager does, and
+// returns its simulator.
+func (h *harness) start(run *testutil.RunWrapper, typ infrav1.RunType) enginetest.Sim {
+	h.t.Helper()
+	r := run.Obj()
+	r.Spec.Engine = h.kit.Engine.Name()
+	child, err := h.kit.Engine.Build(request(h.kit, r, typ, 1))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	child.SetUID(types.UID("uid-" + child.GetName()))
+	if err := h.c.Create(context.Background(), child); err != nil {
+		h.t.Fatal(err)
+	}
+	h.mu.Lock()
+	h.key = client.ObjectKeyFromObject(child)
+	h.mu.Unlock()
+	env := enginetest.Env{Client: h.c, Writes: &atomic.Int64{}, Timeout: 10 * time.Second, Interval: 5 * time.Millisecond}
+	return h.kit.NewSim(env, h.key)
+}
+
+// child reads the child.
+func (h *harness) child() client.Object {
+	h.t.Helper()
+	child, _ := h.objects()
+	return child
+}
+
+// objects reads the child and its step objects (engine.RelatedLister).
+func (h *harness) objects() (client.Object, []client.Object) {
+	h.t.Helper()
+	child, related, err := h.read(context.Background())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return child, related
+}
+
+func (h *harness) read(ctx context.Context) (client.Object, []client.Object, error) {
+	h.mu.Lock()
+	key := h.key
+	h.mu.Unlock()
+	child := h.kit.Engine.NewChild()
+	if err := h.c.Get(ctx, key, child); err != nil {
+		return nil, nil, err
+	}
+	var related []client.Object
+	if rl, ok := h.kit.Engine.(engine.RelatedLister); ok {
+		var err error
+		if related, err = rl.Related(ctx, h.c, child); err != nil {
+			return nil, nil, err
+		}
+	}
+	return child, related, nil
+}
+
+// observe reads the child's progress now.
+func (h *harness) observe() engine.Progress {
+	h.t.Helper()
+	child, related := h.objects()
+	p, err := h.kit.Engine.Observe(child, related, time.Now())
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return p
+}
+
+// approve decides the waiting gate for digest, as the reconciler does.
+func (h *harness) approve(digest string) {
+	h.t.Helper()
+	a, ok := h.kit.Engine.(engine.Approver)
+	if !ok {
+		h.t.Fatalf("engine %s cannot approve (engine.Approver)", h.kit.Engine.Name())
+	}
+	if err := a.Approve(context.Background(), h.c, h.child(), engine.Decision{Digest: digest, By: "alice"}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// reject rejects the waiting gate, as the reconciler does.
+func (h *harness) reject(reason string) {
+	h.t.Helper()
+	a, ok := h.kit.Engine.(engine.Approver)
+	if !ok {
+		h.t.Fatalf("engine %s cannot reject (engine.Approver)", h.kit.Engine.Name())
+	}
+	if err := a.Reject(context.Background(), h.c, h.child(), engine.Decision{Reason: reason, By: "alice"}); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// loop plays opr8r's side of the engine until ctx ends: its controllers
+// (Kit.Tick) and, for an engine no controller moves, the driver, with the
+// progress observed.
+func (h *harness) loop(ctx context.Context, done chan<- struct{}) {
+	defer close(done)
+	d, drives := h.kit.Engine.(engine.Driver)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
+		if h.kit.Tick != nil {
+			h.note(ctx, h.kit.Tick(ctx, h.c))
+		}
+		h.mu.Lock()
+		started := h.key.Name != ""
+		h.mu.Unlock()
+		if !drives || !started {
+			continue
+		}
+		child, related, err := h.read(ctx)
+		if err != nil {
+			h.note(ctx, err)
+			continue
+		}
+		p, err := h.kit.Engine.Observe(child, related, time.Now())
+		if err == nil {
+			err = d.Drive(ctx, h.c, h.c, child, p)
+		}
+		h.note(ctx, err)
+	}
+}
+
+// note keeps an error of the loop for the test's end, unless the test is
+// over (its context cancelled) or it is a conflict, which the next tick
+// retries as the manager's next pass would.
+func (h *harness) note(ctx context.Context, err error) {
+	if err == nil || ctx.Err() != nil || apierrors.IsConflict(err) {
+		return
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.errs = append(h.errs, err)
+}
