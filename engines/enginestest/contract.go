@@ -2,6 +2,10 @@ package enginestest
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -12,11 +16,13 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -40,6 +46,7 @@ func Run(t *testing.T, kit enginetest.Kit) {
 	t.Run("a slimmed cache copy observes the same", func(t *testing.T) { slimContract(t, kit) })
 	t.Run("a plan without changes skips the gate", func(t *testing.T) { noChangesContract(t, kit) })
 	t.Run("checks come out in order", func(t *testing.T) { checksContract(t, kit) })
+	t.Run("the simulator plays what the real engine recorded", func(t *testing.T) { recordedContract(t, kit) })
 }
 
 // buildContract builds every golden case twice: the same object each time,
@@ -401,4 +408,145 @@ func (h *harness) note(ctx context.Context, err error) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.errs = append(h.errs, err)
+}
+
+// recordedStates are the states the simulators play that make e2e records
+// from the real engines (test/e2e/record_test.go), each with how the
+// simulator reaches it for a manual apply run.
+var recordedStates = map[string]func(h *harness, sim enginetest.Sim){
+	"awaiting-approval": func(h *harness, sim enginetest.Sim) {
+		d := enginetest.Digest("recorded")
+		sim.Start()
+		sim.Plan(1, 0, 0, d)
+		sim.Suspend(d)
+	},
+	"applied": func(h *harness, sim enginetest.Sim) {
+		d := enginetest.Digest("recorded")
+		sim.Start()
+		sim.Plan(1, 0, 0, d)
+		sim.Suspend(d)
+		h.approve(d)
+		sim.FinishApply(`{"message":{"sensitive":false,"value":"Hello"}}`)
+	},
+	"no-changes": func(h *harness, sim enginetest.Sim) {
+		sim.Start()
+		sim.Plan(0, 0, 0, enginetest.Digest("recorded"))
+		sim.SkipGate()
+		sim.FinishApply(`{"message":{"sensitive":false,"value":"Hello"}}`)
+	},
+	"rejected": func(h *harness, sim enginetest.Sim) {
+		d := enginetest.Digest("recorded")
+		sim.Start()
+		sim.Plan(1, 0, 0, d)
+		sim.Suspend(d)
+		h.reject("not today")
+		sim.CompleteAfterGate()
+	},
+	"stopped": func(h *harness, sim enginetest.Sim) {
+		d := enginetest.Digest("recorded")
+		sim.Start()
+		sim.Plan(1, 0, 0, d)
+		sim.Suspend(d)
+		if err := h.kit.Engine.(engine.Canceller).Cancel(context.Background(), h.c, h.child(), "superseded by a spec change"); err != nil {
+			h.t.Fatal(err)
+		}
+		sim.CompleteAfterGate()
+	},
+	"plan-failed": func(h *harness, sim enginetest.Sim) {
+		sim.Start()
+		sim.Fail(names.StepPlan, "Error: Invalid value for variable")
+	},
+}
+
+// shape is what opr8r reads of a child, without what differs from one run
+// to another (digests, times, terraform's words).
+type shape struct {
+	Phase                                 infrav1.RunPhase
+	Finished                              bool
+	Gate                                  engine.GateState
+	Steps                                 []string
+	Planned, HasChanges, Applied, Outputs bool
+	// Message is the message's kind: its words up to the first colon.
+	Message string
+}
+
+func shapeOf(p engine.Progress) shape {
+	s := shape{Phase: p.Phase, Finished: p.Finished, Gate: p.Gate.State, Planned: p.Plan != nil,
+		HasChanges: p.Plan != nil && p.Plan.HasChanges, Applied: p.Applied, Outputs: p.OutputsExported}
+	for _, st := range p.Steps {
+		s.Steps = append(s.Steps, st.Name+"="+string(st.Phase))
+	}
+	if p.Finished && p.Phase != infrav1.RunSucceeded {
+		s.Message, _, _ = strings.Cut(p.Message, ":")
+	}
+	return s
+}
+
+// recordedContract checks the simulator against the real engine: for each
+// state make e2e recorded (testdata/recorded/<state>.yaml, in the engine's
+// package), the simulator plays the same state, and opr8r must read both
+// alike.
+func recordedContract(t *testing.T, kit enginetest.Kit) {
+	files, err := filepath.Glob(filepath.Join("testdata", "recorded", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatalf("engine %s has no recorded real objects in testdata/recorded: run the e2e scenarios with E2E_RECORD_DIR set (docs/e2e.md) and copy the engine's files there", kit.Engine.Name())
+	}
+	scheme, err := engine.Scheme([]engine.Engine{kit.Engine})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		state := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		play, ok := recordedStates[state]
+		if !ok {
+			t.Errorf("%s: no simulator script for the recorded state %q", f, state)
+			continue
+		}
+		objs, err := loadRecorded(scheme, f)
+		if err != nil {
+			t.Fatalf("%s: %v", f, err)
+		}
+		real, err := kit.Engine.Observe(objs[0], objs[1:], time.Now())
+		if err != nil {
+			t.Fatalf("%s: observing the real objects: %v", f, err)
+		}
+		h := newHarness(t, kit)
+		play(h, h.start(testutil.MakeRun("recorded", "ns"), infrav1.RunApply))
+		if diff := cmp.Diff(shapeOf(real), shapeOf(h.observe())); diff != "" {
+			t.Errorf("%s: the simulator's %s reads otherwise than the real engine's (-real +simulated):\n%s", kit.Engine.Name(), state, diff)
+		}
+	}
+}
+
+// loadRecorded reads a recorded List: the child first, then its step
+// objects, as typed objects of the scheme.
+func loadRecorded(scheme *runtime.Scheme, path string) ([]client.Object, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	list := map[string]any{}
+	if err := yaml.Unmarshal(b, &list); err != nil {
+		return nil, err
+	}
+	items, _ := list["items"].([]any)
+	var out []client.Object
+	for _, it := range items {
+		u := &unstructured.Unstructured{Object: it.(map[string]any)}
+		obj, err := scheme.New(u.GroupVersionKind())
+		if err != nil {
+			return nil, err
+		}
+		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, obj); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", u.GetKind(), u.GetName(), err)
+		}
+		out = append(out, obj.(client.Object))
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no objects")
+	}
+	return out, nil
 }

@@ -359,7 +359,7 @@ func requireOutputs(t *testing.T, run *infrav1.TerraformRun) {
 // restartAPIServer: kube-apiserver is stopped while a run of every engine
 // applies, and started again after a few seconds; every run completes once.
 func restartAPIServer(t *testing.T, e *env) {
-	engines := []string{"argo", "tekton", "job"}
+	engines := allEngines()
 	for _, engine := range engines {
 		name := "chaos-api-" + engine
 		t.Cleanup(func() { _ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)}) })
@@ -403,7 +403,7 @@ func TestChaos(t *testing.T) {
 	// too (the manager and the engines' controllers restart under them),
 	// and every run must still end as its own scenario defines.
 	t.Run("faults", func(t *testing.T) {
-		for _, engine := range []string{"argo", "tekton", "job"} {
+		for _, engine := range allEngines() {
 			t.Run(engine+"/apply-pod-killed", func(t *testing.T) { t.Parallel(); killApplyPod(t, e, engine) })
 			t.Run(engine+"/manager-killed", func(t *testing.T) { t.Parallel(); killManager(t, e, engine) })
 			if engine != "job" {

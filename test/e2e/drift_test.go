@@ -160,7 +160,7 @@ func TestDrift(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.sh(t, runnerMayManageConfigMaps, e.kubectl, "apply", "-f", "-")
-	for _, engine := range []string{"argo", "tekton", "job"} {
+	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			drift(t, e, engine)

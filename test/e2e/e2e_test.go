@@ -291,8 +291,10 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	if p := run.Status.Plan; p.Add != 1 || p.Digest == "" {
 		t.Fatalf("plan = %+v, want 1 to add and a digest", p)
 	}
+	e.record(t, run, "awaiting-approval")
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
 	run = e.waitFor(t, name, "applied and Ready", 5*time.Minute, ready)
+	e.record(t, run, "applied")
 	if a := run.Status.Approval; a == nil || !a.Approved || a.By != e2eAdmin || a.Source != infrav1.ApprovedByApproval {
 		t.Fatalf("approval = %+v, want approved by %s through a TerraformRunApproval", a, e2eAdmin)
 	}
@@ -359,14 +361,16 @@ func lifecycle(t *testing.T, e *env, engine string) {
 			t.Fatalf("a no-change rerun ran apply: %+v", run.Status.Run.Steps)
 		}
 	}
+	e.record(t, run, "no-changes")
 
 	// 5. Reject: a plan that is rejected is never applied.
 	e.sh(t, manifest(name, engine, "Goodbye"), e.kubectl, "apply", "-f", "-")
 	e.waitFor(t, name, "the third plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
 	e.sh(t, "", e.tfrun, "reject", name, "-n", ns, "--reason", "not today")
-	e.waitFor(t, name, "Rejected", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+	run = e.waitFor(t, name, "Rejected", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
 		return runPhase(r) == infrav1.RunRejected
 	})
+	e.record(t, run, "rejected")
 	if outs, _ := e.state(t, name); outs["message"] != "Hello" {
 		t.Fatalf("after a reject the state output is %v, want the last applied %q", outs["message"], "Hello")
 	}
@@ -413,6 +417,7 @@ func failing(t *testing.T, e *env, engine string) {
 	})
 	e.sh(t, manifest(name, engine, "Hello #1"), e.kubectl, "apply", "-f", "-")
 	run := e.waitFor(t, name, "the run failed", 5*time.Minute, func(r *infrav1.TerraformRun) bool { return runPhase(r) == infrav1.RunFailed })
+	e.record(t, run, "plan-failed")
 	st, _ := json.Marshal(run.Status)
 	for _, want := range []string{"Invalid value for variable", "greeting must be letters, spaces and punctuation."} {
 		if !strings.Contains(string(st), want) {
@@ -426,7 +431,7 @@ func TestEngines(t *testing.T) {
 	// TestChaos apart, after them).
 	t.Parallel()
 	e := setup(t)
-	for _, engine := range []string{"argo", "tekton", "job"} {
+	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })

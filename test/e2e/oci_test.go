@@ -181,7 +181,7 @@ func TestOCISource(t *testing.T) {
 	if err := e.c.Create(context.Background(), pull); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	for _, engine := range []string{"argo", "tekton", "job"} {
+	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			name := "oci-" + engine

@@ -29,7 +29,7 @@ func TestSupersede(t *testing.T) {
 	// TestChaos apart, after them).
 	t.Parallel()
 	e := setup(t)
-	for _, engine := range []string{"argo", "tekton", "job"} {
+	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
 			supersede(t, e, engine)
@@ -110,6 +110,7 @@ func supersede(t *testing.T, e *env, engine string) {
 	if n := e.locks(t, name); n != 0 {
 		t.Fatalf("the superseded run left the state locked")
 	}
+	e.recordChild(t, old.Engine, old.Child.Name, "stopped")
 
 	// The changed spec's plan goes through as any other.
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns, "--plan", run.Status.Plan.Digest)
