@@ -144,20 +144,33 @@ const dagNodesJS = `Array.from(document.querySelectorAll('svg g[transform] > tit
 }).filter(x => x)`
 
 // waitDAG opens a Workflow in the UI and waits until its graph shows the
-// named nodes; it returns every node.
+// named nodes; it returns every node. A page that drew no graph for 20 s
+// is opened again, as a person reloads it: the UI does not retry a load
+// the Argo Server cut short ("Request has been terminated", seen in a
+// clean-clone CI run while the e2e scenarios loaded both cores), and
+// would show nothing until the deadline.
 func waitDAG(ctx context.Context, ui, wf string, want ...string) ([]dagNode, error) {
-	if err := chromedp.Do(ctx, chromedp.Navigate(fmt.Sprintf("%s/workflows/%s/%s", ui, ns, wf))); err != nil {
+	page := fmt.Sprintf("%s/workflows/%s/%s", ui, ns, wf)
+	if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
 		return nil, err
 	}
+	opened, reloads := time.Now(), 0
 	for deadline := time.Now().Add(90 * time.Second); ; {
 		nodes, err := chromedp.Run(ctx, chromedp.Evaluate[[]dagNode](dagNodesJS))
 		if err != nil {
 			return nil, err
 		}
-		if missing := missingLabels(nodes, want); len(missing) == 0 {
+		missing := missingLabels(nodes, want)
+		switch {
+		case len(missing) == 0:
 			return nodes, nil
-		} else if time.Now().After(deadline) {
-			return nodes, fmt.Errorf("the UI's graph of %s lacks %v; it shows %v", wf, missing, labels(nodes))
+		case time.Now().After(deadline):
+			return nodes, fmt.Errorf("the UI's graph of %s lacks %v; it shows %v (after %d reloads of an empty page)", wf, missing, labels(nodes), reloads)
+		case len(nodes) == 0 && time.Since(opened) > 20*time.Second:
+			if err := chromedp.Do(ctx, chromedp.Navigate(page)); err != nil {
+				return nil, err
+			}
+			opened, reloads = time.Now(), reloads+1
 		}
 		time.Sleep(time.Second)
 	}

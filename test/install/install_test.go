@@ -377,7 +377,11 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("invalid values fail clearly", func(t *testing.T) {
-		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "engines.argo.enabled=false", "--set", "engines.tekton.enabled=false", "--set", "engines.job.enabled=false")
+		args := []string{"template", "x", "deploy/opr8r"}
+		for _, e := range allEngines() {
+			args = append(args, "--set", "engines."+e+".enabled=false")
+		}
+		cmd := exec.Command(h, args...)
 		cmd.Dir = envtestutil.RepoRoot()
 		out, err := cmd.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "enable at least one engine") {

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"time"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
@@ -112,38 +111,39 @@ var _ = Describe("admission", func() {
 		ns := newNamespace()
 		run := testutil.MakeRun("switch", ns).Obj()
 		run.UID = ""
-		run.Spec.Engine = infrav1.EngineArgo
+		from, to := engineCases[0], engineCases[1]
+		run.Spec.Engine = from.name
 		run.Spec.Suspend = true // the manager starts nothing; the active run is set up below
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		Eventually(func() []string { return getRun(ns, "switch").Finalizers }, timeout, interval).ShouldNot(BeEmpty())
-		// A pending Workflow the manager can observe, so it too sees the run as active.
+		// A pending child the manager can observe, so it too sees the run as active.
 		owner := getRun(ns, "switch")
-		wf := &wfv1.Workflow{ObjectMeta: metav1.ObjectMeta{Name: "switch-x-1", Namespace: ns, Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue},
-			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(owner, infrav1.GroupVersion.WithKind("TerraformRun"))}},
-			Spec: wfv1.WorkflowSpec{Entrypoint: "main"}}
-		Expect(k8sClient.Create(ctx, wf)).To(Succeed())
+		child, err := from.kit.Engine.Build(buildRequest(from, owner, infrav1.RunApply, 1))
+		Expect(err).NotTo(HaveOccurred())
+		Expect(k8sClient.Create(ctx, child)).To(Succeed())
+		gvk := from.kit.Engine.ChildGVK()
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			r := getRun(ns, "switch")
-			r.Status.Run = &infrav1.RunStatus{ID: "switch-x-1", Type: "apply", Engine: "argo", SpecHash: "x", Attempt: 1, Phase: infrav1.RunRunning,
-				Child: infrav1.ChildReference{APIVersion: "argoproj.io/v1alpha1", Kind: "Workflow", Name: "switch-x-1"}}
+			r.Status.Run = &infrav1.RunStatus{ID: child.GetName(), Type: "apply", Engine: from.name, SpecHash: "x", Attempt: 1, Phase: infrav1.RunRunning,
+				Child: infrav1.ChildReference{APIVersion: gvk.GroupVersion().String(), Kind: gvk.Kind, Name: child.GetName()}}
 			return k8sClient.Status().Update(ctx, r)
 		})).To(Succeed())
 
 		r := getRun(ns, "switch")
 		patch := client.MergeFrom(r.DeepCopy())
-		r.Spec.Engine = infrav1.EngineTekton
-		err := k8sClient.Patch(ctx, r, patch)
+		r.Spec.Engine = to.name
+		err = k8sClient.Patch(ctx, r, patch)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("spec.engine cannot change while a run is active"))
-		Expect(getRun(ns, "switch").Spec.Engine).To(Equal(infrav1.EngineArgo), "nothing stored is lost")
+		Expect(getRun(ns, "switch").Spec.Engine).To(Equal(from.name), "nothing stored is lost")
 
-		By("once the run has ended (its Workflow deleted), the engine may change")
-		Expect(k8sClient.Delete(ctx, wf)).To(Succeed())
+		By("once the run has ended (its child deleted), the engine may change")
+		Expect(k8sClient.Delete(ctx, child)).To(Succeed())
 		Eventually(phase(ns, "switch"), timeout, interval).Should(Equal(infrav1.RunFailed))
 		Expect(retry.RetryOnConflict(retry.DefaultRetry, func() error {
 			r := getRun(ns, "switch")
 			patch := client.MergeFrom(r.DeepCopy())
-			r.Spec.Engine = infrav1.EngineTekton
+			r.Spec.Engine = to.name
 			return k8sClient.Patch(ctx, r, patch)
 		})).To(Succeed())
 	})

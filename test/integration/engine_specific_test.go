@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	wfclientset "github.com/argoproj/argo-workflows/v3/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-workflows/v3/server/auth"
@@ -16,7 +18,6 @@ import (
 	"github.com/go-jose/go-jose/v3/jwt"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -157,16 +158,6 @@ var _ = Describe("Argo specifics", func() {
 		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
 	})
 
-	It("accepts every golden Workflow in a real API server with Argo's full CRD", func() {
-		ns := newNamespace()
-		files := goldens[*wfv1.Workflow](filepath.Join("engines", "argo"))
-		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
-		for name, wf := range files {
-			wf.Namespace = ns
-			wf.OwnerReferences = nil
-			Expect(k8sClient.Create(ctx, wf, client.DryRunAll)).To(Succeed(), "golden %s", name)
-		}
-	})
 })
 
 var _ = Describe("Tekton specifics: the approval custom task contract", func() {
@@ -255,57 +246,41 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 		Consistently(succeeded(cr), 2*time.Second, interval).Should(BeEmpty())
 	})
 
-	It("accepts every golden PipelineRun in a real API server with Tekton's CRDs", func() {
-		ns := newNamespace()
-		files := goldens[*tektonv1.PipelineRun](filepath.Join("engines", "tekton"))
-		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
-		for name, pr := range files {
-			pr.Namespace = ns
-			pr.OwnerReferences = nil
-			Expect(k8sClient.Create(ctx, pr, client.DryRunAll)).To(Succeed(), "golden %s", name)
-		}
-	})
 })
 
-var _ = Describe("Job specifics", func() {
-	It("accepts every golden Job in a real API server, with its pod", func() {
-		ns := newNamespace()
-		files := goldens[*batchv1.Job](filepath.Join("engines", "job"))
-		Expect(files).To(HaveLen(len(testutil.GoldenCases())))
-		for name, j := range files {
-			j.Namespace = ns
-			j.OwnerReferences = nil
-			Expect(k8sClient.Create(context.Background(), j, client.DryRunAll)).To(Succeed(), "golden %s", name)
-			pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}, Spec: j.Spec.Template.Spec}
-			Expect(k8sClient.Create(context.Background(), pod, client.DryRunAll)).To(Succeed(), "golden %s's pod", name)
-		}
-	})
+// Every engine's golden children, as its goldens hold them, are accepted by
+// a real API server with the engine's CRDs (its full schema), with the
+// pods they describe where the child is a pod template (the Job engine).
+var _ = Describe("golden children in a real API server", func() {
+	for _, e := range engineCases {
+		It("accepts every golden child of "+string(e.name), func() {
+			ns := newNamespace()
+			files := goldens(e.kit.Engine, filepath.Join("engines", string(e.name)))
+			Expect(files).To(HaveLen(len(testutil.GoldenCases())))
+			for name, obj := range files {
+				obj.SetNamespace(ns)
+				obj.SetOwnerReferences(nil)
+				Expect(k8sClient.Create(context.Background(), obj, client.DryRunAll)).To(Succeed(), "golden %s", name)
+				if j, ok := obj.(*batchv1.Job); ok {
+					pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p", Namespace: ns}, Spec: j.Spec.Template.Spec}
+					Expect(k8sClient.Create(context.Background(), pod, client.DryRunAll)).To(Succeed(), "golden %s's pod", name)
+				}
+			}
+		})
+	}
 })
 
 // goldens reads an engine's golden files.
-func goldens[T client.Object](dir string) map[string]T {
+func goldens(e engine.Engine, dir string) map[string]client.Object {
 	paths, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), dir, "testdata", "*.golden.yaml"))
 	Expect(err).NotTo(HaveOccurred())
-	out := map[string]T{}
+	out := map[string]client.Object{}
 	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		Expect(err).NotTo(HaveOccurred())
-		var obj T
-		obj = newOf(obj).(T)
+		obj := e.NewChild()
 		Expect(yaml.UnmarshalStrict(b, obj)).To(Succeed(), p)
 		out[strings.TrimSuffix(filepath.Base(p), ".golden.yaml")] = obj
 	}
 	return out
-}
-
-func newOf(o client.Object) client.Object {
-	switch o.(type) {
-	case *wfv1.Workflow:
-		return &wfv1.Workflow{}
-	case *tektonv1.PipelineRun:
-		return &tektonv1.PipelineRun{}
-	case *batchv1.Job:
-		return &batchv1.Job{}
-	}
-	panic("unknown golden type")
 }

@@ -3,6 +3,11 @@ package integration
 import (
 	"time"
 
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
@@ -40,6 +45,13 @@ var engineCases = func() []engineCase {
 	}
 	return out
 }()
+
+// buildRequest is the request the manager makes for a run's child on an
+// engine.
+func buildRequest(e engineCase, run *infrav1.TerraformRun, typ infrav1.RunType, n int64) engine.Request {
+	eff := pipeline.Defaults(run, e.name, testutil.Config)
+	return engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, n), Number: n, SpecHash: pipeline.SpecHash(eff), Config: testutil.Config}
+}
 
 // allStepObjects are empty lists of every kind any engine makes for a
 // child's steps.

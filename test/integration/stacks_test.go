@@ -7,12 +7,8 @@ import (
 	"strings"
 	"time"
 
-	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
-	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
-	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
-	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -299,7 +295,7 @@ func stacks(g given) {
 		Expect(err).NotTo(HaveOccurred())
 		eventsJSON, _ := json.Marshal(events.Items)
 		var stepObjects []byte
-		for _, l := range []client.ObjectList{&tektonv1.TaskRunList{}, &tektonv1beta1.CustomRunList{}, &wfv1.WorkflowTaskResultList{}, &batchv1.JobList{}, &corev1.PodList{}} {
+		for _, l := range allStepObjects() {
 			Expect(k8sClient.List(ctx, l, client.InNamespace(ns))).To(Succeed())
 			b, _ := json.Marshal(l)
 			stepObjects = append(stepObjects, b...)
