@@ -250,10 +250,12 @@ func (a Sim) FinishApply(outputsJSON string) {
 	})
 }
 
-// fail fails a step with terraform's message and completes the Workflow.
+// fail fails a step with terraform's message and completes the Workflow:
+// the tasks after it are omitted, as Argo omits them.
 func (a Sim) Fail(step, msg string) {
 	a.Update(func(wf *wfv1.Workflow) {
 		SetNode(wf, step, wfv1.NodeTypePod, wfv1.NodeFailed, func(n *wfv1.NodeStatus) { n.Message = msg })
+		omitLater(wf)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowFailed
 		wf.Status.FinishedAt = metav1.Now()
@@ -275,7 +277,7 @@ func (a Sim) CompleteAfterGateWith(phase wfv1.WorkflowPhase) {
 				n.Message = "Stopped with strategy '" + string(wf.Spec.Shutdown) + "'"
 			})
 		}
-		SetNode(wf, names.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
+		omitLater(wf)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = phase
 		wf.Status.FinishedAt = metav1.Now()
@@ -308,9 +310,26 @@ func (a Sim) PassChecks(checks ...string) {
 // handler runs.
 func (a Sim) FailCheck(check, msg string, passed ...string) {
 	a.PassChecks(passed...)
-	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, names.StepApprove, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
-		SetNode(wf, names.StepApply, wfv1.NodeTypeSkipped, wfv1.NodeOmitted)
-	})
 	a.Fail(check, msg)
+}
+
+// omitLater marks the gate, apply and export-outputs, where the Workflow's
+// DAG has them and they have no node yet, as Argo does once a task before
+// them failed or the gate ended the run: Omitted, "omitted: depends
+// condition not met" (make e2e recorded it so).
+func omitLater(wf *wfv1.Workflow) {
+	tasks := map[string]bool{}
+	for _, tmpl := range wf.Spec.Templates {
+		if tmpl.DAG != nil {
+			for _, task := range tmpl.DAG.Tasks {
+				tasks[task.Name] = true
+			}
+		}
+	}
+	for _, step := range []string{names.StepApprove, names.StepApply, names.StepExport} {
+		if _, seen := wf.Status.Nodes[NodeID(wf.Name, step)]; seen || !tasks[step] {
+			continue
+		}
+		SetNode(wf, step, wfv1.NodeTypeSkipped, wfv1.NodeOmitted, func(n *wfv1.NodeStatus) { n.Message = "omitted: depends condition not met" })
+	}
 }

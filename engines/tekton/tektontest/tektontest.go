@@ -11,6 +11,7 @@ import (
 	"context"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"time"
 
 	. "github.com/onsi/gomega" //nolint:revive // test support
@@ -29,6 +30,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines/tekton"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/results"
 	"github.com/opr8r/opr8r/test/envtestutil"
@@ -365,6 +367,7 @@ func (c Sim) Fail(step, msg string) {
 		tr.Status.SetCondition(tcond(corev1.ConditionFalse, "Failed", `"step-`+step+`" exited with code 1`))
 		tr.Status.CompletionTime = &metav1.Time{Time: time.Now()}
 	})
+	c.skipLater()
 	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonFailed.String(), "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 1")
 }
 
@@ -415,6 +418,37 @@ func (c Sim) SucceedDestroy() {
 
 func runtimeTypeMeta(kind string) runtime.TypeMeta {
 	return runtime.TypeMeta{APIVersion: "tekton.dev/v1", Kind: kind}
+}
+
+// skipLater lists the gate, apply and export-outputs, where the pipeline
+// has them and they have not run, as tasks Tekton skipped because the
+// PipelineRun was stopping (a task before them failed; make e2e recorded
+// it so).
+func (c Sim) skipLater() {
+	pr := c.Get()
+	have := map[string]bool{}
+	for _, ref := range pr.Status.ChildReferences {
+		have[ref.PipelineTaskName] = true
+	}
+	for _, s := range pr.Status.SkippedTasks {
+		have[s.Name] = true
+	}
+	var later []string
+	if ps := pr.Spec.PipelineSpec; ps != nil {
+		for _, task := range ps.Tasks {
+			if slices.Contains([]string{names.StepApprove, names.StepApply, names.StepExport}, task.Name) && !have[task.Name] {
+				later = append(later, task.Name)
+			}
+		}
+	}
+	if len(later) == 0 {
+		return
+	}
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		for _, task := range later {
+			pr.Status.SkippedTasks = append(pr.Status.SkippedTasks, tektonv1.SkippedTask{Name: task, Reason: tektonv1.StoppingSkip})
+		}
+	})
 }
 
 // PassChecks implements enginetest.Sim: each check's TaskRun succeeds.
