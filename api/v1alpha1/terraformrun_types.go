@@ -172,6 +172,20 @@ type TerraformRunSpec struct {
 	// +listType=atomic
 	// +optional
 	DependsOn []Dependency `json:"dependsOn,omitempty"`
+
+	// AllowDependentsFrom lists the other namespaces whose TerraformRuns may
+	// depend on this one (spec.dependsOn with this run's namespace): their
+	// runs then wait for this one, read its outputs digest and take its
+	// outputs. Without it, no TerraformRun of another namespace may depend on
+	// this one, even on a manager started with
+	// --allow-cross-namespace-dependencies. A dependent in another namespace
+	// never holds back this one's destroy.
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MaxLength=63
+	// +kubebuilder:validation:items:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +listType=set
+	// +optional
+	AllowDependentsFrom []string `json:"allowDependentsFrom,omitempty"`
 }
 
 // Dependency is a TerraformRun that this one depends on, and the outputs of
