@@ -3,8 +3,8 @@ package job_test
 import (
 	"testing"
 
-	"github.com/opr8r/opr8r/engines/job/jobtest"
 	"github.com/opr8r/opr8r/engines/enginestest"
+	"github.com/opr8r/opr8r/engines/job/jobtest"
 )
 
 // TestContract runs the offline engine contract suite on the job engine.
