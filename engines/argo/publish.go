@@ -22,7 +22,7 @@ var _ engine.GatePublisher = Engine{}
 
 // Annotations of a Workflow whose gate waits: the rule the admission policy
 // opr8r-argo-resume judges a person's resume by (opr8r writes them), and
-// who resumed (the API server stamps it; config/policy/argo-resume.yaml).
+// who resumed (the API server stamps it; engines/argo/manifests/policy.yaml).
 // Lists are newline-separated: user and group names may hold commas.
 const (
 	AnnoGatePrefix    = "infra.opr8r.io/gate-"
