@@ -5,9 +5,16 @@
 //	opr8r-step init|plan|apply|destroy|export-outputs|cleanup --module-dir DIR ...
 //	opr8r-step check --name NAME ... -- COMMAND [ARGS...]
 //
-// On failure it prints a one-line summary (terraform's own diagnostic, with
-// secrets redacted), writes it to the termination log, where Argo and
-// Tekton show it as the step's message, and exits non-zero.
+// Before anything runs, every secret the step can see (--env-file,
+// --secret-files, --secret-vars-dir, --backend-config-file; clone's
+// credentials as it reads them) is registered for redaction, in all its
+// forms.
+//
+// On failure it prints the whole message (redacted) to its log, writes a
+// short one-line summary (terraform's own diagnostic, redacted, cut, and
+// saying where the whole text is: step.Runner.FailureSummary) to the
+// termination log, where Argo, Tekton and the Job engine take it as the
+// step's message, and exits non-zero.
 package main
 
 import (
@@ -19,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -78,97 +86,119 @@ func run(args []string, out io.Writer) int {
 	}
 	defer keepLog()
 	fail := func(err error) int {
-		msg := r.Redact(err.Error())
-		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+msg)
+		fmt.Fprintln(out, "opr8r-step: "+cmd+" failed: "+r.Redact(err.Error()))
 		if o.termLog != "" {
-			_ = os.WriteFile(o.termLog, []byte(truncate(msg, 3000)), 0o644)
+			_ = os.WriteFile(o.termLog, []byte(r.FailureSummary(err.Error())), 0o644)
 		}
 		return 1
 	}
-	if err := r.LoadEnvFiles(o.envFiles); err != nil {
+	if err := loadSecrets(r, &o); err != nil {
 		return fail(err)
 	}
+	if err := connect(r, cmd, &o); err != nil {
+		return fail(err)
+	}
+	if err := dispatch(ctx, r, cmd, &o, fs.Args(), out); err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// connect gives the runner the API server and the run's records store,
+// when the step needs them.
+func connect(r *step.Runner, cmd string, o *options) error {
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
 	keepsRecords := o.recordsRun != "" && o.recordsRunID != "" && cmd != "install"
 	needsKube := (cmd == "plan" && (o.planSecret != "" || crossNamespace(o.depVars))) || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
 		(cmd == "check" && o.outputSecret != "") || keepsRecords
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
-		return fail(errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)"))
+		return errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)")
 	}
 	if needsKube {
 		k, err := step.NewKube(o.kubeconfig, o.namespace, step.OwnerRef(o.ownerAPI, o.ownerKind, o.ownerName, o.ownerUID))
 		if err != nil {
-			return fail(err)
+			return err
 		}
 		k.Shard = o.shard
 		r.Kube = k
 	}
-	if keepsRecords {
-		name := cmd
-		if cmd == "check" {
-			name = "check-" + o.checkName
-		}
-		r.RecordKey = records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name}
-		if err := (records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name, Kind: records.KindLog}).Validate(); err != nil {
-			return fail(err)
-		}
-		store := &records.SecretStore{Client: r.Kube.Client}
-		if o.recordsRunUID != "" {
-			store.Owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
-		}
-		r.Records = store
+	if !keepsRecords {
+		return nil
 	}
-	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
-	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
-		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
-	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt, CheckInputDir: o.checkInputDir}
+	name := cmd
+	if cmd == "check" {
+		name = "check-" + o.checkName
+	}
+	r.RecordKey = records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name}
+	if err := (records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name, Kind: records.KindLog}).Validate(); err != nil {
+		return err
+	}
+	store := &records.SecretStore{Client: r.Kube.Client}
+	if o.recordsRunUID != "" {
+		store.Owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
+	}
+	r.Records = store
+	return nil
+}
+
+// planOptions are the plan's options from the flags.
+func planOptions(o *options) (step.PlanOptions, error) {
+	plan := step.PlanOptions{PlanFile: o.planFile, VarsFile: o.varsFile, VarsDirs: o.varsDirs, SecretVarsDirs: o.secretVarsDirs,
+		Destroy: o.destroy, PlanSecret: o.planSecret, InputsSalt: o.inputsSalt, CheckInputDir: o.checkInputDir}
 	for _, v := range o.depVars {
 		d, err := results.ParseDependencyVar(v)
 		if err != nil {
-			return fail(err)
+			return plan, err
 		}
 		plan.DependencyVars = append(plan.DependencyVars, d)
 	}
+	return plan, nil
+}
 
-	var err error
+// dispatch runs the step; args are the arguments after the flags (a
+// check's command).
+func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args []string, out io.Writer) error {
+	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
+	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
+		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
+	plan, err := planOptions(o)
+	if err != nil {
+		return err
+	}
 	switch cmd {
 	case "install":
-		err = install(o.dest, out)
+		return install(o.dest, out)
 	case "clone":
 		co := step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest, VarsOut: o.varsOut}
 		if o.inputsEnv != "" {
 			co.Inputs = os.Getenv(o.inputsEnv)
 		}
-		err = r.Clone(ctx, co)
+		return r.Clone(ctx, co)
 	case "init":
-		err = r.Init(ctx, mod, be)
+		return r.Init(ctx, mod, be)
 	case "plan":
 		_, err = r.Plan(ctx, mod, plan)
+		return err
 	case "apply":
-		err = r.Apply(ctx, mod, o.planFile, o.approved)
+		return r.Apply(ctx, mod, o.planFile, o.approved)
 	case "destroy":
-		err = r.Destroy(ctx, mod, plan)
+		return r.Destroy(ctx, mod, plan)
 	case "export-outputs":
 		_, err = r.ExportOutputs(ctx, mod, o.outputsSecret)
+		return err
 	case "check":
-		err = r.Check(ctx, step.CheckOptions{Name: o.checkName, Dir: o.moduleDir, PlanJSON: o.planJSON, OutputSecret: o.outputSecret, Command: fs.Args()})
+		return r.Check(ctx, step.CheckOptions{Name: o.checkName, Dir: o.moduleDir, PlanJSON: o.planJSON, OutputSecret: o.outputSecret, Command: args})
 	case "cleanup":
 		if o.holderPrefix == "" {
 			o.holderPrefix = o.ownerName
 		}
-		var what string
-		what, err = r.Cleanup(ctx, mod, be, o.holderPrefix)
+		what, err := r.Cleanup(ctx, mod, be, o.holderPrefix)
 		if err == nil {
-			fmt.Fprintln(out, "opr8r-step: cleanup: "+what)
+			fmt.Fprintln(out, "opr8r-step: cleanup: "+r.Redact(what))
 		}
-	default:
-		fmt.Fprintf(os.Stderr, "opr8r-step: unknown step %q\n", cmd)
-		return 2
+		return err
 	}
-	if err != nil {
-		return fail(err)
-	}
-	return 0
+	return fmt.Errorf("unknown step %q", cmd)
 }
 
 // install copies this binary into dest, so steps that run in a stock
@@ -212,11 +242,20 @@ func install(dest string, out io.Writer) error {
 	return nil
 }
 
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
+// loadSecrets registers every secret the step's flags point at, before
+// anything runs: terraform's environment from Secret keys, the Secrets
+// mounted as files, the varsFrom Secrets, and the backend configuration's
+// values.
+func loadSecrets(r *step.Runner, o *options) error {
+	if err := r.LoadEnvFiles(o.envFiles); err != nil {
+		return err
 	}
-	return s[:n-3] + "..."
+	// A varsFrom Secret's files are secrets as they are (plan reads them
+	// as variables too; apply only redacts them).
+	if err := r.LoadSecretFiles(append(slices.Clone(o.secretFiles), o.secretVarsDirs...)); err != nil {
+		return err
+	}
+	return r.LoadBackendConfig(o.backendConfig)
 }
 
 var knownSteps = map[string]bool{
@@ -237,7 +276,24 @@ type options struct {
 	shard, inputsEnv, varsOut                               string
 	recordsRun, recordsRunUID, recordsRunID                 string
 	destroy, insecure                                       bool
-	envFiles, varsDirs, depVars                             multi
+	envFiles, varsDirs, depVars, secretFiles                multi
+	// secretVarsDirs are those of varsDirs that are Secrets.
+	secretVarsDirs multi
+}
+
+// secretVarsDir is --secret-vars-dir: a varsFrom directory that is a
+// Secret, kept in varsDirs in the order the flags come in (a later
+// varsFrom wins) and in secretVarsDirs.
+type secretVarsDir struct{ o *options }
+
+// String is the flag's default: none.
+func (s secretVarsDir) String() string { return "" }
+
+// Set adds one directory, in order, to varsDirs and secretVarsDirs.
+func (s secretVarsDir) Set(v string) error {
+	s.o.varsDirs = append(s.o.varsDirs, v)
+	s.o.secretVarsDirs = append(s.o.secretVarsDirs, v)
+	return nil
 }
 
 // newFlags declares the flags of a step.
@@ -257,10 +313,12 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.StringVar(&o.backend, "backend", "kubernetes", "state backend type")
 	fs.StringVar(&o.backendNS, "backend-namespace", "", "kubernetes backend: namespace of the state Secret")
 	fs.StringVar(&o.backendSuffix, "backend-secret-suffix", "", "kubernetes backend: state Secret suffix")
-	fs.StringVar(&o.backendConfig, "backend-config-file", "", "other backends: -backend-config file")
+	fs.StringVar(&o.backendConfig, "backend-config-file", "", "other backends: the -backend-config file of init; in every step, its values are redacted")
 	fs.StringVar(&o.planFile, "plan-file", "", "the saved plan")
 	fs.StringVar(&o.varsFile, "vars-file", "", "plan: JSON variables")
-	fs.Var(&o.varsDirs, "vars-dir", "plan: a mounted Secret or ConfigMap of variables (repeatable)")
+	fs.Var(&o.varsDirs, "vars-dir", "plan: a mounted ConfigMap of variables (repeatable; with --secret-vars-dir, in varsFrom order)")
+	fs.Var(secretVarsDir{o}, "secret-vars-dir", "a mounted Secret of variables (varsFrom), whose values are redacted; plan reads them (repeatable; with --vars-dir, in varsFrom order)")
+	fs.Var(&o.secretFiles, "secret-files", "a directory of a Secret mounted as files (terraform.files' mountPath): every file's content is redacted (repeatable)")
 	fs.Var(&o.depVars, "dependency-var", "plan: VAR,run=RUN,output=KEY,file=PATH|secret=NS/NAME[,sensitive]: a variable from a dependency's outputs (repeatable)")
 	fs.BoolVar(&o.destroy, "destroy", false, "plan: plan a destroy")
 	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")

@@ -55,6 +55,9 @@ func TestFailureSummaryGoesToTerminationLog(t *testing.T) {
 
 func mustWrite(t *testing.T, p, s string) {
 	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -8,11 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
-
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -20,35 +15,14 @@ import (
 // step run through this binary's entry point, with real terraform, keeps
 // its log, and no secret the step knows (a terraform.env value, a
 // varsFrom value that a resource prints without marking it sensitive) is
-// in any kept log or readable plan, although terraform saw them: the JSON
-// plan, kept in a Secret only, holds the varsFrom value.
+// in any kept log, readable plan or JSON plan (masked), although
+// terraform saw them: only the plan as JSON in clear, a record of its own
+// kept in a Secret, holds the varsFrom value.
 func TestStepsKeepLogsWithoutSecrets(t *testing.T) {
-	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
-		t.Fatal("KUBEBUILDER_ASSETS is not set: run the tests with make test")
-	}
-	env := &envtest.Environment{}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = env.Stop() }()
-	user, err := env.ControlPlane.AddUser(envtest.User{Name: "step", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kc, err := user.KubeConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	kubeconfig := filepath.Join(dir, "kubeconfig")
-	mustWrite(t, kubeconfig, string(kc))
-	cs := kubernetes.NewForConfigOrDie(cfg)
-	ctx := context.Background()
 	const ns = "leak"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	kubeconfig, cs := startAPIServer(t, ns)
+	ctx := context.Background()
+	dir := t.TempDir()
 
 	const envMarker, varMarker = "ENV-SECRET-MARKER-7a1c", "VARSFROM-SECRET-MARKER-3e9d"
 	rc := filepath.Join(dir, "terraformrc")
@@ -78,7 +52,7 @@ output "env_seen" { value = length(var.db_password) }
 	steps := [][]string{
 		{"clone", "--source=dir", "--from=" + src, "--dest=" + mod, "--results-dir=" + filepath.Join(dir, "r")},
 		append([]string{"init"}, tf...),
-		append([]string{"plan", "--plan-file=" + planFile, "--vars-dir=" + varsDir, "--results-dir=" + filepath.Join(dir, "r")}, tf...),
+		append([]string{"plan", "--plan-file=" + planFile, "--secret-vars-dir=" + varsDir, "--results-dir=" + filepath.Join(dir, "r")}, tf...),
 	}
 	var out bytes.Buffer
 	for _, args := range steps {
@@ -112,16 +86,16 @@ output "env_seen" { value = length(var.db_password) }
 			t.Fatal(err)
 		}
 		switch {
-		case r.Kind == records.KindPlanJSON:
+		case r.Kind == records.KindPlanJSONSensitive:
 			if !bytes.Contains(b, []byte(varMarker)) {
-				t.Errorf("the JSON plan does not hold the varsFrom value: the scan would prove nothing")
+				t.Errorf("the JSON plan in clear does not hold the varsFrom value: the scan would prove nothing")
 			}
 		case bytes.Contains(b, []byte(envMarker)) || bytes.Contains(b, []byte(varMarker)):
 			leaks++
 			t.Errorf("a secret is in clear in the kept %s", r.Key)
 		}
 	}
-	want := "leaky-1/apply/log,leaky-1/clone/log,leaky-1/init/log,leaky-1/plan/log,leaky-1/plan/plan.json,leaky-1/plan/plan.txt,leaky-2/apply/log"
+	want := "leaky-1/apply/log,leaky-1/clone/log,leaky-1/init/log,leaky-1/plan/log,leaky-1/plan/plan-sensitive.json,leaky-1/plan/plan.json,leaky-1/plan/plan.txt,leaky-2/apply/log"
 	if strings.Join(got, ",") != want {
 		t.Fatalf("records kept: %s\nwant: %s", strings.Join(got, ","), want)
 	}

@@ -26,6 +26,11 @@ const (
 	ResultHasChanges = results.HasChanges
 	ResultDigest     = results.Digest
 	ResultSummary    = results.Summary
+	// ResultPlanTextDigest and ResultPlanJSONDigest are the digests of the
+	// readable plan and of the plan as JSON exactly as the plan step kept
+	// them (redacted, masked): what a reviewer reads.
+	ResultPlanTextDigest = results.PlanTextDigest
+	ResultPlanJSONDigest = results.PlanJSONDigest
 )
 
 // Paths inside step containers.
@@ -48,8 +53,10 @@ const (
 	GitCredsDir      = "/opr8r/secrets/git"
 	OCICredsDir      = "/opr8r/secrets/oci"
 	BackendDir       = "/opr8r/secrets/backend"
-	VarsFromDir      = "/opr8r/vars"
-	EnvSecretsDir    = "/opr8r/secrets/env"
+	// BackendConfigFile is the backend configuration Secret's config key.
+	BackendConfigFile = BackendDir + "/config"
+	VarsFromDir       = "/opr8r/vars"
+	EnvSecretsDir     = "/opr8r/secrets/env"
 	// DependenciesDir holds, in one directory per dependency, the outputs
 	// of spec.dependsOn a run takes as variables (same namespace only).
 	DependenciesDir = "/opr8r/deps"

@@ -99,7 +99,7 @@ func (b *builder) backendArgs() ([]string, []corev1.VolumeMount) {
 	if be != nil && be.ConfigSecretRef != nil {
 		return []string{
 			"--backend=" + string(be.ConfigSecretRef.Type),
-			"--backend-config-file=" + BackendDir + "/config",
+			"--backend-config-file=" + BackendConfigFile,
 		}, []corev1.VolumeMount{*b.backendMount}
 	}
 	suffix := b.run.Name
@@ -143,9 +143,7 @@ func (b *builder) plan() Step {
 		vars = EmbeddedVarsFile
 	}
 	args := []string{"--plan-file=" + PlanFile, "--vars-file=" + vars}
-	for _, m := range b.varsMounts {
-		args = append(args, "--vars-dir="+m.MountPath)
-	}
+	args = append(args, b.varsFromArgs()...)
 	args = append(args, b.depArgs...)
 	if b.req.Type == infrav1.RunDestroy {
 		args = append(args, "--destroy")
@@ -162,8 +160,37 @@ func (b *builder) plan() Step {
 	}
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
 	s.VolumeMounts = append(s.VolumeMounts, b.depMounts...)
-	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs}
+	b.withBackendConfig(&s)
+	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs, ResultPlanTextDigest, ResultPlanJSONDigest}
 	return s
+}
+
+// varsFromArgs point the plan step at spec.terraform.varsFrom's mounts, in
+// order (a later one wins): --secret-vars-dir for a Secret, whose values
+// the step redacts, --vars-dir for a ConfigMap.
+func (b *builder) varsFromArgs() []string {
+	var args []string
+	for i, m := range b.varsMounts {
+		flag := "--vars-dir="
+		if b.run.Spec.Terraform.VarsFrom[i].Kind == "Secret" {
+			flag = "--secret-vars-dir="
+		}
+		args = append(args, flag+m.MountPath)
+	}
+	return args
+}
+
+// withBackendConfig gives a terraform step other than init and cleanup
+// (which pass it to terraform) the backend configuration Secret, when the
+// run has one, only so that the step redacts its values: init keeps them
+// in the workspace's .terraform directory, where terraform reads them
+// again in every later step, and may print them.
+func (b *builder) withBackendConfig(s *Step) {
+	if b.backendMount == nil {
+		return
+	}
+	s.Args = append(s.Args, "--backend-config-file="+BackendConfigFile)
+	s.VolumeMounts = append(s.VolumeMounts, *b.backendMount)
 }
 
 // checks are spec.checks' steps: each runs the user's command in the
@@ -207,14 +234,27 @@ func (b *builder) checks() []Step {
 	return out
 }
 
+// apply applies the saved plan. The plan file holds the variables'
+// values, which terraform may print in an error: the apply step is given
+// the varsFrom Secrets too, only to redact their values.
 func (b *builder) apply() Step {
-	return b.terraformStep(names.StepApply, "--plan-file="+PlanFile, "--approved-digest="+PhApprovedDigest)
+	s := b.terraformStep(names.StepApply, "--plan-file="+PlanFile, "--approved-digest="+PhApprovedDigest)
+	for i, m := range b.varsMounts {
+		if b.run.Spec.Terraform.VarsFrom[i].Kind == "Secret" {
+			s.Args = append(s.Args, "--secret-vars-dir="+m.MountPath)
+			s.VolumeMounts = append(s.VolumeMounts, m)
+		}
+	}
+	b.withBackendConfig(&s)
+	return s
 }
 
 func (b *builder) export() Step {
 	args := []string{"--outputs-secret=" + names.RawOutputsSecretName(b.req.Name)}
 	args = append(args, b.ownerArgs()...)
-	return b.terraformStep(names.StepExport, args...)
+	s := b.terraformStep(names.StepExport, args...)
+	b.withBackendConfig(&s)
+	return s
 }
 
 func (b *builder) cleanup() Step {

@@ -89,13 +89,15 @@ func (b *builder) collectEnvSecrets() {
 	}
 }
 
-// collectFiles mounts spec.terraform.files, each Secret at its path, and
+// collectFiles mounts spec.terraform.files, each Secret at its path, tells
+// every terraform step to redact the files' content (--secret-files), and
 // exports the path in an environment variable where asked.
 func (b *builder) collectFiles() {
 	for i, f := range b.run.Spec.Terraform.Files {
 		name := fmt.Sprintf("files-%d", i)
 		b.addVolume(secretVolume(name, f.SecretName, nil, false))
 		b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: name, MountPath: f.MountPath, ReadOnly: true})
+		b.tfEnvArgs = append(b.tfEnvArgs, "--secret-files="+f.MountPath)
 		if f.EnvName != "" {
 			p := f.MountPath
 			if f.Key != "" {

@@ -5,9 +5,11 @@
 // chunked, owned by the TerraformRun) and an S3-compatible object store
 // (objects encrypted with AES-256-GCM before they leave the process).
 //
-// Logs are stored as the step printed them: already redacted. Plans may
-// hold sensitive values, so nothing here is ever stored in clear outside
-// a Secret.
+// Logs are stored as the step printed them: already redacted. The readable
+// plan is redacted like the log and the plan as JSON masked; the plan as
+// JSON in clear is a kind of its own (KindPlanJSONSensitive). Plans may
+// still hold sensitive values, so nothing here is ever stored in clear
+// outside a Secret.
 package records
 
 import (
@@ -28,12 +30,23 @@ const (
 	KindLog Kind = "log"
 	// KindPlanText is the readable plan (terraform show), whole.
 	KindPlanText Kind = "plan.txt"
-	// KindPlanJSON is the plan as JSON (terraform show -json).
+	// KindPlanJSON is the plan as JSON (terraform show -json) with its
+	// sensitive values masked: every value terraform marks sensitive, and
+	// every secret the plan step registered, is "(sensitive value)"
+	// (pkg/step MaskPlanJSON). It is what kubectl tfrun plan --json shows,
+	// and the only JSON plan checks read.
 	KindPlanJSON Kind = "plan.json"
+	// KindPlanJSONSensitive is the plan as JSON exactly as terraform wrote
+	// it, sensitive values in clear. The plan step writes it only to the
+	// run's records store (Secrets in the run's namespace, or encrypted
+	// objects), for those who may read Secrets, never to the checks'
+	// input; kubectl tfrun plan --json --show-sensitive is the explicit
+	// way to read it.
+	KindPlanJSONSensitive Kind = "plan-sensitive.json"
 )
 
 // Kinds are every kind of record.
-var Kinds = []Kind{KindLog, KindPlanText, KindPlanJSON}
+var Kinds = []Kind{KindLog, KindPlanText, KindPlanJSON, KindPlanJSONSensitive}
 
 // Key names one record.
 type Key struct {
@@ -53,7 +66,7 @@ func (k Key) String() string {
 
 var (
 	nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	kinds  = map[Kind]bool{KindLog: true, KindPlanText: true, KindPlanJSON: true}
+	kinds  = map[Kind]bool{KindLog: true, KindPlanText: true, KindPlanJSON: true, KindPlanJSONSensitive: true}
 )
 
 // Validate checks that every part of the key is a name the stores can use

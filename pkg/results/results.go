@@ -23,6 +23,14 @@ const (
 	Summary = "summary"
 	// Inputs is the digest of the plan's variables (plan).
 	Inputs = "inputs"
+	// PlanTextDigest is the digest, "sha256:<hex>", of the readable plan
+	// exactly as the plan step kept it in the run's records, redacted:
+	// what a reviewer reads (plan).
+	PlanTextDigest = "plan-text-digest"
+	// PlanJSONDigest is the digest, "sha256:<hex>", of the plan as JSON
+	// exactly as the plan step kept it in the run's records and gave it to
+	// checks, masked (plan).
+	PlanJSONDigest = "plan-json-digest"
 	// Error is a failing step's one-line summary, where the engine has no
 	// termination message of its own (Tekton).
 	Error = "error"
@@ -37,6 +45,10 @@ type Plan struct {
 	Digest string
 	// Inputs is the digest of the variables the plan was made with.
 	Inputs string
+	// TextDigest is the digest of the readable plan as kept (redacted).
+	TextDigest string
+	// JSONDigest is the digest of the plan as JSON as kept (masked).
+	JSONDigest string
 }
 
 // summary is the JSON of the Summary result.
@@ -54,10 +66,12 @@ func (p Plan) Values() map[string]string {
 		panic(err) // four integers always marshal
 	}
 	return map[string]string{
-		HasChanges: fmt.Sprint(p.HasChanges),
-		Digest:     p.Digest,
-		Summary:    string(b),
-		Inputs:     p.Inputs,
+		HasChanges:     fmt.Sprint(p.HasChanges),
+		Digest:         p.Digest,
+		Summary:        string(b),
+		Inputs:         p.Inputs,
+		PlanTextDigest: p.TextDigest,
+		PlanJSONDigest: p.JSONDigest,
 	}
 }
 
@@ -75,6 +89,8 @@ func ParsePlan(get func(name string) string) (*Plan, error) {
 		HasChanges: strings.TrimSpace(get(HasChanges)) == "true",
 		Digest:     strings.TrimSpace(get(Digest)),
 		Inputs:     strings.TrimSpace(get(Inputs)),
+		TextDigest: strings.TrimSpace(get(PlanTextDigest)),
+		JSONDigest: strings.TrimSpace(get(PlanJSONDigest)),
 	}, nil
 }
 

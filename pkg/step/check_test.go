@@ -32,7 +32,7 @@ func TestChecksReadARealPlan(t *testing.T) {
 			}
 			checkDir := filepath.Join(t.TempDir(), "plan")
 			planFile := filepath.Join(filepath.Dir(mod.Dir), "tfplan")
-			if _, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: planFile, VarsFile: varsFile(t, "demo"), VarsDirs: []string{secretVarsDir(t)}, CheckInputDir: checkDir}); err != nil {
+			if _, err := r.Plan(ctx, mod, withSecretVars(t, step.PlanOptions{PlanFile: planFile, VarsFile: varsFile(t, "demo"), CheckInputDir: checkDir})); err != nil {
 				t.Fatalf("plan: %v\n%s", err, out.String())
 			}
 			planJSON := filepath.Join(checkDir, "plan.json")

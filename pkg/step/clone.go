@@ -186,7 +186,8 @@ func fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (s
 
 // gitAuth reads credentials: token (+ username) for http(s), identity and
 // known_hosts for ssh. Missing known_hosts is an error: host keys are always
-// checked.
+// checked. The token, user:token (what basic auth encodes) and the ssh key
+// are registered as secrets, in all their forms.
 func (r *Runner) gitAuth(url, dir string) (transport.AuthMethod, error) {
 	if dir == "" {
 		return nil, nil
@@ -211,12 +212,17 @@ func (r *Runner) gitAuth(url, dir string) (transport.AuthMethod, error) {
 		if user == "" {
 			user = "x-access-token"
 		}
+		// What basic auth sends: base64 of user:token (AddSecret adds it).
+		r.AddSecret(user + ":" + token)
 		return &githttp.BasicAuth{Username: user, Password: token}, nil
 	}
 	identity, ok, err := read("identity")
 	if err != nil || !ok {
 		return nil, fmt.Errorf("git credentials: the Secret has no \"identity\" key (an ssh private key) for an ssh URL (%v)", err)
 	}
+	// The key's lines and words are registered too (AddSecret): an error
+	// that quotes part of it is still redacted.
+	r.AddSecret(identity)
 	user := "git"
 	if i := strings.Index(url, "@"); i > 0 && !strings.Contains(url[:i], "/") {
 		user = url[:i]

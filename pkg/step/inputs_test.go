@@ -67,7 +67,7 @@ func TestInputsCarriedInTheChild(t *testing.T) {
 				t.Fatalf("init: %v\n%s", err, out.String())
 			}
 			planFile := filepath.Join(ws, "tfplan")
-			sum, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: planFile, VarsFile: varsOut, VarsDirs: []string{secretVarsDir(t)}, PlanSecret: "inputs-1-plan"})
+			sum, err := r.Plan(ctx, mod, withSecretVars(t, step.PlanOptions{PlanFile: planFile, VarsFile: varsOut, PlanSecret: "inputs-1-plan"}))
 			if err != nil {
 				t.Fatalf("plan: %v\n%s", err, out.String())
 			}

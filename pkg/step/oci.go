@@ -181,7 +181,8 @@ func (r *Runner) registryError(ref name.Reference, err error) error {
 
 // registryAuth reads the registry's credentials from the mounted Secret:
 // a .dockerconfigjson (the entry for host), or username and password.
-// Every credential is registered for redaction.
+// Every credential is registered for redaction, in all its forms
+// (AddSecret), with user:password, which basic auth encodes.
 func (r *Runner) registryAuth(host, dir string) (authn.Authenticator, error) {
 	if dir == "" {
 		return authn.Anonymous, nil
@@ -206,6 +207,9 @@ func (r *Runner) registryAuth(host, dir string) (authn.Authenticator, error) {
 		for _, v := range []string{cfg.Password, cfg.Auth, cfg.IdentityToken, cfg.RegistryToken} {
 			r.AddSecret(v)
 		}
+		if cfg.Password != "" {
+			r.AddSecret(cfg.Username + ":" + cfg.Password)
+		}
 		return authn.FromConfig(cfg), nil
 	}
 	user, uok, err := read("username")
@@ -221,7 +225,9 @@ func (r *Runner) registryAuth(host, dir string) (authn.Authenticator, error) {
 	}
 	pass = strings.TrimRight(pass, "\r\n")
 	r.AddSecret(pass)
-	r.AddSecret(base64.StdEncoding.EncodeToString([]byte(strings.TrimRight(user, "\r\n") + ":" + pass)))
+	// What basic auth and a docker config's auth hold: base64 of
+	// user:password (AddSecret adds it).
+	r.AddSecret(strings.TrimRight(user, "\r\n") + ":" + pass)
 	return authn.FromConfig(authn.AuthConfig{Username: strings.TrimRight(user, "\r\n"), Password: pass}), nil
 }
 

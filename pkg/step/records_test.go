@@ -64,7 +64,7 @@ func TestPlanKeepsRecords(t *testing.T) {
 			n := map[string]int{"terraform": 5, "tofu": 2}[name]
 			vars := filepath.Join(t.TempDir(), "vars.json")
 			write(t, vars, fmt.Sprintf(`{"n": %d}`, n))
-			sum, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: filepath.Join(filepath.Dir(dir), "tfplan"), VarsFile: vars, VarsDirs: []string{secretVarsDir(t)}, PlanSecret: "big-1-plan"})
+			sum, err := r.Plan(ctx, mod, withSecretVars(t, step.PlanOptions{PlanFile: filepath.Join(filepath.Dir(dir), "tfplan"), VarsFile: vars, PlanSecret: "big-1-plan"}))
 			if err != nil {
 				t.Fatalf("plan: %v", err)
 			}

@@ -4,8 +4,12 @@
 //
 // Secrets arrive as mounted files. Their values are read into memory, passed
 // to terraform through the environment of its own process or through files
-// in a private temporary directory, and redacted from everything the step
-// prints and from its error summary.
+// in a private temporary directory, and registered, with every form they may
+// be printed in (SecretForms), before terraform runs. They are redacted from
+// everything the step prints and from its failure summary (FailureSummary),
+// which is short and says where the whole text is. The plan as JSON that
+// people and checks read is masked (MaskPlanJSON); the plan in clear is a
+// record of its own.
 package step
 
 import (
@@ -19,7 +23,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -52,35 +55,18 @@ type Runner struct {
 	// backend did not take (0: DefaultStateRetry).
 	StateRetry time.Duration
 
-	secrets []string
-	mu      sync.Mutex
-}
-
-// AddSecret registers a value to redact from all output.
-func (r *Runner) AddSecret(v string) {
-	v = strings.TrimSpace(v)
-	if len(v) < 4 {
-		return
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.secrets = append(r.secrets, v)
-	// Longest first, so a secret containing another is redacted whole.
-	sort.Slice(r.secrets, func(i, j int) bool { return len(r.secrets[i]) > len(r.secrets[j]) })
-}
-
-// Redact replaces every registered secret in s.
-func (r *Runner) Redact(s string) string {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, v := range r.secrets {
-		s = strings.ReplaceAll(s, v, "***")
-	}
-	return s
+	// secrets are the registered secrets and their forms (AddSecret),
+	// known the same as a set; replacers redact them, by replacement,
+	// built again when a secret is added.
+	secrets   []string
+	known     map[string]bool
+	replacers map[string]*strings.Replacer
+	mu        sync.Mutex
 }
 
 // LoadEnvFiles reads NAME=PATH pairs: each file's content becomes the
-// variable NAME in terraform's environment, and a secret to redact.
+// variable NAME in terraform's environment, and a secret to redact in all
+// its forms (AddSecret).
 func (r *Runner) LoadEnvFiles(pairs []string) error {
 	for _, p := range pairs {
 		name, path, ok := strings.Cut(p, "=")

@@ -100,8 +100,13 @@ type PlanOptions struct {
 	PlanFile string
 	// VarsFile is a JSON object of variables (the inputs ConfigMap).
 	VarsFile string
-	// VarsDirs are mounted Secrets or ConfigMaps: each file is a variable.
+	// VarsDirs are mounted Secrets or ConfigMaps (spec.terraform.varsFrom,
+	// in order: a later one wins): each file is a variable.
 	VarsDirs []string
+	// SecretVarsDirs are those of VarsDirs that are Secrets: their values
+	// are registered as secrets (AddSecret) before terraform runs.
+	// ConfigMap values are not secrets.
+	SecretVarsDirs []string
 	// Destroy plans a destroy.
 	Destroy bool
 	// PlanSecret receives the readable plan, when set.
@@ -128,7 +133,8 @@ type PlanSummary struct {
 }
 
 // Plan runs terraform plan -out with -detailed-exitcode, stores the readable
-// plan and writes the results has-changes, digest and summary.
+// plan and the plan as JSON (storePlan) and writes the results has-changes,
+// digest, summary, inputs, plan-text-digest and plan-json-digest.
 func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummary, error) {
 	// A new plan may be applied once more.
 	if err := os.Remove(ApplyMarker(o.PlanFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
@@ -142,15 +148,17 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if err != nil {
 		return nil, err
 	}
-	if err := r.storePlan(ctx, m, o, sum, planJSON); err != nil {
+	stored, err := r.storePlan(ctx, m, o, sum, planJSON)
+	if err != nil {
 		return nil, err
 	}
 	inputs, err := inputsDigest(o, deps.vals)
 	if err != nil {
 		return nil, err
 	}
-	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs}
-	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs} {
+	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs,
+		TextDigest: stored.TextDigest, JSONDigest: stored.JSONDigest}
+	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs, results.PlanTextDigest, results.PlanJSONDigest} {
 		if err := r.WriteResult(name, res.Values()[name]); err != nil {
 			return nil, err
 		}
@@ -200,55 +208,73 @@ func (r *Runner) runPlan(ctx context.Context, m Module, o PlanOptions, deps depV
 	return sum, planJSON, nil
 }
 
+// storedPlan are the digests of the plan as kept for people and checks.
+type storedPlan struct {
+	// TextDigest is the digest of the readable plan, redacted.
+	TextDigest string
+	// JSONDigest is the digest of the plan as JSON, masked.
+	JSONDigest string
+}
+
 // storePlan keeps the plan where people and checks read it: the readable
-// plan's Secret, the checks' input, and the run's records.
-func (r *Runner) storePlan(ctx context.Context, m Module, o PlanOptions, sum *PlanSummary, planJSON []byte) error {
-	var text []byte
-	var err error
-	if (o.PlanSecret != "" && r.Kube != nil) || o.CheckInputDir != "" || r.Records != nil {
-		if text, _, err = r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile); err != nil {
-			return err
-		}
+// plan's Secret, the checks' input, and the run's records. What they read
+// is the readable plan redacted like the log and the plan as JSON masked
+// (MaskPlanJSON); the JSON as terraform wrote it is kept only as a record
+// of its own (records.KindPlanJSONSensitive), in the same Secret-backed
+// store, for the people who may read Secrets, and never given to checks.
+// It returns the digests of exactly the bytes kept.
+func (r *Runner) storePlan(ctx context.Context, m Module, o PlanOptions, sum *PlanSummary, planJSON []byte) (storedPlan, error) {
+	// Masked first: the values terraform marks sensitive are then
+	// redacted from the readable plan too.
+	masked, err := r.maskPlan(planJSON)
+	if err != nil {
+		return storedPlan{}, err
 	}
+	raw, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-no-color", o.PlanFile)
+	if err != nil {
+		return storedPlan{}, err
+	}
+	text := []byte(r.Redact(string(raw)))
 	if o.PlanSecret != "" && r.Kube != nil {
 		data := map[string][]byte{"plan.txt": TruncatePlan(text, MaxReadablePlan), "digest": []byte(sum.Digest)}
 		if err := r.Kube.WriteSecret(ctx, o.PlanSecret, infrav1.ComponentPlan, data); err != nil {
-			return err
+			return storedPlan{}, err
 		}
 	}
 	if o.CheckInputDir != "" {
-		if err := r.writeCheckInput(ctx, m, o, text); err != nil {
-			return err
+		if err := r.writeCheckInput(o.CheckInputDir, masked, text); err != nil {
+			return storedPlan{}, err
 		}
 	}
-	// The whole plan, kept past the run's pods: the readable plan redacted
-	// like the log (it is what people read), the JSON as terraform wrote
-	// it (for tools); both only ever in Secrets or encrypted objects.
-	if err := r.KeepRecord(ctx, records.KindPlanText, []byte(r.Redact(string(text)))); err != nil {
-		return fmt.Errorf("keeping the readable plan: %w", err)
+	for _, rec := range []struct {
+		kind records.Kind
+		data []byte
+		what string
+	}{
+		{records.KindPlanText, text, "the readable plan"},
+		{records.KindPlanJSON, masked, "the plan as JSON"},
+		{records.KindPlanJSONSensitive, planJSON, "the plan as JSON with its sensitive values"},
+	} {
+		if err := r.KeepRecord(ctx, rec.kind, rec.data); err != nil {
+			return storedPlan{}, fmt.Errorf("keeping %s: %w", rec.what, err)
+		}
 	}
-	if err := r.KeepRecord(ctx, records.KindPlanJSON, planJSON); err != nil {
-		return fmt.Errorf("keeping the plan as JSON: %w", err)
-	}
-	return nil
+	return storedPlan{TextDigest: BytesDigest(text), JSONDigest: BytesDigest(masked)}, nil
 }
 
-// writeCheckInput writes what the run's checks read: the plan as JSON and
-// the readable plan, in a directory of the workspace.
-func (r *Runner) writeCheckInput(ctx context.Context, m Module, o PlanOptions, text []byte) error {
-	js, _, err := r.tf(ctx, m.Dir, true, nil, "show", "-json", o.PlanFile)
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(o.CheckInputDir, 0o755); err != nil {
-		return fmt.Errorf("creating %s for the checks: %w", o.CheckInputDir, err)
+// writeCheckInput writes what the run's checks read: the plan as JSON,
+// masked, and the readable plan, redacted, in a directory of the
+// workspace.
+func (r *Runner) writeCheckInput(dir string, js, text []byte) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("creating %s for the checks: %w", dir, err)
 	}
 	for name, b := range map[string][]byte{"plan.json": js, "plan.txt": text} {
-		if err := os.WriteFile(filepath.Join(o.CheckInputDir, name), b, 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o644); err != nil {
 			return fmt.Errorf("writing the checks' %s: %w", name, err)
 		}
 	}
-	r.logf("plan: wrote plan.json (%d bytes) and plan.txt for the checks to %s", len(js), o.CheckInputDir)
+	r.logf("plan: wrote plan.json (%d bytes, sensitive values masked) and plan.txt for the checks to %s", len(js), dir)
 	return nil
 }
 
@@ -296,6 +322,22 @@ func (r *Runner) varFiles(o PlanOptions, deps map[string]string) ([]string, func
 	if len(o.VarsDirs) == 0 {
 		return files, noop, nil
 	}
+	vars, err := r.readVarsDirs(o)
+	if err != nil {
+		return nil, noop, err
+	}
+	b, _ := json.Marshal(vars)
+	path := filepath.Join(tmp, "vars-from.tfvars.json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return nil, noop, err
+	}
+	return append(files, path), noop, nil
+}
+
+// readVarsDirs reads the varsFrom variables, a later directory winning,
+// and registers the values of those in Secrets (SecretVarsDirs) as
+// secrets.
+func (r *Runner) readVarsDirs(o PlanOptions) (map[string]json.RawMessage, error) {
 	vars := map[string]json.RawMessage{}
 	for _, dir := range o.VarsDirs {
 		entries, err := os.ReadDir(dir)
@@ -303,8 +345,9 @@ func (r *Runner) varFiles(o PlanOptions, deps map[string]string) ([]string, func
 			if errors.Is(err, os.ErrNotExist) {
 				continue // an optional, missing Secret or ConfigMap
 			}
-			return nil, noop, err
+			return nil, err
 		}
+		secret := slices.Contains(o.SecretVarsDirs, dir)
 		for _, e := range entries {
 			if strings.HasPrefix(e.Name(), ".") {
 				continue
@@ -314,16 +357,13 @@ func (r *Runner) varFiles(o PlanOptions, deps map[string]string) ([]string, func
 				continue
 			}
 			v := strings.TrimRight(string(b), "\r\n")
-			r.AddSecret(v)
+			if secret {
+				r.AddSecret(v)
+			}
 			vars[e.Name()] = tfvarValue(v)
 		}
 	}
-	b, _ := json.Marshal(vars)
-	path := filepath.Join(tmp, "vars-from.tfvars.json")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		return nil, noop, err
-	}
-	return append(files, path), noop, nil
+	return vars, nil
 }
 
 func hasSensitive(deps []results.DependencyVar) bool {
@@ -387,6 +427,12 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 		}
 	}
 	return s, p.Configuration.RootModule.Variables, out, nil
+}
+
+// BytesDigest is "sha256:<hex>" of b.
+func BytesDigest(b []byte) string {
+	h := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(h[:])
 }
 
 // FileDigest is "sha256:<hex>" of a file.

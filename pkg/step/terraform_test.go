@@ -170,6 +170,16 @@ func secretVarsDir(t *testing.T) string {
 	return d
 }
 
+// withSecretVars adds to o a mounted Secret (varsFrom) holding the
+// sensitive variable.
+func withSecretVars(t *testing.T, o step.PlanOptions) step.PlanOptions {
+	t.Helper()
+	d := secretVarsDir(t)
+	o.VarsDirs = append(o.VarsDirs, d)
+	o.SecretVarsDirs = append(o.SecretVarsDirs, d)
+	return o
+}
+
 func newRunner(t *testing.T, bin, ns string, out *bytes.Buffer) *step.Runner {
 	t.Helper()
 	k, err := step.NewKube(kubeconfigPath, ns, nil)
@@ -199,7 +209,7 @@ func TestTerraformJourneys(t *testing.T) {
 			r := newRunner(t, bin, ns, &out)
 			mod := step.Module{Dir: workdir(t, r), Workspace: "default"}
 			planFile := filepath.Join(filepath.Dir(mod.Dir), "tfplan")
-			opts := step.PlanOptions{PlanFile: planFile, VarsFile: varsFile(t, "demo"), VarsDirs: []string{secretVarsDir(t)}, PlanSecret: "run-1-plan"}
+			opts := withSecretVars(t, step.PlanOptions{PlanFile: planFile, VarsFile: varsFile(t, "demo"), PlanSecret: "run-1-plan"})
 
 			if err := r.Init(ctx, mod, be); err != nil {
 				t.Fatalf("init: %v\n%s", err, out.String())
@@ -351,7 +361,7 @@ func TestFailingModuleSurfacesTerraformError(t *testing.T) {
 			if err := r.Init(ctx, mod, step.Backend{Namespace: ns, SecretSuffix: "fails"}); err != nil {
 				t.Fatalf("init: %v\n%s", err, out.String())
 			}
-			_, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: filepath.Join(t.TempDir(), "p"), VarsFile: varsFile(t, "NotLower"), VarsDirs: []string{secretVarsDir(t)}})
+			_, err := r.Plan(ctx, mod, withSecretVars(t, step.PlanOptions{PlanFile: filepath.Join(t.TempDir(), "p"), VarsFile: varsFile(t, "NotLower")}))
 			var tfErr *step.TerraformError
 			if !errors.As(err, &tfErr) {
 				t.Fatalf("err = %v, want a *TerraformError", err)
