@@ -77,8 +77,10 @@ const (
 	ReasonDependencyNotFound = "DependencyNotFound"
 	// ReasonDependencyCycle: spec.dependsOn leads back to this TerraformRun.
 	ReasonDependencyCycle = "DependencyCycle"
-	// ReasonCrossNamespaceDependency: a dependency in another namespace,
-	// which the manager does not allow (--allow-cross-namespace-dependencies).
+	// ReasonCrossNamespaceDependency: a dependency in another namespace
+	// that the manager does not allow (--allow-cross-namespace-dependencies)
+	// or whose target did not consent (its spec.allowDependentsFrom does not
+	// name this namespace; a target that does not exist reads the same).
 	ReasonCrossNamespaceDependency = "CrossNamespaceDependency"
 	// ReasonDependencyOutputs: the outputs spec.dependsOn selects cannot be
 	// given (a missing output, two dependencies giving one variable).

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 	"sigs.k8s.io/controller-runtime/pkg/healthz"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -33,12 +32,13 @@ import (
 // settings are the manager's flags.
 type settings struct {
 	engines, defaultEngine, namespaces string
-	metricsAddr, probeAddr, pprofAddr  string
+	probeAddr, pprofAddr               string
 	leaderElect, installCRDs           bool
 	maxConcurrent, burst               int
 	qps, memoryLimitRatio              float64
 	destroyTimeout, progressTimeout    time.Duration
-	maxActiveRuns                      int
+	maxActiveRuns, maxActiveRunsPerNS  int
+	metrics                            manager.MetricsOptions
 	minCheckInterval                   time.Duration
 	admissionPolicies, crossNSDeps     bool
 	shard                              manager.Shard
@@ -58,7 +58,9 @@ func main() {
 	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
-	flag.StringVar(&s.metricsAddr, "metrics-bind-address", ":8080", "Address of the metrics endpoint (0 disables it).")
+	flag.StringVar(&s.metrics.BindAddress, "metrics-bind-address", manager.DefaultMetricsAddress, "Address of the metrics endpoint (0 disables it).")
+	flag.BoolVar(&s.metrics.Secure, "metrics-secure", true, "Serve /metrics over HTTPS, only to a bearer token whose user may get /metrics (ClusterRole opr8r-metrics-reader), checked with the API server (TokenReview, SubjectAccessReview); false: plain HTTP that anyone who reaches the port reads (local development only).")
+	flag.StringVar(&s.metrics.CertDir, "metrics-cert-dir", "", "Directory with the metrics endpoint's tls.crt and tls.key (a mounted cert-manager Certificate Secret), reloaded when they change; empty or without them: a self-signed certificate made at start.")
 	flag.StringVar(&s.probeAddr, "health-probe-bind-address", ":8081", "Address of the health probes.")
 	flag.Float64Var(&s.memoryLimitRatio, "memory-limit-ratio", 0.9, "Soft memory limit for Go's garbage collector, as a fraction of the container's memory limit (0 disables; an explicit GOMEMLIMIT wins).")
 	flag.StringVar(&s.pprofAddr, "pprof-bind-address", "", "Address of Go's pprof endpoints, for profiling (empty: disabled).")
@@ -69,6 +71,7 @@ func main() {
 	flag.IntVar(&s.burst, "kube-api-burst", 100, "Client burst towards the API server.")
 	flag.DurationVar(&s.destroyTimeout, "destroy-timeout", controller.DefaultDestroyTimeout, "A deletion whose destroy runs longer is marked Stalled.")
 	flag.IntVar(&s.maxActiveRuns, "max-active-runs", 100, "Engine children (runs and scheduled checks) active at once across the manager; more wait, runs people asked for before scheduled checks (0: no cap).")
+	flag.IntVar(&s.maxActiveRunsPerNS, "max-active-runs-per-namespace", -1, "Engine children active at once in one namespace, its share of --max-active-runs, so that one namespace cannot take every slot (-1: a quarter of --max-active-runs, at least 1; 0: no share).")
 	flag.DurationVar(&s.minCheckInterval, "min-check-interval", controller.DefaultMinCheckInterval, "The shortest spec.interval honoured; shorter intervals are raised to it.")
 	flag.BoolVar(&s.admissionPolicies, "admission-policies", true, "opr8r's admission policies (config/policy) are installed, so the users they stamp on approvals and spec changes are trusted; false (a cluster without MutatingAdmissionPolicy): every decision counts as by an unknown user, and approval rules that need to know who decided cannot be met.")
 	flag.BoolVar(&s.crossNSDeps, "allow-cross-namespace-dependencies", false, "Let spec.dependsOn name TerraformRuns in other namespaces (off by default: a TerraformRun could otherwise order itself after, and read the outputs of, another tenant's runs; their step pods still need RBAC to read those outputs).")
@@ -97,7 +100,7 @@ func main() {
 }
 
 func run(s settings) error {
-	if err := s.shard.Validate(); err != nil {
+	if err := s.complete(); err != nil {
 		return err
 	}
 	restCfg, err := ctrl.GetConfig()
@@ -138,7 +141,8 @@ func run(s settings) error {
 	mgr, err := ctrl.NewManager(restCfg, ctrl.Options{
 		Scheme:                 scheme,
 		Cache:                  manager.ShardCacheOptions(nsList, enabled, s.shard),
-		Metrics:                metricsserver.Options{BindAddress: s.metricsAddr},
+		Client:                 manager.ClientOptions(),
+		Metrics:                s.metrics.ServerOptions(),
 		HealthProbeBindAddress: s.probeAddr,
 		PprofBindAddress:       s.pprofAddr,
 		LeaderElection:         s.leaderElect,
@@ -158,7 +162,7 @@ func run(s settings) error {
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
-		MaxActiveRuns: s.maxActiveRuns, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
+		MaxActiveRuns: s.maxActiveRuns, MaxActiveRunsPerNamespace: s.maxActiveRunsPerNS, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 	}); err != nil {
@@ -171,6 +175,21 @@ func run(s settings) error {
 		return err
 	}
 	return mgr.Start(ctrl.SetupSignalHandler())
+}
+
+// complete checks the settings and fills in the defaults that depend on
+// others.
+func (s *settings) complete() error {
+	if err := s.shard.Validate(); err != nil {
+		return err
+	}
+	if s.maxActiveRunsPerNS < 0 {
+		s.maxActiveRunsPerNS = controller.DefaultNamespaceShare(s.maxActiveRuns)
+	}
+	if !s.metrics.Secure && s.metrics.BindAddress != "0" {
+		ctrl.Log.WithName("setup").Info("metrics are served over plain HTTP to anyone who reaches the port (--metrics-secure=false): for local development only", "address", s.metrics.BindAddress)
+	}
+	return nil
 }
 
 // newObjectStore connects to the records' object store when one is

@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -79,11 +81,12 @@ type depState struct {
 
 // reconcileDependencies resolves spec.dependsOn from the cache: each
 // dependency must exist, be allowed (another namespace needs
-// --allow-cross-namespace-dependencies), lead to no cycle and be Ready for
-// its current spec; the outputs taken from it must be in its status. It
-// records what a new run would use (st.deps) and asks for a run
-// (DependencyChange) when a Ready dependency's outputs digest differs from
-// the one the latest run used. Sets DependenciesReady; reconcileStart
+// --allow-cross-namespace-dependencies and the dependency's consent, its
+// spec.allowDependentsFrom naming this run's namespace), lead to no cycle
+// and be Ready for its current spec; the outputs taken from it must be in
+// its status. It records what a new run would use (st.deps) and asks for a
+// run (DependencyChange) when a Ready dependency's outputs digest differs
+// from the one the latest run used. Sets DependenciesReady; reconcileStart
 // reports a dependency that blocks a wanted run in Reconciling or Stalled.
 func (r *TerraformRunReconciler) reconcileDependencies(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	if len(run.Spec.DependsOn) == 0 {
@@ -143,18 +146,14 @@ func (r *TerraformRunReconciler) resolveDependencies(ctx context.Context, run *i
 	for i, d := range run.Spec.DependsOn {
 		ns := dependencyNamespace(run, d)
 		name := depDisplay(run.Namespace, ns, d.Name)
-		if ns != run.Namespace && !r.AllowCrossNamespaceDependencies {
-			ds.block(stalling(infrav1.ReasonCrossNamespaceDependency,
-				"spec.dependsOn[%d] names TerraformRun %s in another namespace, which this manager does not allow: start it with --allow-cross-namespace-dependencies (Helm value allowCrossNamespaceDependencies), or depend on a TerraformRun in namespace %s", i, name, run.Namespace))
-			continue
-		}
-		dep := &infrav1.TerraformRun{}
-		if err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: d.Name}, dep); err != nil {
-			if !apierrors.IsNotFound(err) {
-				return ds, generic("GetDependency", err, "reading dependency %s", name)
+		dep, err := r.getDependency(ctx, run, i, d)
+		if err != nil {
+			var s *StallingError
+			var w *WaitingError
+			if !errors.As(err, &s) && !errors.As(err, &w) {
+				return ds, err
 			}
-			ds.block(waiting(infrav1.ReasonDependencyNotFound, dependencyRecheck,
-				"dependency %s (spec.dependsOn[%d]) does not exist%s; no run starts until it does", name, i, r.watchHint(ns)))
+			ds.block(err)
 			continue
 		}
 		if !lenient {
@@ -188,6 +187,54 @@ func (r *TerraformRunReconciler) resolveDependencies(ctx context.Context, run *i
 		ds.change = nil
 	}
 	return ds, nil
+}
+
+// getDependency reads spec.dependsOn[i] of run from the cache. It fails
+// stalling (CrossNamespaceDependency) for a dependency in another namespace
+// unless the manager allows such dependencies and the dependency consents
+// (its spec.allowDependentsFrom lists run's namespace); one that does not
+// exist there fails alike, so that no tenant learns what another
+// namespace holds. A missing dependency in run's own namespace fails
+// waiting (DependencyNotFound); other errors are generic.
+func (r *TerraformRunReconciler) getDependency(ctx context.Context, run *infrav1.TerraformRun, i int, d infrav1.Dependency) (*infrav1.TerraformRun, error) {
+	ns := dependencyNamespace(run, d)
+	name := depDisplay(run.Namespace, ns, d.Name)
+	if ns != run.Namespace && !r.AllowCrossNamespaceDependencies {
+		return nil, stalling(infrav1.ReasonCrossNamespaceDependency,
+			"spec.dependsOn[%d] names TerraformRun %s in another namespace, which this manager does not allow: start it with --allow-cross-namespace-dependencies (Helm value allowCrossNamespaceDependencies), or depend on a TerraformRun in namespace %s", i, name, run.Namespace)
+	}
+	dep := &infrav1.TerraformRun{}
+	err := r.Get(ctx, client.ObjectKey{Namespace: ns, Name: d.Name}, dep)
+	switch {
+	case err != nil && !apierrors.IsNotFound(err):
+		return nil, generic("GetDependency", err, "reading dependency %s", name)
+	case ns != run.Namespace && (err != nil || !consents(dep, run.Namespace)):
+		return nil, stalling(infrav1.ReasonCrossNamespaceDependency,
+			"spec.dependsOn[%d] names TerraformRun %s, which does not exist%s or does not let TerraformRuns of namespace %s depend on it: its owners must list %s in its spec.allowDependentsFrom, or depend on a TerraformRun in namespace %s",
+			i, name, r.watchHint(ns), run.Namespace, run.Namespace, run.Namespace)
+	case err != nil:
+		return nil, waiting(infrav1.ReasonDependencyNotFound, dependencyRecheck,
+			"dependency %s (spec.dependsOn[%d]) does not exist%s; no run starts until it does", name, i, r.watchHint(ns))
+	}
+	return dep, nil
+}
+
+// consents says whether dep lets TerraformRuns of namespace ns depend on
+// it: its own namespace's always, another's only when listed in
+// spec.allowDependentsFrom, by name (no wildcard: the API refuses "*").
+func consents(dep *infrav1.TerraformRun, ns string) bool {
+	return dep.Namespace == ns || slices.Contains(dep.Spec.AllowDependentsFrom, ns)
+}
+
+// crossNamespaceAllowed says whether a dependency edge from namespace ns
+// to target counts: always within a namespace, across namespaces only on a
+// manager that allows them and with target's consent (nil: it does not
+// exist).
+func (r *TerraformRunReconciler) crossNamespaceAllowed(ns string, target *infrav1.TerraformRun) bool {
+	if target == nil {
+		return false
+	}
+	return target.Namespace == ns || (r.AllowCrossNamespaceDependencies && consents(target, ns))
 }
 
 // dependencyRecheck is how often a missing dependency is looked for again,
@@ -331,61 +378,97 @@ func dependencyChange(run *infrav1.TerraformRun, d infrav1.Dependency, name stri
 }
 
 // findCycle walks spec.dependsOn from run in the cache and returns the
-// cycle that leads back to run, as "a -> b -> a", or "". Cycles further
-// down that do not include run are the business of their own members (run
-// then waits on one of them, which is Stalled).
+// cycle that leads back to run, as "a -> b -> a", or "". Only edges that
+// count are walked: one into another namespace needs the target's consent
+// (crossNamespaceAllowed), so the walk reads nothing of a namespace that
+// did not consent. Cycles further down that do not include run are the
+// business of their own members (run then waits on one of them, which is
+// Stalled).
 func (r *TerraformRunReconciler) findCycle(ctx context.Context, run *infrav1.TerraformRun) (string, error) {
-	start := depKey(run.Namespace, run.Name)
-	seen := map[string]bool{}
-	var path []string
-	var walk func(ns string, deps []infrav1.Dependency, depth int) (bool, error)
-	walk = func(ns string, deps []infrav1.Dependency, depth int) (bool, error) {
-		if depth > maxDependencyDepth {
-			return false, nil
-		}
-		for _, d := range deps {
-			dns := d.Namespace
-			if dns == "" {
-				dns = ns
-			}
-			k := depKey(dns, d.Name)
-			path = append(path, depDisplay(run.Namespace, dns, d.Name))
-			if k == start {
-				return true, nil
-			}
-			if !seen[k] {
-				seen[k] = true
-				next := &infrav1.TerraformRun{}
-				err := r.Get(ctx, client.ObjectKey{Namespace: dns, Name: d.Name}, next)
-				if err != nil && !apierrors.IsNotFound(err) {
-					return false, generic("GetDependency", err, "reading dependency %s", k)
-				}
-				if err == nil {
-					if found, err := walk(dns, next.Spec.DependsOn, depth+1); found || err != nil {
-						return found, err
-					}
-				}
-			}
-			path = path[:len(path)-1]
-		}
-		return false, nil
-	}
-	found, err := walk(run.Namespace, run.Spec.DependsOn, 0)
+	w := &cycleWalk{r: r, start: run, seen: map[string]bool{}}
+	found, err := w.walk(ctx, run.Namespace, run.Spec.DependsOn, 0)
 	if err != nil || !found {
 		return "", err
 	}
-	return strings.Join(append([]string{run.Name}, path...), " -> "), nil
+	return strings.Join(append([]string{run.Name}, w.path...), " -> "), nil
 }
 
-// reconcileDependents makes the deletion of a TerraformRun that others
-// depend on wait, before its destroy starts, until those dependents are
-// gone: they may still need its infrastructure, and their own destroy its
-// outputs. The annotation infra.opr8r.io/ignore-dependents=true destroys at
-// once. Deletions that destroy nothing (Retain, planOnly, skip-destroy,
-// nothing applied) never wait, and a dependency never waits for its
-// dependents' dependencies. Sets Reconciling (DependentsExist) while all
-// the dependents are being deleted, Stalled (DependentsExist) while one is
-// not; ends the pass while it waits.
+// cycleWalk is findCycle's depth-first walk: the runs seen, and the path
+// from the start.
+type cycleWalk struct {
+	r     *TerraformRunReconciler
+	start *infrav1.TerraformRun
+	seen  map[string]bool
+	path  []string
+}
+
+// walk follows deps, the dependencies of a run in namespace ns, and
+// reports whether one leads back to the start.
+func (w *cycleWalk) walk(ctx context.Context, ns string, deps []infrav1.Dependency, depth int) (bool, error) {
+	if depth > maxDependencyDepth {
+		return false, nil
+	}
+	start := depKey(w.start.Namespace, w.start.Name)
+	for _, d := range deps {
+		dns := d.Namespace
+		if dns == "" {
+			dns = ns
+		}
+		k := depKey(dns, d.Name)
+		if w.seen[k] {
+			continue
+		}
+		next, err := w.get(ctx, k, dns, d.Name)
+		if err != nil {
+			return false, err
+		}
+		if dns != ns && !w.r.crossNamespaceAllowed(ns, next) {
+			continue
+		}
+		w.path = append(w.path, depDisplay(w.start.Namespace, dns, d.Name))
+		if k == start {
+			return true, nil
+		}
+		w.seen[k] = true
+		if next != nil {
+			if found, err := w.walk(ctx, dns, next.Spec.DependsOn, depth+1); found || err != nil {
+				return found, err
+			}
+		}
+		w.path = w.path[:len(w.path)-1]
+	}
+	return false, nil
+}
+
+// get reads a run of the walk from the cache (the start as it is); nil
+// when it does not exist.
+func (w *cycleWalk) get(ctx context.Context, k, ns, name string) (*infrav1.TerraformRun, error) {
+	if k == depKey(w.start.Namespace, w.start.Name) {
+		return w.start, nil
+	}
+	next := &infrav1.TerraformRun{}
+	if err := w.r.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, next); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil, nil
+		}
+		return nil, generic("GetDependency", err, "reading dependency %s", k)
+	}
+	return next, nil
+}
+
+// reconcileDependents makes the deletion of a TerraformRun that others in
+// its namespace depend on wait, before its destroy starts, until those
+// dependents are gone: they may still need its infrastructure, and their
+// own destroy its outputs. A dependent in another namespace never holds a
+// destroy back (a tenant could otherwise keep another's infrastructure
+// alive): it is named in the message when local ones are waited for, and
+// in a DependentsIgnored Event when the destroy goes on. The annotation
+// infra.opr8r.io/ignore-dependents=true destroys at once. Deletions that
+// destroy nothing (Retain, planOnly, skip-destroy, nothing applied) never
+// wait, and a dependency never waits for its dependents' dependencies.
+// Sets Reconciling (DependentsExist) while all the dependents are being
+// deleted, Stalled (DependentsExist) while one is not; ends the pass while
+// it waits.
 func (r *TerraformRunReconciler) reconcileDependents(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	cur := run.Status.Run
 	switch {
@@ -394,43 +477,62 @@ func (r *TerraformRunReconciler) reconcileDependents(ctx context.Context, run *i
 		cur != nil && cur.Type == infrav1.RunDestroy:
 		return ctrl.Result{}, nil
 	}
-	dependents, being, err := r.dependents(ctx, run)
-	if err != nil || len(dependents) == 0 {
+	ds, err := r.dependents(ctx, run)
+	if err != nil {
 		return ctrl.Result{}, err
+	}
+	ignored := ""
+	if len(ds.foreign) > 0 {
+		ignored = fmt.Sprintf("; TerraformRuns of other namespaces that depend on this one never hold back its destroy: %s", strings.Join(ds.foreign, ", "))
+	}
+	if len(ds.local) == 0 {
+		if ignored != "" {
+			r.event(run, "Normal", "DependentsIgnored", "Destroy", "destroying"+ignored)
+		}
+		return ctrl.Result{}, nil
 	}
 	st.stop = true
 	hatch := fmt.Sprintf("to destroy now, run: kubectl annotate tfrun %s %s=true", run.Name, infrav1.IgnoreDependentsAnnotation)
-	if being == len(dependents) {
+	if ds.deleting == len(ds.local) {
 		st.report(deleting, infrav1.ReasonDependentsExist,
-			fmt.Sprintf("waiting for the TerraformRuns that depend on this one to be deleted before destroying: %s; %s", strings.Join(dependents, ", "), hatch))
+			fmt.Sprintf("waiting for the TerraformRuns that depend on this one to be deleted before destroying: %s; %s%s", strings.Join(ds.local, ", "), hatch, ignored))
 		return ctrl.Result{}, nil
 	}
 	return ctrl.Result{}, stalling(infrav1.ReasonDependentsExist,
-		"TerraformRuns depend on this one: %s; delete them first (their destroy may need this one's infrastructure and outputs), or %s", strings.Join(dependents, ", "), hatch)
+		"TerraformRuns depend on this one: %s; delete them first (their destroy may need this one's infrastructure and outputs), or %s%s", strings.Join(ds.local, ", "), hatch, ignored)
 }
 
-// dependents lists the TerraformRuns that name run in spec.dependsOn (in
-// another namespace only where the manager allows such dependencies), and
-// how many of them are being deleted.
-func (r *TerraformRunReconciler) dependents(ctx context.Context, run *infrav1.TerraformRun) ([]string, int, error) {
+// dependentsOf are the TerraformRuns that name a run in spec.dependsOn:
+// those of its namespace (local), how many of them are being deleted, and
+// those of other namespaces (foreign, as namespace/name).
+type dependentsOf struct {
+	local, foreign []string
+	deleting       int
+}
+
+// dependents lists the TerraformRuns that name run in spec.dependsOn.
+func (r *TerraformRunReconciler) dependents(ctx context.Context, run *infrav1.TerraformRun) (dependentsOf, error) {
+	var out dependentsOf
 	list := &infrav1.TerraformRunList{}
 	if err := r.List(ctx, list, client.MatchingFields{DependsOnIndex: depKey(run.Namespace, run.Name)}); err != nil {
-		return nil, 0, generic("ListDependents", err, "listing the dependents of %s", run.Name)
+		return out, generic("ListDependents", err, "listing the dependents of %s", run.Name)
 	}
-	var out []string
-	deleting := 0
 	for i := range list.Items {
 		d := &list.Items[i]
-		if d.UID == run.UID || (d.Namespace != run.Namespace && !r.AllowCrossNamespaceDependencies) {
-			continue
-		}
-		out = append(out, depDisplay(run.Namespace, d.Namespace, d.Name))
-		if !d.DeletionTimestamp.IsZero() {
-			deleting++
+		switch {
+		case d.UID == run.UID:
+		case d.Namespace != run.Namespace:
+			out.foreign = append(out.foreign, depDisplay(run.Namespace, d.Namespace, d.Name))
+		default:
+			out.local = append(out.local, d.Name)
+			if !d.DeletionTimestamp.IsZero() {
+				out.deleting++
+			}
 		}
 	}
-	sort.Strings(out)
-	return out, deleting, nil
+	sort.Strings(out.local)
+	sort.Strings(out.foreign)
+	return out, nil
 }
 
 // relatedRuns maps a TerraformRun's event to the runs it concerns: its

@@ -8,6 +8,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -37,6 +38,13 @@ func consumer(name string, deps ...infrav1.Dependency) *infrav1.TerraformRun {
 	c := aRun(name)
 	c.Spec.DependsOn = deps
 	return c
+}
+
+// consenting is run letting the TerraformRuns of the given namespaces
+// depend on it (spec.allowDependentsFrom).
+func consenting(run *infrav1.TerraformRun, namespaces ...string) *infrav1.TerraformRun {
+	run.Spec.AllowDependentsFrom = namespaces
+	return run
 }
 
 func all(name string) infrav1.Dependency {
@@ -86,6 +94,7 @@ func TestReconcileDependencies(t *testing.T) {
 	cases := map[string]struct {
 		deps        []infrav1.Dependency
 		objs        []client.Object
+		self        func(*infrav1.TerraformRun)
 		crossNS     bool
 		wantCond    string
 		wantMsg     string
@@ -126,11 +135,52 @@ func TestReconcileDependencies(t *testing.T) {
 			objs:     []client.Object{producer("net", "infra", "d1", false)},
 			wantCond: "False/CrossNamespaceDependency", wantBlocked: "--allow-cross-namespace-dependencies",
 		},
-		"another namespace with the flag": {
+		"another namespace with the flag and its consent": {
 			deps: []infrav1.Dependency{{Name: "net", Namespace: "infra", Outputs: &infrav1.DependencyOutputs{All: true}}},
-			objs: []client.Object{producer("net", "infra", "d1", false, "vpc_id")}, crossNS: true,
+			objs: []client.Object{consenting(producer("net", "infra", "d1", false, "vpc_id"), "other", "ns")}, crossNS: true,
 			wantCond: "True/DependenciesReady", wantMsg: "every dependency is Ready: infra/net",
 			wantDeps: []engine.Dependency{{Name: "net", Namespace: "infra", SecretName: "net-outputs", Vars: []engine.DependencyVar{{Output: "vpc_id", Variable: "vpc_id"}}}},
+		},
+		"another namespace with the flag, without its consent": {
+			deps: []infrav1.Dependency{{Name: "net", Namespace: "infra", Outputs: &infrav1.DependencyOutputs{All: true}}},
+			objs: []client.Object{producer("net", "infra", "d1", false, "vpc_id")}, crossNS: true,
+			wantCond: "False/CrossNamespaceDependency",
+			wantBlocked: "spec.dependsOn[0] names TerraformRun infra/net, which does not exist or does not let TerraformRuns of namespace ns depend on it: " +
+				"its owners must list ns in its spec.allowDependentsFrom",
+		},
+		"another namespace with the flag, consent for another namespace only": {
+			deps: []infrav1.Dependency{{Name: "net", Namespace: "infra"}},
+			objs: []client.Object{consenting(producer("net", "infra", "d1", false, "vpc_id"), "other")}, crossNS: true,
+			wantCond: "False/CrossNamespaceDependency", wantBlocked: "its owners must list ns in its spec.allowDependentsFrom",
+		},
+		"another namespace with the flag, not there: the same words": {
+			deps: []infrav1.Dependency{{Name: "net", Namespace: "infra"}}, crossNS: true,
+			wantCond: "False/CrossNamespaceDependency", wantBlocked: "infra/net, which does not exist or does not let",
+		},
+		"another namespace with its consent, without the flag": {
+			deps:     []infrav1.Dependency{{Name: "net", Namespace: "infra"}},
+			objs:     []client.Object{consenting(producer("net", "infra", "d1", false, "vpc_id"), "ns")},
+			wantCond: "False/CrossNamespaceDependency", wantBlocked: "--allow-cross-namespace-dependencies",
+		},
+		"a cycle through another namespace that consents": {
+			deps: []infrav1.Dependency{{Name: "b", Namespace: "infra"}},
+			objs: []client.Object{func() client.Object {
+				b := consenting(consumer("b", infrav1.Dependency{Name: "a", Namespace: "ns"}), "ns")
+				b.Namespace = "infra"
+				return b
+			}()},
+			self:     func(a *infrav1.TerraformRun) { a.Spec.AllowDependentsFrom = []string{"infra"} },
+			crossNS:  true,
+			wantCond: "False/DependencyCycle", wantBlocked: "spec.dependsOn makes a cycle: a -> infra/b -> a",
+		},
+		"no cycle through an edge without consent": {
+			deps: []infrav1.Dependency{{Name: "b", Namespace: "infra"}},
+			objs: []client.Object{func() client.Object {
+				b := consenting(producer("b", "infra", "d1", false), "ns")
+				b.Spec.DependsOn = []infrav1.Dependency{{Name: "a", Namespace: "ns"}}
+				return b
+			}()},
+			crossNS: true, wantCond: "True/DependenciesReady",
 		},
 		"a selected output the dependency does not have": {
 			deps:     []infrav1.Dependency{{Name: "net", Outputs: &infrav1.DependencyOutputs{Select: []infrav1.OutputVariable{{Output: "subnet"}}}}},
@@ -154,6 +204,9 @@ func TestReconcileDependencies(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			run := consumer("a", tc.deps...)
+			if tc.self != nil {
+				tc.self(run)
+			}
 			r, _ := newReconciler(t, &fakeEngine{}, append(tc.objs, run.DeepCopy())...)
 			r.AllowCrossNamespaceDependencies = tc.crossNS
 			st, _, err := runSub(r, run, r.reconcileDependencies)
@@ -296,13 +349,22 @@ func TestReconcileDependents(t *testing.T) {
 		o.DeletionTimestamp = &now
 		return o
 	}
+	// foreign is a TerraformRun of namespace ns that depends on net in ns.
+	foreign := func(name, ns string) client.Object {
+		c := consumer(name, infrav1.Dependency{Name: "net", Namespace: "ns"})
+		c.Namespace = ns
+		return c
+	}
 	cases := map[string]struct {
 		annotate   bool
 		dependents []client.Object
 		applied    bool
+		crossNS    bool
 		wantStop   bool
 		wantErr    string
+		wantMsg    string
 		wantCond   string
+		wantEvents []string
 	}{
 		"no dependents: the destroy goes on": {applied: true},
 		"a dependent that stays: Stalled, naming it and the hatch": {
@@ -320,6 +382,16 @@ func TestReconcileDependents(t *testing.T) {
 			applied: true, annotate: true, dependents: []client.Object{consumer("app", infrav1.Dependency{Name: "net"})},
 		},
 		"nothing to destroy: no wait": {dependents: []client.Object{consumer("app", infrav1.Dependency{Name: "net"})}},
+		"a dependent in another namespace: the destroy goes on, and an Event says so": {
+			applied: true, crossNS: true, dependents: []client.Object{foreign("edge", "team")},
+			wantEvents: []string{"Normal DependentsIgnored destroying; TerraformRuns of other namespaces that depend on this one never hold back its destroy: team/edge"},
+		},
+		"local and foreign dependents: Stalled for the local one, naming the foreign": {
+			applied: true, crossNS: true, wantStop: true,
+			dependents: []client.Object{consumer("app", infrav1.Dependency{Name: "net"}), foreign("edge", "team")},
+			wantErr:    "TerraformRuns depend on this one: app; delete them first",
+			wantMsg:    "; TerraformRuns of other namespaces that depend on this one never hold back its destroy: team/edge",
+		},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -333,9 +405,24 @@ func TestReconcileDependents(t *testing.T) {
 			}
 			deleting(p)
 			r, _ := newReconciler(t, &fakeEngine{}, append(tc.dependents, p.DeepCopy())...)
+			r.AllowCrossNamespaceDependencies = tc.crossNS
+			rec := events.NewFakeRecorder(10)
+			r.Recorder = rec
 			st, _, err := runSub(r, p, r.reconcileDependents)
 			if (tc.wantErr == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
 				t.Fatalf("err = %v, want %q", err, tc.wantErr)
+			}
+			if err != nil && !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("err = %v, want %q", err, tc.wantMsg)
+			}
+			var got []string
+			for len(rec.Events) > 0 {
+				if e := <-rec.Events; strings.Contains(e, "DependentsIgnored") {
+					got = append(got, e)
+				}
+			}
+			if diff := cmp.Diff(tc.wantEvents, got); diff != "" {
+				t.Errorf("events (-want +got):\n%s", diff)
 			}
 			if err != nil && !strings.Contains(err.Error(), infrav1.IgnoreDependentsAnnotation+"=true") {
 				t.Errorf("the message does not name the escape hatch: %v", err)

@@ -35,6 +35,10 @@ var (
 		Name: "opr8r_queued_runs",
 		Help: "Runs waiting for a --max-active-runs slot, by kind (run, check).",
 	}, []string{"kind"})
+	shareHeldRuns = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "opr8r_share_held_runs",
+		Help: "Runs waiting because their namespace holds its --max-active-runs-per-namespace share of the slots.",
+	})
 	queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "opr8r_queue_wait_seconds",
 		Help:    "Time runs waited for a --max-active-runs slot, by kind (run, check).",
@@ -45,5 +49,5 @@ var (
 // RegisterMetrics adds opr8r's metrics to controller-runtime's registry,
 // which the manager serves on its metrics endpoint.
 func RegisterMetrics() {
-	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, queueWait)
+	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, shareHeldRuns, queueWait)
 }

@@ -1,7 +1,9 @@
 package controller
 
 import (
+	"container/heap"
 	"context"
+	"fmt"
 	"slices"
 	"sort"
 	"sync"
@@ -24,16 +26,23 @@ const (
 
 // Limiter caps the children that are active at once across the whole
 // manager (--max-active-runs), so that a thousand scheduled checks never
-// become a thousand pods at once. A run takes a slot before its child is
-// created and gives it back when the child has finished; waiting runs are
-// served by priority, then first come first served. It lives in memory:
-// after a restart, Warm counts the children that are active before any slot
-// is given out.
+// become a thousand pods at once, and the children of one namespace
+// (--max-active-runs-per-namespace), so that one tenant cannot take every
+// slot. A run takes a slot before its child is created and gives it back
+// when the child has finished. Waiting runs are served by priority, then
+// the run of the namespace holding the fewest slots, then first come first
+// served; a run whose namespace holds its share waits whatever is free. It
+// lives in memory: after a restart, Warm counts the children that are
+// active before any slot is given out.
 type Limiter struct {
-	mu      sync.Mutex
-	max     int
-	warm    bool
-	active  map[string]bool // child keys holding a slot
+	mu    sync.Mutex
+	max   int
+	share int
+	warm  bool
+	// active are the child keys holding a slot; held counts them by
+	// namespace.
+	active  map[string]bool
+	held    map[string]int
 	waiting map[types.NamespacedName]waiter
 	// wake receives the TerraformRuns to reconcile when a slot frees.
 	wake chan<- event.GenericEvent
@@ -51,26 +60,74 @@ type waiter struct {
 // staleWaiter is how long a waiter stays queued without asking again.
 const staleWaiter = 3 * queueRetry
 
-// NewLimiter returns a limiter of max active children (0: no limit) that
-// sends the TerraformRuns it wakes to wake.
-func NewLimiter(max int, wake chan<- event.GenericEvent) *Limiter {
-	return &Limiter{max: max, active: map[string]bool{}, waiting: map[types.NamespacedName]waiter{}, wake: wake, now: time.Now}
+// NewLimiter returns a limiter of max active children (0: no limit), at
+// most share of them in one namespace (0: no share), that sends the
+// TerraformRuns it wakes to wake.
+func NewLimiter(max, share int, wake chan<- event.GenericEvent) *Limiter {
+	return &Limiter{max: max, share: share, active: map[string]bool{}, held: map[string]int{},
+		waiting: map[types.NamespacedName]waiter{}, wake: wake, now: time.Now}
 }
+
+// DefaultNamespaceShare is --max-active-runs-per-namespace when it is not
+// given: a quarter of max, at least 1; no share without a cap.
+func DefaultNamespaceShare(limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	return max(limit/4, 1)
+}
+
+// enabled says whether the limiter holds anything back.
+func (l *Limiter) enabled() bool { return l != nil && (l.max > 0 || l.share > 0) }
 
 func childKey(ns, child string) string { return ns + "/" + child }
 
+// Wait says why a run waits for a slot, for its Queued condition.
+type Wait struct {
+	// Position is the run's place among the waiting runs (from 1), in the
+	// order slots are given; Waiting is how many wait.
+	Position, Waiting int
+	// Max is --max-active-runs (0: no cap).
+	Max int
+	// Namespace is set when the run waits for its namespace, which holds
+	// Held slots and would take the rest of its Share
+	// (--max-active-runs-per-namespace) with runs queued ahead of it.
+	Namespace   string
+	Held, Share int
+}
+
+// String says why the run waits, naming the flag that holds it back.
+func (w Wait) String() string {
+	if w.Namespace == "" {
+		return fmt.Sprintf("position %d of %d waiting for one of the %d slots of --max-active-runs", w.Position, w.Waiting, w.Max)
+	}
+	held := fmt.Sprintf("%d active", w.Held)
+	if ahead := w.Share - w.Held; ahead > 0 {
+		held += fmt.Sprintf(" and %d queued ahead", ahead)
+	}
+	return fmt.Sprintf("namespace %s holds its share of the slots (--max-active-runs-per-namespace=%d: %s); position %d of %d waiting",
+		w.Namespace, w.Share, held, w.Position, w.Waiting)
+}
+
 // Acquire asks for a slot for run's next child. It reports whether the
 // slot is given and, when not, the run's place in the queue (from 1) and
-// how many wait.
+// how many wait (Claim also says why).
 func (l *Limiter) Acquire(run types.NamespacedName, child string, prio int) (bool, int, int) {
-	if l == nil || l.max <= 0 {
-		return true, 0, 0
+	ok, w := l.Claim(run, child, prio)
+	return ok, w.Position, w.Waiting
+}
+
+// Claim asks for a slot for run's next child. It reports whether the slot
+// is given and, when not, why the run waits.
+func (l *Limiter) Claim(run types.NamespacedName, child string, prio int) (bool, Wait) {
+	if !l.enabled() {
+		return true, Wait{}
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := childKey(run.Namespace, child)
 	if l.active[key] {
-		return true, 0, 0
+		return true, Wait{}
 	}
 	w, ok := l.waiting[run]
 	if !ok || w.prio != prio {
@@ -78,34 +135,50 @@ func (l *Limiter) Acquire(run types.NamespacedName, child string, prio int) (boo
 	}
 	w.seen = l.now()
 	l.waiting[run] = w
-	order := l.order()
-	pos := slices.Index(order, run) + 1
-	if l.warm && len(l.active) < l.max && pos <= l.max-len(l.active) {
+	q := l.plan()
+	pos := slices.Index(q.order, run) + 1
+	if l.warm && pos > 0 && pos <= q.eligible && pos <= l.free(q.eligible) {
 		delete(l.waiting, run)
 		l.active[key] = true
+		l.held[run.Namespace]++
 		queueWait.WithLabelValues(prioName(prio)).Observe(l.now().Sub(w.since).Seconds())
-		l.gauges()
-		return true, 0, 0
+		l.gauges(&q)
+		return true, Wait{}
 	}
-	l.gauges()
-	return false, pos, len(order)
+	l.gauges(&q)
+	wait := Wait{Position: pos, Waiting: len(q.order), Max: l.max}
+	if pos > q.eligible {
+		wait.Namespace, wait.Held, wait.Share = run.Namespace, l.held[run.Namespace], l.share
+	}
+	return false, wait
+}
+
+// free is how many slots may be given now: up to n without a cap.
+func (l *Limiter) free(n int) int {
+	if l.max <= 0 {
+		return n
+	}
+	return max(l.max-len(l.active), 0)
 }
 
 // Hold records a child seen active (after a restart, or adopted).
 func (l *Limiter) Hold(ns, child string) {
-	if l == nil || l.max <= 0 {
+	if !l.enabled() {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.active[childKey(ns, child)] = true
-	l.gauges()
+	if key := childKey(ns, child); !l.active[key] {
+		l.active[key] = true
+		l.held[ns]++
+	}
+	l.gauges(nil)
 }
 
 // Release gives a finished child's slot back and wakes the runs that may
 // now take it.
 func (l *Limiter) Release(ns, child string) {
-	if l == nil || l.max <= 0 {
+	if !l.enabled() {
 		return
 	}
 	l.mu.Lock()
@@ -115,8 +188,10 @@ func (l *Limiter) Release(ns, child string) {
 		return
 	}
 	delete(l.active, key)
-	l.gauges()
-	next := l.head(l.max - len(l.active))
+	if l.held[ns]--; l.held[ns] <= 0 {
+		delete(l.held, ns)
+	}
+	next := l.head()
 	l.mu.Unlock()
 	l.notify(next)
 }
@@ -124,13 +199,13 @@ func (l *Limiter) Release(ns, child string) {
 // Forget drops a run from the queue (it was deleted, or no longer wants
 // a run).
 func (l *Limiter) Forget(run types.NamespacedName) {
-	if l == nil || l.max <= 0 {
+	if !l.enabled() {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	delete(l.waiting, run)
-	l.gauges()
+	l.gauges(nil)
 }
 
 // Warm marks the limiter ready once the children active at start are held,
@@ -141,7 +216,7 @@ func (l *Limiter) Warm() {
 	}
 	l.mu.Lock()
 	l.warm = true
-	next := l.head(l.max - len(l.active))
+	next := l.head()
 	l.mu.Unlock()
 	l.notify(next)
 }
@@ -156,37 +231,111 @@ func (l *Limiter) Active() int {
 	return len(l.active)
 }
 
-func (l *Limiter) order() []types.NamespacedName {
-	out := make([]types.NamespacedName, 0, len(l.waiting))
+// queue is the waiting runs in the order slots go to them: the first
+// eligible may take one (their namespaces are under their share), the
+// rest wait for their namespace's slots whatever is free.
+type queue struct {
+	order    []types.NamespacedName
+	eligible int
+}
+
+// plan orders the waiting runs (dropping those that stopped asking) as
+// slots would be given one by one: of the runs of highest priority, the
+// one whose namespace then holds the fewest slots, then the first come;
+// a namespace that reaches its share gives no more, and its other runs go
+// last.
+func (l *Limiter) plan() queue {
+	byNS := map[string][]types.NamespacedName{}
 	for k, w := range l.waiting {
 		if l.now().Sub(w.seen) > staleWaiter {
 			delete(l.waiting, k)
 			continue
 		}
-		out = append(out, k)
+		byNS[k.Namespace] = append(byNS[k.Namespace], k)
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := l.waiting[out[i]], l.waiting[out[j]]
-		if a.prio != b.prio {
-			return a.prio < b.prio
+	h := &nsHeap{l: l}
+	var held []types.NamespacedName
+	// next queues a namespace's runs for slots, or, at its share, last.
+	next := func(n *nsQueue) {
+		switch {
+		case len(n.runs) == 0:
+		case l.share > 0 && n.held >= l.share:
+			held = append(held, n.runs...)
+		default:
+			heap.Push(h, n)
 		}
-		if !a.since.Equal(b.since) {
-			return a.since.Before(b.since)
-		}
-		return out[i].String() < out[j].String()
-	})
-	return out
+	}
+	for ns, runs := range byNS {
+		sort.Slice(runs, func(i, j int) bool { return l.before(runs[i], runs[j]) })
+		next(&nsQueue{ns: ns, runs: runs, held: l.held[ns]})
+	}
+	var q queue
+	for h.Len() > 0 {
+		n := heap.Pop(h).(*nsQueue)
+		q.order = append(q.order, n.runs[0])
+		n.runs, n.held = n.runs[1:], n.held+1
+		next(n)
+	}
+	q.eligible = len(q.order)
+	sort.Slice(held, func(i, j int) bool { return l.before(held[i], held[j]) })
+	q.order = append(q.order, held...)
+	return q
 }
 
-func (l *Limiter) head(n int) []types.NamespacedName {
-	order := l.order()
-	if n < 0 {
-		n = 0
+// before orders two waiting runs of the same standing: by priority, then
+// first come, then by name.
+func (l *Limiter) before(a, b types.NamespacedName) bool {
+	wa, wb := l.waiting[a], l.waiting[b]
+	if wa.prio != wb.prio {
+		return wa.prio < wb.prio
 	}
-	if n < len(order) {
-		order = order[:n]
+	if !wa.since.Equal(wb.since) {
+		return wa.since.Before(wb.since)
 	}
-	return order
+	return a.String() < b.String()
+}
+
+// head is the waiting runs that may take the free slots now.
+func (l *Limiter) head() []types.NamespacedName {
+	q := l.plan()
+	n := min(q.eligible, l.free(q.eligible))
+	return q.order[:n]
+}
+
+// nsQueue is one namespace's waiting runs, in order, and the slots the
+// namespace would hold once those before them are given theirs.
+type nsQueue struct {
+	ns   string
+	runs []types.NamespacedName
+	held int
+}
+
+// nsHeap orders namespaces by their first waiting run's priority, then the
+// slots they hold (fewest first), then that run's place (Limiter.before).
+type nsHeap struct {
+	l     *Limiter
+	items []*nsQueue
+}
+
+func (h *nsHeap) Len() int      { return len(h.items) }
+func (h *nsHeap) Swap(i, j int) { h.items[i], h.items[j] = h.items[j], h.items[i] }
+func (h *nsHeap) Push(x any)    { h.items = append(h.items, x.(*nsQueue)) }
+
+func (h *nsHeap) Pop() any {
+	last := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	return last
+}
+
+func (h *nsHeap) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if pa, pb := h.l.waiting[a.runs[0]].prio, h.l.waiting[b.runs[0]].prio; pa != pb {
+		return pa < pb
+	}
+	if a.held != b.held {
+		return a.held < b.held
+	}
+	return h.l.before(a.runs[0], b.runs[0])
 }
 
 func (l *Limiter) notify(runs []types.NamespacedName) {
@@ -205,7 +354,9 @@ func (l *Limiter) notify(runs []types.NamespacedName) {
 	}
 }
 
-func (l *Limiter) gauges() {
+// gauges sets the limiter's metrics; the share-held count only with a
+// queue just planned (Claim plans one anyway; Hold and Forget do not).
+func (l *Limiter) gauges(q *queue) {
 	activeRuns.Set(float64(len(l.active)))
 	waiting := map[int]int{}
 	for _, w := range l.waiting {
@@ -213,6 +364,9 @@ func (l *Limiter) gauges() {
 	}
 	queuedRuns.WithLabelValues(prioName(prioRun)).Set(float64(waiting[prioRun]))
 	queuedRuns.WithLabelValues(prioName(prioCheck)).Set(float64(waiting[prioCheck]))
+	if q != nil {
+		shareHeldRuns.Set(float64(len(q.order) - q.eligible))
+	}
 }
 
 func prioName(p int) string {
@@ -244,7 +398,7 @@ type LimiterWarmer struct {
 // Start implements manager.Runnable.
 func (w *LimiterWarmer) Start(ctx context.Context) error {
 	r := w.Reconciler
-	if r.Limiter == nil || r.Limiter.max <= 0 {
+	if !r.Limiter.enabled() {
 		return nil
 	}
 	if !w.Cache.WaitForCacheSync(ctx) {
@@ -270,7 +424,7 @@ func (w *LimiterWarmer) Start(ctx context.Context) error {
 		w.hold(ctx, &runs.Items[i])
 	}
 	r.Limiter.Warm()
-	ctrl.LoggerFrom(ctx).Info("run limiter ready", "active", r.Limiter.Active(), "max", r.Limiter.max)
+	ctrl.LoggerFrom(ctx).Info("run limiter ready", "active", r.Limiter.Active(), "max", r.Limiter.max, "perNamespace", r.Limiter.share)
 	return nil
 }
 

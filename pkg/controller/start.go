@@ -109,8 +109,8 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	if child == nil {
-		if ok, pos, total := r.Limiter.Acquire(client.ObjectKeyFromObject(run), name, prioRun); !ok {
-			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: position %d of %d waiting for one of the %d slots of --max-active-runs", name, pos, total, r.Limiter.max))
+		if ok, wait := r.Limiter.Claim(client.ObjectKeyFromObject(run), name, prioRun); !ok {
+			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: %s", name, wait))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}
 		if child, err = r.createChild(ctx, run, st, e, n.typ, name, number); err != nil {

@@ -24,10 +24,20 @@ type Inputs struct {
 	Files map[string]string `json:"files,omitempty"`
 }
 
-// maxDecoded bounds what Decode inflates to: well past anything Encode
-// accepts (pipeline.MaxEmbeddedInputs of compressed text), so a corrupt or
-// hostile value cannot fill the step's memory.
-const maxDecoded = 16 << 20
+// MaxContent is the most content the inputs carry: vars.json's name and
+// text and each inline file's name and text, counted as a ConfigMap
+// counts them. It is the API server's 1 MiB limit on a ConfigMap's data,
+// which the manager holds inputs to (pkg/pipeline: inputs a ConfigMap
+// could not hold are refused, never embedded), so nothing the manager
+// wrote is larger.
+const MaxContent = 1 << 20
+
+// maxDecoded bounds what Decode inflates to: MaxContent as JSON, whose
+// quoting and escaping grow a byte at most sevenfold (a one-byte file name
+// with no content is seven bytes, "<" is six), and no more, so a corrupt or
+// hostile value (a gzip stream inflates a thousandfold) cannot fill the
+// step's memory.
+const maxDecoded = 7*MaxContent + 64
 
 // Encode returns the inputs as base64 of gzipped JSON. The same inputs
 // always give the same text (map keys are sorted, the gzip header carries
@@ -67,10 +77,27 @@ func Decode(s string) (Inputs, error) {
 		return in, fmt.Errorf("the embedded inputs are not gzip: %w", err)
 	}
 	if len(b) > maxDecoded {
-		return in, fmt.Errorf("the embedded inputs inflate past %d bytes", maxDecoded)
+		return in, fmt.Errorf("the embedded inputs inflate past %d bytes, more than inputs of at most %d bytes (the 1 MiB a ConfigMap holds) encode to: refused", maxDecoded, MaxContent)
 	}
 	if err := json.Unmarshal(b, &in); err != nil {
 		return in, fmt.Errorf("the embedded inputs are not JSON: %w", err)
 	}
+	if n := in.size(); n > MaxContent {
+		return Inputs{}, fmt.Errorf("the embedded inputs hold %d bytes of vars and files, past the %d a ConfigMap holds, which the manager never embeds: refused", n, MaxContent)
+	}
 	return in, nil
 }
+
+// size is the inputs' content as a ConfigMap counts it: keys and values.
+func (in Inputs) size() int {
+	n := len(varsKey) + len(in.Vars)
+	for k, v := range in.Files {
+		n += len(k) + len(v)
+	}
+	return n
+}
+
+// varsKey is the key vars.json has in an inputs ConfigMap
+// (pipeline.VarsKey; pkg/pipeline imports this package, so it is named
+// here again).
+const varsKey = ".vars.json"

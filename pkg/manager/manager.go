@@ -48,6 +48,10 @@ type Options struct {
 	ProgressTimeout time.Duration
 	// MaxActiveRuns caps the children active at once; 0 means no cap.
 	MaxActiveRuns int
+	// MaxActiveRunsPerNamespace caps those of one namespace, its share of
+	// MaxActiveRuns; 0 means no share (the flag's default is
+	// controller.DefaultNamespaceShare of MaxActiveRuns).
+	MaxActiveRunsPerNamespace int
 	// MinCheckInterval is the shortest spec.interval honoured.
 	MinCheckInterval time.Duration
 	// EnginePollPeriod is how often missing engine CRDs are looked for.
@@ -78,10 +82,11 @@ type Options struct {
 // CacheOptions restricts the manager's caches to objects opr8r made
 // (labelled managed-by=opr8r), except TerraformRuns themselves, so the
 // manager's memory does not grow with other tenants' Workflows or Secrets.
-// Of opr8r's Secrets only the ones the manager reads are cached: outputs
-// and raw-outputs, not the readable plans the plan step writes (up to
-// 1 MiB each, one per run). ConfigMaps are only ever created, never read,
-// so they are not cached.
+// Of opr8r's Secrets only the ones the manager reads are cached, outputs
+// and raw-outputs, not the readable plans the plan step writes, and only
+// their metadata (secrets.go): a label anyone may set cannot grow the
+// manager's memory by a Secret's data. ConfigMaps are only ever created,
+// never read, so they are not cached.
 // Engine kinds get the restriction from the default selector
 // rather than a ByObject entry: a ByObject entry makes the manager resolve
 // the kind at start, which fails when the engine's CRD is not installed.
@@ -200,7 +205,7 @@ func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard
 		ByObject: map[client.Object]cache.ByObject{
 			&infrav1.TerraformRun{}:         {Label: withShard(labels.Everything(), shard)},
 			&infrav1.TerraformRunApproval{}: {Label: labels.Everything()},
-			&corev1.Secret{}:                {Label: withShard(SecretSelector(), shard)},
+			&corev1.Secret{}:                {Label: withShard(SecretSelector(), shard), Transform: slimSecret},
 		},
 	}
 	for _, e := range engines {
@@ -421,8 +426,8 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	// The limiter wakes runs whose slot came free; it never blocks on this
 	// channel, so it is buffered.
 	freed := make(chan event.GenericEvent, 1024)
-	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, freed)
-	c, err := r.SetupWithManager(mgr, maxConc, wake, freed)
+	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, o.MaxActiveRunsPerNamespace, freed)
+	c, err := r.SetupWithManager(metadataSecretsManager{Manager: mgr, cache: metadataSecrets{mgr.GetCache()}}, maxConc, wake, freed)
 	if err != nil {
 		return nil, err
 	}
@@ -457,7 +462,7 @@ func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconci
 		return nil, err
 	}
 	r := &controller.TerraformRunReconciler{
-		Client:                          mgr.GetClient(),
+		Client:                          secretClient{Client: mgr.GetClient(), meta: mgr.GetCache(), api: mgr.GetAPIReader()},
 		APIReader:                       mgr.GetAPIReader(),
 		Settled:                         settled,
 		Recorder:                        mgr.GetEventRecorder("opr8r"),

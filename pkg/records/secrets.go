@@ -202,18 +202,52 @@ func (s *SecretStore) Get(ctx context.Context, k Key) ([]byte, error) {
 	if strconv.Itoa(len(items)) != count {
 		return nil, fmt.Errorf("%s is incomplete: %d of %s chunks", k, len(items), count)
 	}
-	zr, err := gzip.NewReader(&z)
+	data, err := inflate(k, &z, items[0].Annotations[sizeAnnotation])
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", k, err)
-	}
-	data, err := io.ReadAll(zr)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", k, err)
+		return nil, err
 	}
 	if got := sha256.Sum256(data); hex.EncodeToString(got[:]) != sum {
 		return nil, fmt.Errorf("%s does not match its checksum", k)
 	}
 	return data, nil
+}
+
+// MaxRecordSize is the most a record inflates to when it is read: the
+// largest record a step writes, a log cut at 16 MiB (pkg/step MaxKeptLog)
+// with its marker, four times over, for the plans, which the plan step
+// keeps whole. A record's chunks are Secrets anyone who may write Secrets
+// in the namespace can make, and a gzip stream inflates a thousandfold,
+// so reading one (the manager moving records to the object store,
+// kubectl tfrun logs and plan) never holds more than this.
+const MaxRecordSize = 64 << 20
+
+// inflate gunzips a record's chunks, refusing output past the size its
+// chunks declare (sizeAnnotation) or past MaxRecordSize.
+func inflate(k Key, z io.Reader, declared string) ([]byte, error) {
+	limit := int64(MaxRecordSize)
+	n, err := strconv.ParseInt(declared, 10, 64)
+	hasSize := err == nil && n >= 0 && n < limit
+	if hasSize {
+		limit = n
+	}
+	zr, err := gzip.NewReader(z)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	var out bytes.Buffer
+	if hasSize {
+		out.Grow(int(limit) + 1)
+	}
+	if _, err := io.Copy(&out, io.LimitReader(zr, limit+1)); err != nil {
+		return nil, fmt.Errorf("%s: %w", k, err)
+	}
+	switch {
+	case int64(out.Len()) <= limit:
+		return out.Bytes(), nil
+	case hasSize:
+		return nil, fmt.Errorf("%s inflates past its declared size (%d bytes): refused, its Secrets are not one write of a step's", k, limit)
+	}
+	return nil, fmt.Errorf("%s inflates past %d MiB, the most a record may hold when read (records.MaxRecordSize): refused", k, MaxRecordSize>>20)
 }
 
 // List returns the records of a TerraformRun.

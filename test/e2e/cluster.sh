@@ -377,12 +377,19 @@ tekton_up() {
     | kc apply --server-side --force-conflicts -f - >/dev/null
 }
 
+# The namespaces whose TerraformRuns the e2e scenarios and make dev create:
+# e2e (every scenario's ns), default (the stacks' edge, examples/ for make
+# dev). The manager watches them only and holds its rights there, as the
+# README's install line gives.
+E2E_NAMESPACES="e2e,default"
+
 opr8r_up() {
   kc create namespace e2e --dry-run=client -o yaml | kc apply -f - >/dev/null
   "${HELM}" --kubeconfig "${S}/admin.kubeconfig" upgrade --install opr8r "${ROOT}/deploy/opr8r" \
     --namespace opr8r-system --create-namespace \
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
-    --set terraformImage="${TERRAFORM_IMAGE}" --set "runner.namespaces={e2e,default}" \
+    --set terraformImage="${TERRAFORM_IMAGE}" \
+    --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s \
     --set allowCrossNamespaceDependencies=true >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.

@@ -148,9 +148,17 @@ func wantPolicies(t *testing.T, kind string, enabled []string) int {
 	return n
 }
 
+// Scopes of an install: a manager of some namespaces, with its rights
+// there (a Role and a RoleBinding in each), or of every namespace, with
+// its rights cluster-wide.
+const (
+	namespaced  = "namespaced"
+	clusterWide = "cluster-wide"
+)
+
 // checkCommon checks what both install paths must get right, for an
-// install with the given engines enabled.
-func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []string) {
+// install with the given engines enabled, of the given scope.
+func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []string, scope string) {
 	t.Helper()
 	crds, want := byKind(objs, "CustomResourceDefinition"), generatedCRDs(t)
 	if len(crds) != len(want) {
@@ -173,11 +181,16 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []stri
 	if n := len(byKind(objs, "ValidatingAdmissionPolicy")); n < 6 {
 		t.Errorf("want at least opr8r's own 6 ValidatingAdmissionPolicies, got %d", n)
 	}
-	// The manager's, each engine's, the approver's and the editor's.
-	wantRoles := 3 + len(enabled)
+	// The roles for people (config/rbac/users), the metrics endpoint's
+	// reviews and its reader; cluster-wide, the manager's and each
+	// engine's too.
+	wantRoles := userRoles(t) + 2
+	if scope == clusterWide {
+		wantRoles += 1 + len(enabled)
+	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {
-		t.Errorf("want %d ClusterRoles, got %d", wantRoles, len(roles))
+		t.Errorf("want %d ClusterRoles (%s), got %d", wantRoles, scope, len(roles))
 	}
 	for _, u := range append(roles, byKind(objs, "Role")...) {
 		for _, r := range convert[rbacv1.ClusterRole](t, u).Rules {
@@ -188,6 +201,33 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []stri
 			}
 		}
 	}
+	checkManager(t, objs)
+	checkMetrics(t, objs)
+}
+
+// userRoles counts the ClusterRoles for people in config/rbac/users
+// (approver, editor, ...), which every install has.
+func userRoles(t *testing.T) int {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(envtestutil.RepoRoot(), "config", "rbac", "users", "*.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(byKind(objects(t, string(data)), "ClusterRole"))
+	}
+	return n
+}
+
+// checkManager checks the manager's Deployment: one, hardened, with
+// probes, limits and leader election.
+func checkManager(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
 	deps := byKind(objs, "Deployment")
 	if len(deps) != 1 {
 		t.Fatalf("want 1 Deployment, got %d", len(deps))
@@ -209,17 +249,121 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []stri
 	}
 }
 
+// checkMetrics checks the secure metrics endpoint: the manager serves
+// HTTPS on 8443 (--metrics-secure is on by default), its Service exposes
+// 8443, the manager may create the reviews its filter asks for (the rules
+// of config/rbac/metrics_auth_role.yaml, bound cluster-wide), and scrapers
+// get a reader ClusterRole for /metrics.
+func checkMetrics(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	d := convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0])
+	c := d.Spec.Template.Spec.Containers[0]
+	if args := strings.Join(c.Args, " "); !strings.Contains(args, "--metrics-bind-address=:8443") || strings.Contains(args, "--metrics-secure=false") {
+		t.Errorf("the manager does not serve secure metrics on 8443: args %s", args)
+	}
+	if p := c.Ports[0]; p.Name != "metrics" || p.ContainerPort != 8443 {
+		t.Errorf("container port %+v, want metrics 8443", p)
+	}
+	for _, u := range byKind(objs, "Service") {
+		if p := convert[corev1.Service](t, u).Spec.Ports[0]; p.Port != 8443 || p.TargetPort.String() != "metrics" {
+			t.Errorf("Service %s port %+v, want 8443 to metrics", u.GetName(), p)
+		}
+	}
+	want := readRole(t, "config/rbac/metrics_auth_role.yaml")
+	var auth, reader *rbacv1.ClusterRole
+	for _, u := range byKind(objs, "ClusterRole") {
+		r := convert[rbacv1.ClusterRole](t, u)
+		switch {
+		case strings.HasSuffix(r.Name, "-metrics-auth"):
+			auth = r
+		case strings.HasSuffix(r.Name, "-metrics-reader"):
+			reader = r
+		}
+	}
+	if auth == nil || cmp.Diff(grants(want), grants(*auth)) != "" {
+		t.Errorf("metrics-auth ClusterRole %+v, want the rules of config/rbac/metrics_auth_role.yaml", auth)
+	}
+	if reader == nil || cmp.Diff([]string{"url:/metrics:get"}, grants(*reader)) != "" {
+		t.Errorf("metrics-reader ClusterRole %+v, want get on /metrics", reader)
+	}
+	bound := false
+	for _, u := range byKind(objs, "ClusterRoleBinding") {
+		b := convert[rbacv1.ClusterRoleBinding](t, u)
+		bound = bound || auth != nil && b.RoleRef.Name == auth.Name && len(b.Subjects) == 1 && b.Subjects[0].Name == d.Spec.Template.Spec.ServiceAccountName
+	}
+	if !bound {
+		t.Errorf("the metrics-auth ClusterRole is not bound to the manager's service account")
+	}
+}
+
+// TestKustomizeDefault: config/default is the namespaced install (a
+// manager of team-a, its rights there), config/cluster-wide the explicit
+// one of every namespace; both render and are accepted by a real API
+// server.
 func TestKustomizeDefault(t *testing.T) {
 	k := tool(t, "OPR8R_KUSTOMIZE")
-	objs := objects(t, run(t, k, "build", "config/default"))
-	checkCommon(t, objs, allEngines())
-
+	for dir, scope := range map[string]string{"config/default": namespaced, "config/cluster-wide": clusterWide} {
+		t.Run(dir, func(t *testing.T) {
+			objs := objects(t, run(t, k, "build", dir))
+			checkCommon(t, objs, allEngines(), scope)
+			args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+			if watches := strings.Contains(args, "--watch-namespaces=team-a"); watches != (scope == namespaced) {
+				t.Errorf("%s: args %s; want --watch-namespaces=team-a only when namespaced", dir, args)
+			}
+			if !strings.Contains(args, "--max-active-runs-per-namespace=25") {
+				t.Errorf("%s: args %s lack the namespace share of --max-active-runs", dir, args)
+			}
+			for _, o := range byKind(objs, "ConfigMap") {
+				if o.GetName() == "opr8r-watch-namespace" {
+					t.Errorf("%s installs ConfigMap %s, which is local to kustomize", dir, o.GetName())
+				}
+			}
+			dryRun(t, objs)
+		})
+	}
 	for _, dir := range []string{"config/rbac/runner", "config/samples", "config/crd"} {
 		if len(objects(t, run(t, k, "build", dir))) == 0 {
 			t.Errorf("kustomize build %s rendered nothing", dir)
 		}
 	}
-	dryRun(t, objs)
+}
+
+// TestKustomizeWatchNamespaceComponent: an overlay of config/cluster-wide
+// with its own namespace and the component watches that namespace, with
+// its rights there.
+func TestKustomizeWatchNamespaceComponent(t *testing.T) {
+	k := tool(t, "OPR8R_KUSTOMIZE")
+	overlay := t.TempDir()
+	rel, err := filepath.Rel(overlay, envtestutil.RepoRoot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"kustomization.yaml": fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [%s/config/cluster-wide, ns.yaml]\ncomponents: [%s/config/components/watch-namespace]\n", rel, rel),
+		"ns.yaml":            "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: opr8r-watch-namespace\n  annotations: {config.kubernetes.io/local-config: \"true\"}\ndata: {namespace: payments}\n",
+	}
+	for name, text := range files {
+		if err := os.WriteFile(filepath.Join(overlay, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	objs := objects(t, run(t, k, "build", overlay))
+	args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+	if !strings.Contains(args, "--watch-namespaces=payments") {
+		t.Errorf("args %s, want --watch-namespaces=payments", args)
+	}
+	got := map[string]int{}
+	for _, kind := range []string{"Role", "RoleBinding"} {
+		for _, o := range byKind(objs, kind) {
+			got[kind+"/"+o.GetNamespace()]++
+		}
+	}
+	// The manager's and each engine's grants in payments; leader election
+	// in opr8r's own namespace.
+	want := map[string]int{"Role/payments": 1 + len(allEngines()), "RoleBinding/payments": 1 + len(allEngines()), "Role/opr8r-system": 1, "RoleBinding/opr8r-system": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Roles and RoleBindings by namespace (-want +got):\n%s", diff)
+	}
 }
 
 // TestCrossNamespaceDependencies: spec.dependsOn across namespaces is off
@@ -247,32 +391,76 @@ func TestCrossNamespaceDependencies(t *testing.T) {
 		t.Errorf("the component does not add %s: %s", flag, args)
 	}
 	h := tool(t, "OPR8R_HELM")
-	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r"))); strings.Contains(args, flag) {
+	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}"))); strings.Contains(args, flag) {
 		t.Errorf("the chart allows cross-namespace dependencies by default: %s", args)
 	}
-	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "allowCrossNamespaceDependencies=true"))); !strings.Contains(args, flag) {
+	if args := managerArgs(objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "allowCrossNamespaceDependencies=true"))); !strings.Contains(args, flag) {
 		t.Errorf("allowCrossNamespaceDependencies=true does not add %s: %s", flag, args)
+	}
+}
+
+// helmFails renders the chart with args and checks that it fails with a
+// message that has want.
+func helmFails(t *testing.T, h, want string, args ...string) {
+	t.Helper()
+	cmd := exec.Command(h, append([]string{"template", "x", "deploy/opr8r"}, args...)...)
+	cmd.Dir = envtestutil.RepoRoot()
+	if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), want) {
+		t.Errorf("helm template %v: err %v, output %s; want a failure saying %q", args, err, out, want)
 	}
 }
 
 func TestHelmChart(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
-	t.Run("defaults", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds"))
-		checkCommon(t, objs, allEngines())
+	t.Run("the README's install line: a manager of team-a, its rights there", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds", "--set", "watchNamespaces={team-a}", "--set", "runner.namespaces={team-a}"))
+		checkCommon(t, objs, allEngines(), namespaced)
+		args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " ")
+		if strings.Contains(args, "--max-active-runs-per-namespace") {
+			t.Errorf("args %s: by default the manager takes a quarter of --max-active-runs as a namespace's share", args)
+		}
 		dryRun(t, objs)
 	})
+	t.Run("cluster-wide, chosen explicitly", func(t *testing.T) {
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--include-crds", "--set", "clusterWide=true"))
+		checkCommon(t, objs, allEngines(), clusterWide)
+		if args := strings.Join(convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--watch-namespaces") {
+			t.Errorf("a cluster-wide manager watches some namespaces: %s", args)
+		}
+		dryRun(t, objs)
+	})
+	t.Run("no scope, or both: a failure naming the values", func(t *testing.T) {
+		helmFails(t, h, "watchNamespaces is required")
+		helmFails(t, h, "needs clusterWide=true set explicitly")
+		helmFails(t, h, "set either watchNamespaces", "--set", "watchNamespaces={team-a}", "--set", "clusterWide=true")
+	})
+	t.Run("a namespace's share of the active runs", func(t *testing.T) {
+		for value, want := range map[string]string{"0": "--max-active-runs-per-namespace=0", "7": "--max-active-runs-per-namespace=7"} {
+			objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "maxActiveRunsPerNamespace="+value))
+			if args := convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec.Containers[0].Args; !slices.Contains(args, want) {
+				t.Errorf("maxActiveRunsPerNamespace=%s: args %v, want %s", value, args, want)
+			}
+		}
+	})
+	t.Run("metrics: a ServiceMonitor over HTTPS with a token; plain HTTP only when asked", metricsRenders(h))
 	t.Run("one engine: rights and flags for that engine only", func(t *testing.T) {
 		// Each engine alone: only its rights, its policies and its flag.
 		for _, keep := range allEngines() {
-			setArgs := []string{"template", "opr8r", "deploy/opr8r", "--include-crds"}
+			setArgs := []string{"template", "opr8r", "deploy/opr8r", "--include-crds", "--set", "watchNamespaces={team-a}"}
 			for _, e := range allEngines() {
 				if e != keep {
 					setArgs = append(setArgs, "--set", "engines."+e+".enabled=false")
 				}
 			}
 			objs := objects(t, run(t, h, setArgs...))
-			checkCommon(t, objs, []string{keep})
+			checkCommon(t, objs, []string{keep}, namespaced)
+			for _, r := range byKind(objs, "Role") {
+				for _, e := range allEngines() {
+					if e != keep && strings.HasSuffix(r.GetName(), "-"+e) {
+						t.Errorf("rights of a disabled engine rendered: %s", r.GetName())
+					}
+				}
+			}
 			for _, r := range byKind(objs, "ClusterRole") {
 				for _, e := range allEngines() {
 					if e != keep && strings.HasSuffix(r.GetName(), "-"+e) {
@@ -287,7 +475,7 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("a cluster without admission policies: none rendered, and the manager trusts no stamp", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "admissionPolicies.enabled=false"))
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "admissionPolicies.enabled=false"))
 		for _, k := range []string{"MutatingAdmissionPolicy", "ValidatingAdmissionPolicy", "MutatingAdmissionPolicyBinding", "ValidatingAdmissionPolicyBinding"} {
 			if n := len(byKind(objs, k)); n != 0 {
 				t.Errorf("%d %s rendered", n, k)
@@ -319,7 +507,7 @@ func TestHelmChart(t *testing.T) {
 		}
 	})
 	t.Run("sharding: a manager per shard, each with its own selector and leader election", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "sharding.shards={s1,s2}"))
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}", "--set", "sharding.shards={s1,s2}"))
 		deps := byKind(objs, "Deployment")
 		want := map[string]string{"opr8r": "--unsharded-only", "opr8r-shard-s1": "--shard=s1", "opr8r-shard-s2": "--shard=s2"}
 		if len(deps) != len(want) {
@@ -356,7 +544,7 @@ func TestHelmChart(t *testing.T) {
 		dryRun(t, objs)
 	})
 	t.Run("the records' object store: flags, and its credentials mounted into the manager only", func(t *testing.T) {
-		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "records.objectStore.endpoint=s3.example.com",
+		objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}", "--set", "records.objectStore.endpoint=s3.example.com",
 			"--set", "records.objectStore.bucket=opr8r-records", "--set", "records.objectStore.credentialsSecret=records-s3", "--set", "records.objectStore.retention=168h"))
 		spec := convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec
 		args := strings.Join(spec.Containers[0].Args, " ")
@@ -370,14 +558,14 @@ func TestHelmChart(t *testing.T) {
 			t.Errorf("volumes %+v, mounts %+v: want the credentials Secret mounted", spec.Volumes, spec.Containers[0].VolumeMounts)
 		}
 		dryRun(t, objs)
-		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "records.objectStore.endpoint=s3.example.com", "--set", "records.objectStore.bucket=b")
+		cmd := exec.Command(h, "template", "x", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "records.objectStore.endpoint=s3.example.com", "--set", "records.objectStore.bucket=b")
 		cmd.Dir = envtestutil.RepoRoot()
 		if out, err := cmd.CombinedOutput(); err == nil || !strings.Contains(string(out), "records.objectStore.credentialsSecret is required") {
 			t.Errorf("an object store without credentials: err %v, output %s", err, out)
 		}
 	})
 	t.Run("invalid values fail clearly", func(t *testing.T) {
-		args := []string{"template", "x", "deploy/opr8r"}
+		args := []string{"template", "x", "deploy/opr8r", "--set", "watchNamespaces={team-a}"}
 		for _, e := range allEngines() {
 			args = append(args, "--set", "engines."+e+".enabled=false")
 		}
@@ -426,3 +614,95 @@ func dryRun(t *testing.T, objs []*unstructured.Unstructured) {
 }
 
 func metaName(n string) metav1.ObjectMeta { return metav1.ObjectMeta{Name: n} }
+
+// metricsCase is a rendering of the chart's metrics values (set) and what
+// it must hold: the ServiceMonitor's endpoint, the manager's args (and
+// args it must not have), the certificate's volume, the reader bound, and
+// whether the metrics-auth ClusterRole is bound.
+type metricsCase struct {
+	set                              []string
+	wantEndpoint                     map[string]any
+	wantArgs, wantNoArgs, wantVolume string
+	wantReader                       string
+	wantAuth                         bool
+}
+
+// metricsRenders checks the chart's metrics values: the ServiceMonitor
+// scrapes over HTTPS with Prometheus's token, verifying a mounted
+// certificate's CA (metrics.certSecret) or skipping verification of the
+// self-signed one; readers get a ClusterRoleBinding; metrics.secure=false
+// is plain HTTP with no reviews granted.
+func metricsRenders(h string) func(t *testing.T) {
+	return func(t *testing.T) {
+		cases := map[string]metricsCase{
+			"secure, self-signed": {
+				wantEndpoint: map[string]any{"port": "metrics", "path": "/metrics", "interval": "30s", "scheme": "https",
+					"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token", "tlsConfig": map[string]any{"insecureSkipVerify": true}},
+				wantArgs: "--metrics-secure=true", wantNoArgs: "--metrics-cert-dir", wantAuth: true,
+			},
+			"secure, a cert-manager certificate": {
+				set: []string{"--set", "metrics.certSecret=opr8r-metrics-tls"},
+				wantEndpoint: map[string]any{"port": "metrics", "path": "/metrics", "interval": "30s", "scheme": "https",
+					"bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token",
+					"tlsConfig":       map[string]any{"serverName": "opr8r-metrics.opr8r-system.svc", "ca": map[string]any{"secret": map[string]any{"name": "opr8r-metrics-tls", "key": "ca.crt"}}}},
+				wantArgs: "--metrics-cert-dir=/etc/opr8r/metrics-certs", wantVolume: "opr8r-metrics-tls", wantAuth: true,
+			},
+			"a reader bound": {
+				set:          []string{"--set", "metrics.readerServiceAccounts[0].name=prometheus-k8s", "--set", "metrics.readerServiceAccounts[0].namespace=monitoring"},
+				wantEndpoint: map[string]any{"port": "metrics", "path": "/metrics", "interval": "30s", "scheme": "https", "bearerTokenFile": "/var/run/secrets/kubernetes.io/serviceaccount/token", "tlsConfig": map[string]any{"insecureSkipVerify": true}},
+				wantReader:   "monitoring/prometheus-k8s", wantAuth: true,
+			},
+			"insecure, for development": {
+				set:          []string{"--set", "metrics.secure=false"},
+				wantEndpoint: map[string]any{"port": "metrics", "path": "/metrics", "interval": "30s", "scheme": "http"},
+				wantArgs:     "--metrics-secure=false",
+			},
+		}
+		for name, tc := range cases {
+			t.Run(name, func(t *testing.T) {
+				args := append([]string{"template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}", "--set", "metrics.serviceMonitor.enabled=true"}, tc.set...)
+				checkMetricsRender(t, objects(t, run(t, h, args...)), tc)
+			})
+		}
+	}
+}
+
+// checkMetricsRender checks one rendering of metricsRenders.
+func checkMetricsRender(t *testing.T, objs []*unstructured.Unstructured, tc metricsCase) {
+	t.Helper()
+	sms := byKind(objs, "ServiceMonitor")
+	if len(sms) != 1 {
+		t.Fatalf("%d ServiceMonitors, want 1", len(sms))
+	}
+	eps, _, _ := unstructured.NestedSlice(sms[0].Object, "spec", "endpoints")
+	if diff := cmp.Diff([]any{tc.wantEndpoint}, eps); diff != "" {
+		t.Errorf("ServiceMonitor endpoints (-want +got):\n%s", diff)
+	}
+	spec := convert[appsv1.Deployment](t, byKind(objs, "Deployment")[0]).Spec.Template.Spec
+	margs := strings.Join(spec.Containers[0].Args, " ")
+	if !strings.Contains(margs, tc.wantArgs) || (tc.wantNoArgs != "" && strings.Contains(margs, tc.wantNoArgs)) {
+		t.Errorf("args %s, want %q and not %q", margs, tc.wantArgs, tc.wantNoArgs)
+	}
+	volume := ""
+	for _, v := range spec.Volumes {
+		if v.Name == "metrics-certs" {
+			volume = v.Secret.SecretName
+		}
+	}
+	if volume != tc.wantVolume {
+		t.Errorf("metrics certificate volume %q, want %q", volume, tc.wantVolume)
+	}
+	auth, reader := false, ""
+	for _, u := range byKind(objs, "ClusterRoleBinding") {
+		b := convert[rbacv1.ClusterRoleBinding](t, u)
+		switch b.RoleRef.Name {
+		case "opr8r-metrics-auth":
+			auth = true
+		case "opr8r-metrics-reader":
+			reader = b.Subjects[0].Namespace + "/" + b.Subjects[0].Name
+		}
+	}
+	if auth != tc.wantAuth || reader != tc.wantReader {
+		t.Errorf("metrics-auth bound %v, reader bound to %q; want %v, %q", auth, reader, tc.wantAuth, tc.wantReader)
+	}
+}

@@ -5,9 +5,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+
+	"github.com/google/go-cmp/cmp"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -42,7 +45,8 @@ func readRole(t *testing.T, path string) rbacv1.ClusterRole {
 	return r
 }
 
-// grants flattens rules into "group/resource:verb" strings.
+// grants flattens rules into "group/resource:verb" strings, and URLs
+// into "url:/path:verb".
 func grants(r rbacv1.ClusterRole) []string {
 	var out []string
 	for _, rule := range r.Rules {
@@ -51,6 +55,11 @@ func grants(r rbacv1.ClusterRole) []string {
 				for _, v := range rule.Verbs {
 					out = append(out, fmt.Sprintf("%s/%s:%s", g, res, v))
 				}
+			}
+		}
+		for _, u := range rule.NonResourceURLs {
+			for _, v := range rule.Verbs {
+				out = append(out, fmt.Sprintf("url:%s:%s", u, v))
 			}
 		}
 	}
@@ -98,6 +107,10 @@ func TestRBACAllowList(t *testing.T) {
 			"/pods:get", "/pods:list", "/pods:patch", "/pods:watch",
 			"batch/jobs:create", "batch/jobs:delete", "batch/jobs:get", "batch/jobs:list", "batch/jobs:patch", "batch/jobs:update", "batch/jobs:watch",
 		},
+		// The metrics endpoint's authentication and authorisation, and
+		// reading it.
+		"config/rbac/metrics_auth_role.yaml":   {"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"},
+		"config/rbac/metrics_reader_role.yaml": {"url:/metrics:get"},
 		"config/rbac/runner/role.yaml": {
 			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update",
 			"argoproj.io/workflowtaskresults:create", "argoproj.io/workflowtaskresults:patch",
@@ -217,16 +230,20 @@ func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
 	t.Logf("runner Role: %d allowed and %d denied actions as expected", len(allowed), len(denied))
 }
 
-// TestNamespacedInstallWithRealAuthorizer renders the chart for a manager
-// that watches one namespace, creates its RBAC in envtest, and asks the real
-// authorizer, as the manager's service account, what it may do: Secrets and
-// children in its namespace, nothing in another, nothing cluster-wide.
+// TestNamespacedInstallWithRealAuthorizer renders the default installs,
+// the README's Helm line and config/default (and config/namespaced, which
+// builds the same), creates their RBAC in envtest, and asks the real
+// authorizer, as the manager's service account, what it may do: Secrets
+// and children in its namespace, nothing in another, nothing cluster-wide
+// but the metrics endpoint's TokenReviews and SubjectAccessReviews. No
+// ClusterRole of theirs grants anything on Secrets.
 func TestNamespacedInstallWithRealAuthorizer(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	k := tool(t, "OPR8R_KUSTOMIZE")
 	for name, args := range map[string][]string{
-		"helm":      {h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}"},
-		"kustomize": {k, "build", "config/namespaced"},
+		"helm: the README's line":                              {h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "watchNamespaces={team-a}", "--set", "runner.namespaces={team-a}"},
+		"kustomize: config/default":                            {k, "build", "config/default"},
+		"kustomize: config/namespaced, the default's old name": {k, "build", "config/namespaced"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			objs := objects(t, run(t, args[0], args[1:]...))
@@ -237,14 +254,106 @@ func TestNamespacedInstallWithRealAuthorizer(t *testing.T) {
 					}
 				}
 			}
-			namespacedRights(t, objs)
+			for _, r := range secretGrants(t, objs) {
+				t.Errorf("a namespaced install's ClusterRole grants Secrets: %s", r)
+			}
+			clusterBindings(t, objs)
+			may := rights(t, objs)
+			cases := []access{
+				{"team-a", "", "secrets", "get", true},
+				{"team-a", "", "secrets", "create", true},
+				{"team-a", "argoproj.io", "workflows", "create", true},
+				{"team-a", "tekton.dev", "pipelineruns", "create", true},
+				{"team-a", "infra.opr8r.io", "terraformruns", "watch", true},
+				{"team-b", "", "secrets", "get", false},
+				{"team-b", "", "secrets", "create", false},
+				{"team-b", "", "secrets", "list", false},
+				{"team-b", "argoproj.io", "workflows", "create", false},
+				{"team-b", "batch", "jobs", "create", false},
+				{"team-b", "infra.opr8r.io", "terraformruns", "list", false},
+				{"", "", "secrets", "list", false}, // all namespaces
+				{"", "", "secrets", "get", false},
+				{"", "infra.opr8r.io", "terraformruns", "list", false},
+				{"", "authentication.k8s.io", "tokenreviews", "create", true},
+				{"", "authorization.k8s.io", "subjectaccessreviews", "create", true},
+			}
+			checkAccess(t, may, cases)
 		})
 	}
 }
 
-// namespacedRights creates a rendering's RBAC in envtest and asks the real
-// authorizer, as the manager's service account, what it may do.
-func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
+// TestClusterWideInstallWithRealAuthorizer: the cluster-wide installs,
+// chosen explicitly (Helm's clusterWide=true, config/cluster-wide), give
+// the manager every namespace's Secrets, as their docs say.
+func TestClusterWideInstallWithRealAuthorizer(t *testing.T) {
+	h := tool(t, "OPR8R_HELM")
+	k := tool(t, "OPR8R_KUSTOMIZE")
+	for name, args := range map[string][]string{
+		"helm: clusterWide=true":         {h, "template", "opr8r", "deploy/opr8r", "-n", "opr8r-system", "--set", "clusterWide=true"},
+		"kustomize: config/cluster-wide": {k, "build", "config/cluster-wide"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			objs := objects(t, run(t, args[0], args[1:]...))
+			if len(secretGrants(t, objs)) == 0 {
+				t.Errorf("no ClusterRole grants Secrets: the install is not cluster-wide")
+			}
+			checkAccess(t, rights(t, objs), []access{
+				{"", "", "secrets", "list", true},
+				{"team-b", "", "secrets", "get", true},
+				{"team-b", "argoproj.io", "workflows", "create", true},
+			})
+		})
+	}
+}
+
+// secretGrants lists the ClusterRoles of a rendering that grant anything
+// on Secrets, with the rule.
+func secretGrants(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	var out []string
+	for _, o := range byKind(objs, "ClusterRole") {
+		for _, r := range convert[rbacv1.ClusterRole](t, o).Rules {
+			if slices.Contains(r.APIGroups, "") && (slices.Contains(r.Resources, "secrets") || slices.Contains(r.Resources, "*")) {
+				out = append(out, fmt.Sprintf("%s: %+v", o.GetName(), r))
+			}
+		}
+	}
+	return out
+}
+
+// access is one question to the authorizer and the answer wanted.
+type access struct {
+	ns, group, resource, verb string
+	want                      bool
+}
+
+func checkAccess(t *testing.T, may func(ns, group, resource, verb string) bool, cases []access) {
+	t.Helper()
+	for _, tc := range cases {
+		if got := may(tc.ns, tc.group, tc.resource, tc.verb); got != tc.want {
+			t.Errorf("%s %s.%s in %q: allowed=%v, want %v", tc.verb, tc.resource, tc.group, tc.ns, got, tc.want)
+		}
+	}
+}
+
+// metricsAuthOnly says whether a rendered ClusterRole grants nothing but
+// the metrics endpoint's TokenReviews and SubjectAccessReviews.
+func metricsAuthOnly(t *testing.T, objs []*unstructured.Unstructured, name string) bool {
+	t.Helper()
+	for _, o := range byKind(objs, "ClusterRole") {
+		if o.GetName() == name {
+			return cmp.Diff([]string{"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"},
+				grants(*convert[rbacv1.ClusterRole](t, o))) == ""
+		}
+	}
+	return false
+}
+
+// rights creates a rendering's RBAC in envtest and returns the real
+// authorizer's answer, as the manager's service account, to whether it
+// may do something.
+func rights(t *testing.T, objs []*unstructured.Unstructured) func(ns, group, resource, verb string) bool {
+	t.Helper()
 	if os.Getenv("KUBEBUILDER_ASSETS") == "" {
 		t.Fatal("KUBEBUILDER_ASSETS is not set: run make test")
 	}
@@ -252,7 +361,7 @@ func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer env.Stop()
+	t.Cleanup(func() { _ = env.Stop() })
 	ctx := context.Background()
 	s := runtime.NewScheme()
 	_ = clientgoscheme.AddToScheme(s)
@@ -261,20 +370,13 @@ func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
 		t.Fatal(err)
 	}
 	for _, ns := range []string{"opr8r-system", "team-a", "team-b"} {
-		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); client.IgnoreAlreadyExists(err) != nil {
 			t.Fatal(err)
 		}
 	}
 	sa := ""
 	for _, o := range objs {
-		switch o.GetKind() {
-		case "ClusterRoleBinding":
-			for _, sub := range convert[rbacv1.ClusterRoleBinding](t, o).Subjects {
-				if sub.Kind == "ServiceAccount" {
-					t.Errorf("a namespaced install binds its service account cluster-wide: ClusterRoleBinding %s", o.GetName())
-				}
-			}
-		case "Deployment":
+		if o.GetKind() == "Deployment" {
 			sa = convert[appsv1.Deployment](t, o).Spec.Template.Spec.ServiceAccountName
 		}
 		if strings.HasPrefix(o.GetAPIVersion(), "rbac.authorization.k8s.io/") {
@@ -289,7 +391,7 @@ func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
 	acfg := rest.CopyConfig(cfg)
 	acfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:opr8r-system:" + sa, Groups: []string{"system:serviceaccounts", "system:serviceaccounts:opr8r-system", "system:authenticated"}}
 	manager := kubernetes.NewForConfigOrDie(acfg)
-	may := func(ns, group, resource, verb string) bool {
+	return func(ns, group, resource, verb string) bool {
 		r, err := manager.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
 			ResourceAttributes: &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Resource: resource, Verb: verb},
 		}}, metav1.CreateOptions{})
@@ -298,27 +400,18 @@ func namespacedRights(t *testing.T, objs []*unstructured.Unstructured) {
 		}
 		return r.Status.Allowed
 	}
-	cases := []struct {
-		ns, group, resource, verb string
-		want                      bool
-	}{
-		{"team-a", "", "secrets", "get", true},
-		{"team-a", "", "secrets", "create", true},
-		{"team-a", "argoproj.io", "workflows", "create", true},
-		{"team-a", "tekton.dev", "pipelineruns", "create", true},
-		{"team-a", "infra.opr8r.io", "terraformruns", "watch", true},
-		{"team-b", "", "secrets", "get", false},
-		{"team-b", "", "secrets", "create", false},
-		{"team-b", "", "secrets", "list", false},
-		{"team-b", "argoproj.io", "workflows", "create", false},
-		{"team-b", "batch", "jobs", "create", false},
-		{"team-b", "infra.opr8r.io", "terraformruns", "list", false},
-		{"", "", "secrets", "list", false}, // all namespaces
-		{"", "infra.opr8r.io", "terraformruns", "list", false},
-	}
-	for _, tc := range cases {
-		if got := may(tc.ns, tc.group, tc.resource, tc.verb); got != tc.want {
-			t.Errorf("%s %s.%s in %q: allowed=%v, want %v", tc.verb, tc.resource, tc.group, tc.ns, got, tc.want)
+}
+
+// clusterBindings checks that a namespaced rendering binds its manager's
+// service account cluster-wide only to the metrics endpoint's reviews.
+func clusterBindings(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range byKind(objs, "ClusterRoleBinding") {
+		crb := convert[rbacv1.ClusterRoleBinding](t, o)
+		for _, sub := range crb.Subjects {
+			if sub.Kind == "ServiceAccount" && !metricsAuthOnly(t, objs, crb.RoleRef.Name) {
+				t.Errorf("a namespaced install binds its service account cluster-wide to %s: ClusterRoleBinding %s", crb.RoleRef.Name, o.GetName())
+			}
 		}
 	}
 }

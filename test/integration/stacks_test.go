@@ -326,6 +326,10 @@ var _ = Describe("stacks across namespaces", Serial, func() {
 		infra, team := newNamespace(), newNamespace()
 		Expect(k8sClient.Create(ctx, g.layer(infra, "network").Obj())).To(Succeed())
 		Expect(k8sClient.Create(ctx, g.run("app", team).Auto().DependsOn(infra, "network", true).Obj())).To(Succeed())
+		By("without the dependency's consent the dependent is Stalled, naming the field")
+		Eventually(condReason(team, "app", infrav1.StalledCondition), timeout, interval).Should(Equal("True/CrossNamespaceDependency"))
+		Expect(cond(getRun(team, "app"), infrav1.StalledCondition).Message).To(ContainSubstring("must list " + team + " in its spec.allowDependentsFrom"))
+		patchRun(infra, "network", func(r *infrav1.TerraformRun) { r.Spec.AllowDependentsFrom = []string{team} })
 		Eventually(condReason(team, "app", infrav1.ReconcilingCondition), timeout, interval).Should(Equal("True/DependencyNotReady"))
 		Expect(cond(getRun(team, "app"), infrav1.ReconcilingCondition).Message).To(ContainSubstring("waiting for dependency " + infra + "/network"))
 		g.applyNext(infra, "network", "", outputJSON("vpc_id", "vpc-1", false))
@@ -334,10 +338,15 @@ var _ = Describe("stacks across namespaces", Serial, func() {
 		Expect(child).To(ContainSubstring("vpc_id,run=" + infra + "/network,output=vpc_id,secret=" + infra + "/network-outputs"))
 		Expect(child).NotTo(ContainSubstring(`"secretName":"network-outputs"`), "no volume: another namespace's Secret cannot be mounted")
 
-		By("the dependency waits for its dependent in the other namespace before destroying")
+		By("a dependent in another namespace does not hold back the dependency's destroy")
 		Expect(k8sClient.Delete(ctx, getRun(infra, "network"))).To(Succeed())
-		Eventually(condReason(infra, "network", infrav1.StalledCondition), timeout, interval).Should(Equal("True/DependentsExist"))
-		Expect(cond(getRun(infra, "network"), infrav1.StalledCondition).Message).To(ContainSubstring(team + "/app"))
+		Eventually(func() infrav1.RunType {
+			if r := getRun(infra, "network").Status.Run; r != nil {
+				return r.Type
+			}
+			return ""
+		}, timeout, interval).Should(Equal(infrav1.RunDestroy))
+		Expect(condReason(infra, "network", infrav1.StalledCondition)()).NotTo(Equal("True/DependentsExist"))
 	})
 })
 

@@ -48,3 +48,18 @@ enabled unless engines.<name>.enabled is false. */ -}}
 {{- if and .Values.defaultEngine (not (has .Values.defaultEngine $e)) }}{{ fail (printf "defaultEngine %q is not enabled" .Values.defaultEngine) }}{{ end -}}
 {{ join "," $e }}
 {{- end -}}
+
+{{- /* The manager's scope: the namespaces it watches (watchNamespaces), or
+every namespace with clusterWide: true, chosen explicitly. Fails with the
+value to set otherwise. */ -}}
+{{- define "opr8r.checkScope" -}}
+{{- if and .Values.clusterWide .Values.watchNamespaces -}}
+{{- fail "set either watchNamespaces (the namespaces the manager watches, with its rights there only) or clusterWide=true (every namespace, rights cluster-wide), not both" -}}
+{{- end -}}
+{{- if not (or .Values.clusterWide .Values.watchNamespaces) -}}
+{{- fail "watchNamespaces is required: the namespaces whose TerraformRuns the manager reconciles, where it gets its rights (--set watchNamespaces={team-a}); a manager of every namespace, which may read every Secret in the cluster, needs clusterWide=true set explicitly" -}}
+{{- end -}}
+{{- end -}}
+
+{{- /* Where the metrics certificate (metrics.certSecret) is mounted. */ -}}
+{{- define "opr8r.metricsCertDir" -}}/etc/opr8r/metrics-certs{{- end -}}
