@@ -45,7 +45,7 @@ helm-sync: ## Copy the generated CRD, manager and user roles into the Helm chart
 	mkdir -p deploy/opr8r/crds deploy/opr8r/files/rbac
 	cp config/crd/bases/*.yaml deploy/opr8r/crds/
 	cp config/rbac/role.yaml deploy/opr8r/files/rbac/manager.yaml
-	cat config/rbac/users/approver.yaml <(echo ---) config/rbac/users/editor.yaml > deploy/opr8r/templates/user-roles.yaml
+	cat config/rbac/users/approver.yaml <(echo ---) config/rbac/users/editor.yaml <(echo ---) config/rbac/users/policy-admin.yaml > deploy/opr8r/templates/user-roles.yaml
 
 .PHONY: fmt
 fmt:

@@ -45,8 +45,11 @@ const (
 	ReasonAwaitingApproval = "AwaitingApproval"
 	ReasonApproved         = "Approved"
 	ReasonAutoApproved     = "AutoApproved"
-	// ReasonApprovedOutsidePolicy: the engine let the plan through (argo
-	// resume, the Argo UI) without meeting spec.approval's policy.
+	// ReasonApprovedOutsidePolicy (Approved False): the engine let the plan
+	// through without meeting spec.approval's policy (a resume nobody's
+	// identity was stamped for, or one the policy does not count); opr8r
+	// refused the approval and stopped the run, and its apply step, which
+	// waits for opr8r's record of the approval, does not apply.
 	ReasonApprovedOutsidePolicy = "ApprovedOutsidePolicy"
 	ReasonRejected              = "Rejected"
 	ReasonApprovalTimeout       = "ApprovalTimeout"
@@ -107,6 +110,16 @@ const (
 	// RunRequestAnnotation asks for a new run of an unchanged spec: set it to
 	// any new value (kubectl tfrun rerun writes a timestamp).
 	RunRequestAnnotation = "infra.opr8r.io/run-requested-at"
+	// SealAnnotation on a child opr8r drives itself (the Job engine's) is an
+	// HMAC, under a key only the manager holds, of what it reads back from
+	// the child to drive it: its later steps and pod settings. A child whose
+	// seal does not verify is not driven further.
+	SealAnnotation = "infra.opr8r.io/seal"
+	// DestroyWithoutApprovalAnnotation, set to "true", lets the destroy of a
+	// TerraformRun with Manual approval run without waiting at the gate: a
+	// platform admin's escape (setting it needs the policy right that
+	// changing spec.approval needs; docs/security.md).
+	DestroyWithoutApprovalAnnotation = "infra.opr8r.io/destroy-without-approval"
 	// SkipDestroyAnnotation, set to "true", is the escape hatch for a stuck
 	// deletion: the finalizer is removed without destroying anything.
 	SkipDestroyAnnotation = "infra.opr8r.io/skip-destroy"
@@ -122,6 +135,15 @@ const (
 	// API server stamps it at admission (MutatingAdmissionPolicy
 	// opr8r-spec-author) and refuses any other value.
 	SpecAuthorAnnotation = "infra.opr8r.io/spec-author"
+	// SpecAuthorsAnnotation lists, one per line as "<generation> <user>",
+	// every user who changed a hashed field of the spec (what a run
+	// executes) since the last applied run, with the generation of their
+	// newest change. The API server keeps it at admission
+	// (MutatingAdmissionPolicy opr8r-spec-author): it appends the requester
+	// of each such change and drops the lines of generations the last
+	// applied run included (status.lastAppliedGeneration); it refuses any
+	// other value.
+	SpecAuthorsAnnotation = "infra.opr8r.io/spec-authors"
 	// DecidedByAnnotation names the user who last set
 	// spec.approval.approvedPlan, rejectedPlan or rejectReason, stamped the
 	// same way.

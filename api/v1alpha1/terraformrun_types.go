@@ -503,7 +503,7 @@ type SecretEnvVar struct {
 	// Name is the environment variable's name.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
 	// +kubebuilder:validation:MaxLength=128
-	// +kubebuilder:validation:XValidation:rule="!(self in ['PATH', 'HOME', 'TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TF_PLUGIN_CACHE_DIR', 'TF_WORKSPACE', 'TF_IN_AUTOMATION', 'TF_INPUT'])",message="spec.terraform.env name is reserved by the step runner"
+	// +kubebuilder:validation:XValidation:rule="!(self in ['PATH', 'HOME', 'SHELL', 'TMPDIR', 'BASH_ENV', 'ENV', 'IFS', 'KUBECONFIG', 'KUBE_CONFIG_PATH', 'SSL_CERT_FILE', 'SSL_CERT_DIR', 'TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TF_CLI_ARGS', 'TF_PLUGIN_CACHE_DIR', 'TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE', 'TF_REATTACH_PROVIDERS', 'TF_WORKSPACE', 'TF_IN_AUTOMATION', 'TF_INPUT', 'TF_IGNORE']) && !['LD_', 'DYLD_', 'TF_CLI_ARGS_', 'TF_LOG', 'TOFU_', 'OPR8R_', 'GIT_', 'SSH_', 'KUBERNETES_'].exists(p, self.startsWith(p))",messageExpression="'spec.terraform.env name ' + self + ' is reserved: it changes how terraform, its providers, git or the loader run (PATH, HOME, LD_*, TF_CLI_*, TF_LOG*, TF_REATTACH_PROVIDERS, TF_PLUGIN_CACHE_DIR, TOFU_*, GIT_*, SSH_*, ...), which no approval of the plan shows, or prints what redaction cannot catch; give terraform values as TF_VAR_ variables or spec.terraform.vars'"
 	Name string `json:"name"`
 	// SecretKeyRef is the Secret key that holds the value.
 	SecretKeyRef SecretKeyRef `json:"secretKeyRef"`
@@ -530,12 +530,14 @@ type SecretFile struct {
 	// MountPath is the absolute directory the keys appear in.
 	// +kubebuilder:validation:MaxLength=512
 	// +kubebuilder:validation:XValidation:rule="self.startsWith('/') && !self.split('/').exists(s, s == '..')",message="spec.terraform.files mountPath must be an absolute path without '..'"
-	// +kubebuilder:validation:XValidation:rule="!(self == '/' || self.startsWith('/workspace') || self.startsWith('/opr8r') || self.startsWith('/proc') || self.startsWith('/sys') || self.startsWith('/dev') || self.startsWith('/etc') || self.startsWith('/bin') || self.startsWith('/usr') || self.startsWith('/tmp'))",message="spec.terraform.files mountPath must not hide a system or runner directory (/, /bin, /dev, /etc, /opr8r, /proc, /sys, /tmp, /usr, /workspace)"
+	// +kubebuilder:validation:XValidation:rule="self != '/' && !['bin', 'boot', 'dev', 'etc', 'home', 'lib', 'lib32', 'lib64', 'libx32', 'opt', 'proc', 'root', 'run', 'sbin', 'sys', 'tmp', 'usr', 'var', 'workspace', 'opr8r', 'tekton', 'argo', 'mainctrfs'].exists(d, self == '/' + d || self.startsWith('/' + d + '/'))",messageExpression="'spec.terraform.files mountPath ' + self + ' would hide or replace a system or runner directory (/, /bin, /boot, /dev, /etc, /home, /lib*, /opt, /proc, /root, /run, /sbin, /sys, /tmp, /usr, /var (the service-account token is under /var/run/secrets), /workspace, /opr8r, /tekton, /argo, /mainctrfs); mount Secrets elsewhere, for example under /secrets'"
 	MountPath string `json:"mountPath"`
 	// EnvName, when set, exports the mounted directory's path (or, with
 	// key, the file's path) to Terraform under this name, for example
 	// GOOGLE_APPLICATION_CREDENTIALS.
 	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="!(self in ['PATH', 'HOME', 'SHELL', 'TMPDIR', 'BASH_ENV', 'ENV', 'IFS', 'KUBECONFIG', 'KUBE_CONFIG_PATH', 'SSL_CERT_FILE', 'SSL_CERT_DIR', 'TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TF_CLI_ARGS', 'TF_PLUGIN_CACHE_DIR', 'TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE', 'TF_REATTACH_PROVIDERS', 'TF_WORKSPACE', 'TF_IN_AUTOMATION', 'TF_INPUT', 'TF_IGNORE']) && !['LD_', 'DYLD_', 'TF_CLI_ARGS_', 'TF_LOG', 'TOFU_', 'OPR8R_', 'GIT_', 'SSH_', 'KUBERNETES_'].exists(p, self.startsWith(p))",messageExpression="'spec.terraform.files envName ' + self + ' is reserved: it changes how terraform, its providers, git or the loader run (PATH, HOME, LD_*, TF_CLI_*, TF_LOG*, TF_REATTACH_PROVIDERS, TF_PLUGIN_CACHE_DIR, TOFU_*, GIT_*, SSH_*, ...), which no approval of the plan shows, or prints what redaction cannot catch; give terraform values as TF_VAR_ variables or spec.terraform.vars'"
 	// +optional
 	EnvName string `json:"envName,omitempty"`
 	// Key selects one key of the Secret for envName.
@@ -691,6 +693,19 @@ type RunnerSpec struct {
 	// +optional
 	ServiceAccountName string `json:"serviceAccountName,omitempty"`
 
+	// PlanServiceAccountName is the service account of the steps that run
+	// before the approval gate: clone, init and plan, and every step of a
+	// run that never applies (a drift check, planOnly). A plan runs the
+	// module's providers and data sources, which the author wrote and
+	// nobody has approved yet: give this account a cloud identity that may
+	// read but not change (docs/security.md), and serviceAccountName the
+	// one that applies. When empty, the manager's --plan-service-account,
+	// else serviceAccountName. An installer restricts it as
+	// serviceAccountName (runner policy allowedServiceAccounts).
+	// +kubebuilder:validation:MaxLength=253
+	// +optional
+	PlanServiceAccountName string `json:"planServiceAccountName,omitempty"`
+
 	// Resources are the requests and limits of each step container.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
@@ -707,12 +722,48 @@ type RunnerSpec struct {
 	// +optional
 	Workspace WorkspaceVolume `json:"workspace,omitempty"`
 
+	// IdentityToken projects a token of the step pods' service account,
+	// for an audience a cloud trusts, into the terraform steps (never into
+	// checks): workload identity, so the runner's cloud credentials come
+	// from the cluster's token issuer and not from a Secret tenants who may
+	// edit the namespace can read (docs/security.md).
+	// +optional
+	IdentityToken *IdentityToken `json:"identityToken,omitempty"`
+
 	// SecurityContext sets the user and group the steps run as, for images
 	// that need a particular one. Steps always run as non-root, without
 	// privilege escalation, with all capabilities dropped and the
 	// RuntimeDefault seccomp profile; nothing here can loosen that.
 	// +optional
 	SecurityContext *RunnerSecurityContext `json:"securityContext,omitempty"`
+}
+
+// IdentityToken is a projected service-account token for a cloud's
+// workload identity: AWS (IRSA: envName AWS_WEB_IDENTITY_TOKEN_FILE, with
+// AWS_ROLE_ARN from spec.terraform.env), Azure (AZURE_FEDERATED_TOKEN_FILE),
+// Google Cloud (the token file of a credential configuration). The kubelet
+// writes and refreshes it at /opr8r/identity/token in the terraform steps.
+type IdentityToken struct {
+	// Audience is the token's audience, the one the cloud's trust policy
+	// names (for example sts.amazonaws.com). An installer may restrict it
+	// (runner policy allowedTokenAudiences).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=256
+	Audience string `json:"audience"`
+	// ExpirationSeconds is the token's lifetime; the kubelet refreshes it
+	// before it ends.
+	// +kubebuilder:validation:Minimum=600
+	// +kubebuilder:validation:Maximum=86400
+	// +kubebuilder:default=3600
+	// +optional
+	ExpirationSeconds *int64 `json:"expirationSeconds,omitempty"`
+	// EnvName, when set, exports the token file's path to terraform under
+	// this name.
+	// +kubebuilder:validation:Pattern=`^[A-Za-z_][A-Za-z0-9_]*$`
+	// +kubebuilder:validation:MaxLength=128
+	// +kubebuilder:validation:XValidation:rule="!(self in ['PATH', 'HOME', 'SHELL', 'TMPDIR', 'BASH_ENV', 'ENV', 'IFS', 'KUBECONFIG', 'KUBE_CONFIG_PATH', 'SSL_CERT_FILE', 'SSL_CERT_DIR', 'TF_DATA_DIR', 'TF_CLI_CONFIG_FILE', 'TF_CLI_ARGS', 'TF_PLUGIN_CACHE_DIR', 'TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE', 'TF_REATTACH_PROVIDERS', 'TF_WORKSPACE', 'TF_IN_AUTOMATION', 'TF_INPUT', 'TF_IGNORE']) && !['LD_', 'DYLD_', 'TF_CLI_ARGS_', 'TF_LOG', 'TOFU_', 'OPR8R_', 'GIT_', 'SSH_', 'KUBERNETES_'].exists(p, self.startsWith(p))",messageExpression="'spec.runner.identityToken.envName ' + self + ' is reserved: it changes how terraform, its providers, git or the loader run; name the variable the cloud reads, for example AWS_WEB_IDENTITY_TOKEN_FILE'"
+	// +optional
+	EnvName string `json:"envName,omitempty"`
 }
 
 // RunnerSecurityContext is the part of the step pods' security context a
@@ -722,12 +773,13 @@ type RunnerSecurityContext struct {
 	// +kubebuilder:validation:Minimum=1
 	// +optional
 	RunAsUser *int64 `json:"runAsUser,omitempty"`
-	// RunAsGroup is the steps' group id.
-	// +kubebuilder:validation:Minimum=0
+	// RunAsGroup is the steps' group id; 0 (root's group, which owns
+	// system files) is refused.
+	// +kubebuilder:validation:Minimum=1
 	// +optional
 	RunAsGroup *int64 `json:"runAsGroup,omitempty"`
-	// FSGroup owns the workspace volume.
-	// +kubebuilder:validation:Minimum=0
+	// FSGroup owns the workspace volume; 0 (root's group) is refused.
+	// +kubebuilder:validation:Minimum=1
 	// +optional
 	FSGroup *int64 `json:"fsGroup,omitempty"`
 	// Privileged is accepted only as false: steps never run privileged.
@@ -930,6 +982,21 @@ type RunStatus struct {
 	// (the infra.opr8r.io/spec-author annotation, stamped at admission).
 	// +optional
 	Author string `json:"author,omitempty"`
+	// Authors are every user who changed a hashed field of the spec since
+	// the last applied run, as stamped at admission: none of them may
+	// approve this run's plan when spec.approval.selfApproval is Forbidden.
+	// +listType=set
+	// +optional
+	Authors []string `json:"authors,omitempty"`
+	// Generation is the TerraformRun's metadata.generation the run was
+	// started from.
+	// +optional
+	Generation int64 `json:"generation,omitempty"`
+	// ApprovalMode is the approval the run was started under: Manual runs
+	// apply only a plan whose approval status.approval records, which the
+	// apply step checks itself before it applies.
+	// +optional
+	ApprovalMode ApprovalMode `json:"approvalMode,omitempty"`
 	// Inputs is the digest of the run's variables (vars and varsFrom
 	// values), salted with the TerraformRun's uid; values never leave the
 	// step pods.
@@ -985,6 +1052,18 @@ type PlanStatus struct {
 	Summary string `json:"summary"`
 	// RunID is the run that made the plan.
 	RunID string `json:"runID"`
+	// TextDigest is the digest, "sha256:<hex>", of the readable plan as the
+	// plan step kept it in the run's records (redacted), and JSONDigest of
+	// the plan as JSON as kept (sensitive values masked): kubectl tfrun plan
+	// shows a record only when it matches, so what an approver reads is
+	// what the plan step wrote. SensitiveJSONDigest is the digest of the
+	// plan as JSON in clear (kubectl tfrun plan --json --show-sensitive).
+	// +optional
+	TextDigest string `json:"textDigest,omitempty"`
+	// +optional
+	JSONDigest string `json:"jsonDigest,omitempty"`
+	// +optional
+	SensitiveJSONDigest string `json:"sensitiveJSONDigest,omitempty"`
 }
 
 // ApprovalSource says how a plan was approved or rejected.
@@ -1118,6 +1197,13 @@ type TerraformRunStatus struct {
 	// LastAppliedHash is the spec hash of the last successful apply.
 	// +optional
 	LastAppliedHash string `json:"lastAppliedHash,omitempty"`
+
+	// LastAppliedGeneration is the metadata.generation the last successful
+	// apply was started from: the changes of later generations are the
+	// next run's (their authors, metadata.annotations
+	// infra.opr8r.io/spec-authors).
+	// +optional
+	LastAppliedGeneration int64 `json:"lastAppliedGeneration,omitempty"`
 
 	// LastHandledRunRequest echoes the infra.opr8r.io/run-requested-at
 	// annotation of the last rerun request that started a run.

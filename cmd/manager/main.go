@@ -32,6 +32,8 @@ import (
 // settings are the manager's flags.
 type settings struct {
 	engines, defaultEngine, namespaces string
+	sealKeySecret                      string
+	defaultApprovalTimeout             time.Duration
 	probeAddr, pprofAddr               string
 	leaderElect, installCRDs           bool
 	maxConcurrent, burst               int
@@ -56,6 +58,8 @@ func main() {
 	flag.StringVar(&s.cfg.TerraformImage, "terraform-image", engine.DefaultTerraformImage, "Default Terraform or OpenTofu image for steps.")
 	flag.StringVar(&s.cfg.StepImage, "step-image", engine.DefaultStepImage, "Image that holds the opr8r-step binary.")
 	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
+	flag.StringVar(&s.cfg.PlanServiceAccount, "plan-service-account", "", "Default service account of the steps before the approval gate (clone, init, plan; every step of a run that never applies): give it a cloud identity that may read, not change, and bind it to the opr8r-runner Role (empty: the runner's).")
+	flag.StringVar(&s.cfg.CheckServiceAccount, "check-service-account", engine.DefaultCheckServiceAccount, "Service account of check steps, which run images TerraformRuns choose: bind it to the opr8r-check Role (it reads no Secret); empty: checks run as the runner.")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&s.metrics.BindAddress, "metrics-bind-address", manager.DefaultMetricsAddress, "Address of the metrics endpoint (0 disables it).")
@@ -77,6 +81,8 @@ func main() {
 	flag.BoolVar(&s.crossNSDeps, "allow-cross-namespace-dependencies", false, "Let spec.dependsOn name TerraformRuns in other namespaces (off by default: a TerraformRun could otherwise order itself after, and read the outputs of, another tenant's runs; their step pods still need RBAC to read those outputs).")
 	flag.StringVar(&s.shard.Name, "shard", "", "Handle only the TerraformRuns labelled sharding.opr8r.io/key=NAME, with a leader election of this shard's own (empty: every run, unless --unsharded-only).")
 	flag.BoolVar(&s.shard.UnshardedOnly, "unsharded-only", false, "Handle only the TerraformRuns without a sharding.opr8r.io/key label: the default manager of an install with --shard managers.")
+	flag.StringVar(&s.sealKeySecret, "seal-key-secret", manager.DefaultSealKeySecret, "Secret, in the manager's own namespace (POD_NAMESPACE), holding the key the manager seals the children it drives itself with (the Job engine's); made at the first start when missing.")
+	flag.DurationVar(&s.defaultApprovalTimeout, "default-approval-timeout", 7*24*time.Hour, "A plan waiting for approval longer is rejected when its TerraformRun sets no spec.approval.timeout (0: wait without limit).")
 	flag.DurationVar(&s.progressTimeout, "progress-timeout", controller.DefaultProgressTimeout, "A run whose steps have not moved for this long (approval waits excluded) is marked Stalled (NoProgress); 0 disables it.")
 	flag.StringVar(&s.objectStore.Endpoint, "records-object-store-endpoint", "", "host[:port] of an S3-compatible object store that keeps finished runs' records (step logs, plans), encrypted; empty: they stay in Secrets in the runs' namespaces (docs/records.md).")
 	flag.StringVar(&s.objectStore.Bucket, "records-object-store-bucket", "", "The object store's bucket (it must exist).")
@@ -159,12 +165,17 @@ func run(s settings) error {
 	if err != nil {
 		return err
 	}
+	sealKey, err := loadSealKey(restCfg, scheme, s.sealKeySecret)
+	if err != nil {
+		return err
+	}
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
 		MaxActiveRuns: s.maxActiveRuns, MaxActiveRunsPerNamespace: s.maxActiveRunsPerNS, MinCheckInterval: s.minCheckInterval, NoAdmissionPolicies: !s.admissionPolicies,
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
+		SealKey: sealKey, DefaultApprovalTimeout: s.defaultApprovalTimeout,
 	}); err != nil {
 		return err
 	}
@@ -190,6 +201,18 @@ func (s *settings) complete() error {
 		ctrl.Log.WithName("setup").Info("metrics are served over plain HTTP to anyone who reaches the port (--metrics-secure=false): for local development only", "address", s.metrics.BindAddress)
 	}
 	return nil
+}
+
+// loadSealKey reads (or makes) the seal key in the manager's namespace,
+// before the manager's caches start.
+func loadSealKey(cfg *rest.Config, scheme *runtime.Scheme, name string) ([]byte, error) {
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return manager.LoadSealKey(ctx, c, manager.OwnNamespace("opr8r-system"), name)
 }
 
 // newObjectStore connects to the records' object store when one is

@@ -6,6 +6,7 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"flag"
 	"fmt"
 	"os"
@@ -69,9 +70,14 @@ func run(example string, once bool) error {
 	if err != nil {
 		return err
 	}
+	sealKey := make([]byte, 32)
+	if _, err := rand.Read(sealKey); err != nil {
+		return err
+	}
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: engines, DefaultEngine: engine.DefaultEngine(engines),
-		Engine: engine.Config{StepImage: engine.DefaultStepImage, TerraformImage: engine.DefaultTerraformImage, RunnerServiceAccount: engine.DefaultRunnerServiceAccount},
+		Engine:  engine.Config{StepImage: engine.DefaultStepImage, TerraformImage: engine.DefaultTerraformImage, RunnerServiceAccount: engine.DefaultRunnerServiceAccount},
+		SealKey: sealKey, // a control plane of its own, for this process only
 	}); err != nil {
 		return err
 	}

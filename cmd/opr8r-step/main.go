@@ -110,7 +110,7 @@ func connect(r *step.Runner, cmd string, o *options) error {
 	o.namespace = secretsNamespace(o.namespace, o.backendNS)
 	keepsRecords := o.recordsRun != "" && o.recordsRunID != "" && cmd != "install"
 	needsKube := (cmd == "plan" && (o.planSecret != "" || crossNamespace(o.depVars))) || cmd == "export-outputs" || (cmd == "cleanup" && o.backend == "kubernetes") ||
-		(cmd == "check" && o.outputSecret != "") || keepsRecords
+		(cmd == "check" && o.outputSecret != "") || (cmd == "apply" && o.awaitApproval) || keepsRecords
 	if needsKube && o.ownerName != "" && (o.ownerKind == "" || o.ownerAPI == "") {
 		return errors.New("--owner-name needs --owner-kind and --owner-api-version (the engine object that owns the Secrets this step writes)")
 	}
@@ -133,10 +133,14 @@ func connect(r *step.Runner, cmd string, o *options) error {
 	if err := (records.Key{Namespace: o.namespace, Run: o.recordsRun, RunID: o.recordsRunID, Step: name, Kind: records.KindLog}).Validate(); err != nil {
 		return err
 	}
-	store := &records.SecretStore{Client: r.Kube.Client}
+	var owner *metav1.OwnerReference
 	if o.recordsRunUID != "" {
-		store.Owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
+		owner = &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: o.recordsRun, UID: types.UID(o.recordsRunUID)}
 	}
+	// The log and the plans made for people in TerraformRunRecords, which
+	// opr8r's approvers and editors may read; the plan in clear in a Secret.
+	store := records.NewRouter(r.Kube.Client, owner)
+	store.Warn = func(msg string) { fmt.Fprintln(r.Out, "opr8r-step: warning: "+r.Redact(msg)) }
 	r.Records = store
 	return nil
 }
@@ -180,6 +184,12 @@ func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args 
 		_, err = r.Plan(ctx, mod, plan)
 		return err
 	case "apply":
+		if o.awaitApproval {
+			c := step.ApprovalCheck{Run: o.recordsRun, RunUID: o.recordsRunUID, RunID: o.recordsRunID, Wait: o.approvalWait}
+			if err := r.AwaitApproval(ctx, c, o.approved); err != nil {
+				return err
+			}
+		}
 		return r.Apply(ctx, mod, o.planFile, o.approved)
 	case "destroy":
 		return r.Destroy(ctx, mod, plan)
@@ -275,7 +285,8 @@ type options struct {
 	checkInputDir, checkName, outputSecret, planJSON        string
 	shard, inputsEnv, varsOut                               string
 	recordsRun, recordsRunUID, recordsRunID                 string
-	destroy, insecure                                       bool
+	destroy, insecure, awaitApproval                        bool
+	approvalWait                                            time.Duration
 	envFiles, varsDirs, depVars, secretFiles                multi
 	// secretVarsDirs are those of varsDirs that are Secrets.
 	secretVarsDirs multi
@@ -323,6 +334,8 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.BoolVar(&o.destroy, "destroy", false, "plan: plan a destroy")
 	fs.StringVar(&o.planSecret, "plan-secret", "", "plan: Secret for the readable plan")
 	fs.StringVar(&o.approved, "approved-digest", "", "apply: the approved plan digest")
+	fs.BoolVar(&o.awaitApproval, "await-approval", false, "apply: apply only once the TerraformRun's status (--records-run, --records-run-uid) records the approval of --approved-digest for this run (--records-run-id), or that it runs without a gate")
+	fs.DurationVar(&o.approvalWait, "approval-wait", 5*time.Minute, "apply: how long to wait for that record before refusing")
 	fs.StringVar(&o.inputsSalt, "inputs-salt", "", "plan: salt of the inputs digest (the TerraformRun's uid)")
 	fs.StringVar(&o.checkInputDir, "check-input-dir", "", "plan: directory for plan.json and plan.txt, which the run's checks read")
 	fs.StringVar(&o.checkName, "name", "", "check: the check's name")

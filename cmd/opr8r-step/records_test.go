@@ -8,6 +8,9 @@ import (
 	"strings"
 	"testing"
 
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -17,11 +20,14 @@ import (
 // varsFrom value that a resource prints without marking it sensitive) is
 // in any kept log, readable plan or JSON plan (masked), although
 // terraform saw them: only the plan as JSON in clear, a record of its own
-// kept in a Secret, holds the varsFrom value.
+// kept in a Secret, holds the varsFrom value. The logs and the plans made
+// for people are TerraformRunRecords owned by the TerraformRun; the plan
+// in clear is the only record in a Secret.
 func TestStepsKeepLogsWithoutSecrets(t *testing.T) {
 	const ns = "leak"
 	kubeconfig, cs := startAPIServer(t, ns)
 	ctx := context.Background()
+	installRecordCRD(t, kubeconfig)
 	dir := t.TempDir()
 
 	const envMarker, varMarker = "ENV-SECRET-MARKER-7a1c", "VARSFROM-SECRET-MARKER-3e9d"
@@ -72,7 +78,10 @@ output "env_seen" { value = length(var.db_password) }
 		t.Fatal("a second apply of one plan succeeded")
 	}
 
-	store := &records.SecretStore{Client: cs}
+	if strings.Contains(out.String(), "kept in a Secret") {
+		t.Errorf("a record fell back to a Secret:\n%s", out.String())
+	}
+	store := records.NewRouter(cs, nil)
 	recs, err := store.List(ctx, ns, "leaky")
 	if err != nil {
 		t.Fatal(err)
@@ -99,6 +108,25 @@ output "env_seen" { value = length(var.db_password) }
 	if strings.Join(got, ",") != want {
 		t.Fatalf("records kept: %s\nwant: %s", strings.Join(got, ","), want)
 	}
+	// Where each kind is: the plan in clear in a Secret only, the rest
+	// in TerraformRunRecords owned by the TerraformRun.
+	inSecrets, err := (&records.SecretStore{Client: cs}).List(ctx, ns, "leaky")
+	if err != nil || len(inSecrets) != 1 || inSecrets[0].Kind != records.KindPlanJSONSensitive {
+		t.Errorf("records in Secrets: %+v, %v; want plan-sensitive.json only", inSecrets, err)
+	}
+	inResources, err := (&records.ResourceStore{Client: cs}).List(ctx, ns, "leaky")
+	if err != nil || len(inResources) != len(recs)-1 {
+		t.Errorf("records in TerraformRunRecords: %+v, %v; want all but plan-sensitive.json", inResources, err)
+	}
+	for _, r := range inResources {
+		if !records.InResource(r.Kind) {
+			t.Errorf("%s is in a TerraformRunRecord", r.Key)
+		}
+	}
+	objs, err := cs.CoreV1().RESTClient().Get().AbsPath("/apis/infra.opr8r.io/v1alpha1/namespaces", ns, "terraformrunrecords").DoRaw(ctx)
+	if err != nil || !strings.Contains(string(objs), `"ownerReferences":[{"apiVersion":"infra.opr8r.io/v1alpha1","kind":"TerraformRun","name":"leaky","uid":"uid-leaky"}]`) {
+		t.Errorf("the TerraformRunRecords are not owned by the TerraformRun: %v", err)
+	}
 	failed, _ := store.Get(ctx, records.Key{Namespace: ns, Run: "leaky", RunID: "leaky-2", Step: "apply", Kind: records.KindLog})
 	if !strings.Contains(string(failed), "opr8r-step: apply failed: ") {
 		t.Errorf("the failed step's kept log lacks its failure line:\n%s", failed)
@@ -108,4 +136,19 @@ output "env_seen" { value = length(var.db_password) }
 		t.Errorf("the plan step's kept log does not show the redacted value:\n%s", plan)
 	}
 	t.Logf("%d records kept, %d leaks", len(recs), leaks)
+}
+
+// installRecordCRD installs the TerraformRunRecord CRD, which the steps
+// keep their records in, in the API server of kubeconfig.
+func installRecordCRD(t *testing.T, kubeconfig string) {
+	t.Helper()
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths: []string{filepath.Join("..", "..", "config", "crd", "bases", "infra.opr8r.io_terraformrunrecords.yaml")}, ErrorIfPathMissing: true,
+	}); err != nil {
+		t.Fatal(err)
+	}
 }

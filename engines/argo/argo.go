@@ -237,9 +237,10 @@ var replacer = strings.NewReplacer(
 
 func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {
 	t := wfv1.Template{
-		Name:     s.Name,
-		Metadata: wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: s.Name}},
-		Volumes:  pipeline.ScratchVolumes(),
+		Name:               s.Name,
+		Metadata:           wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: s.Name}},
+		Volumes:            pipeline.ScratchVolumes(),
+		ServiceAccountName: s.ServiceAccountName,
 	}
 	if s.NeedsStepBinary {
 		t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}

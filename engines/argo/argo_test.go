@@ -70,10 +70,19 @@ func TestWorkflowShape(t *testing.T) {
 			run: testutil.MakeRun("a", "ns").Auto().Obj(), typ: infrav1.RunApply,
 			wantTasks: []string{"clone", "init", "plan", "apply", "export-outputs"},
 		},
-		"destroy": {
+		"destroy of a Manual run: plan, wait for approval, apply": {
 			run: testutil.MakeRun("a", "ns").Obj(), typ: infrav1.RunDestroy,
+			wantTasks: []string{"clone", "init", "plan", "approve", "apply"}, wantGate: true,
+			wantArgsHave: map[string][]string{"plan": {"--destroy"}},
+		},
+		"destroy a platform admin let go without approval": {
+			run: testutil.MakeRun("a", "ns").Annotate(infrav1.DestroyWithoutApprovalAnnotation, "true").Obj(), typ: infrav1.RunDestroy,
 			wantTasks:    []string{"clone", "init", "plan", "apply"},
 			wantArgsHave: map[string][]string{"plan": {"--destroy"}},
+		},
+		"destroy of an Auto run": {
+			run: testutil.MakeRun("a", "ns").Auto().Obj(), typ: infrav1.RunDestroy,
+			wantTasks: []string{"clone", "init", "plan", "apply"},
 		},
 	}
 	for name, tc := range cases {

@@ -232,10 +232,10 @@ func gate(wf *wfv1.Workflow, n wfv1.NodeStatus) engine.Gate {
 			break
 		}
 		g.State = engine.GateRejected
-		g.By, g.ByGroups = resumedBy(wf, n.Message), stampedGroups(wf)
+		g.By, g.ByGroups, g.Stamped = resumedBy(wf, n.Message), stampedGroups(wf), wf.Annotations[AnnoGateDecidedBy] != ""
 	case wfv1.NodeSucceeded:
 		g.Digest = outputParam(n, paramApprovedDigest)
-		g.By, g.ByGroups = resumedBy(wf, n.Message), stampedGroups(wf)
+		g.By, g.ByGroups, g.Stamped = resumedBy(wf, n.Message), stampedGroups(wf), wf.Annotations[AnnoGateDecidedBy] != ""
 		if outputParam(n, paramDecision) == decisionReject {
 			g.State = engine.GateRejected
 			if g.Message == "" {

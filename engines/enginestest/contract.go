@@ -2,6 +2,7 @@ package enginestest
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -42,6 +43,7 @@ import (
 // engines.
 func Run(t *testing.T, kit enginetest.Kit) {
 	t.Run("Build is deterministic and valid", func(t *testing.T) { buildContract(t, kit) })
+	t.Run("each step runs as its own service account", func(t *testing.T) { accountsContract(t, kit) })
 	t.Run("a stopped child reads as stopped, its gate skipped", func(t *testing.T) { stoppedContract(t, kit) })
 	t.Run("a slimmed cache copy observes the same", func(t *testing.T) { slimContract(t, kit) })
 	t.Run("a plan without changes skips the gate", func(t *testing.T) { noChangesContract(t, kit) })
@@ -68,6 +70,32 @@ func buildContract(t *testing.T, kit enginetest.Kit) {
 		}
 		if err := kit.Validate(first); err != nil {
 			t.Errorf("%s: the engine's own validation refuses the child: %v", name, err)
+		}
+	}
+}
+
+// accountsContract builds every golden case with a plan service account
+// of its own: the engine's validation accepts the child, and the plan's
+// account (never the runner's) appears in it, as the check's does.
+func accountsContract(t *testing.T, kit enginetest.Kit) {
+	for name, tc := range testutil.GoldenCases() {
+		req := request(kit, tc.Run.Obj(), tc.Type, 1)
+		req.Dependencies = testutil.GoldenDeps(name)
+		req.Config.PlanServiceAccount = "opr8r-planner"
+		req.Run = pipeline.Defaults(tc.Run.Obj(), kit.Engine.Name(), req.Config)
+		child, err := kit.Engine.Build(req)
+		if err != nil {
+			t.Fatalf("%s: Build: %v", name, err)
+		}
+		if err := kit.Validate(child); err != nil {
+			t.Errorf("%s: the engine's own validation refuses the child with a plan account: %v", name, err)
+		}
+		b, err := json.Marshal(child)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !strings.Contains(string(b), `"opr8r-planner"`) {
+			t.Errorf("%s: the plan's service account appears nowhere in the child", name)
 		}
 	}
 }
@@ -217,6 +245,9 @@ type harness struct {
 	key  client.ObjectKey
 	mu   sync.Mutex
 	errs []error
+	// in is what the reconciler keeps of the run for a Driver: the seal
+	// of the child as built, the decision recorded.
+	in engine.DriveInput
 }
 
 func newHarness(t *testing.T, kit enginetest.Kit) *harness {
@@ -284,11 +315,16 @@ func (h *harness) start(run *testutil.RunWrapper, typ infrav1.RunType) enginetes
 		h.t.Fatal(err)
 	}
 	child.SetUID(types.UID("uid-" + child.GetName()))
+	seals := engine.Seals{Key: []byte("the offline contract suite's seal key")}
+	if err := seals.Seal(h.kit.Engine, child); err != nil {
+		h.t.Fatal(err)
+	}
 	if err := h.c.Create(context.Background(), child); err != nil {
 		h.t.Fatal(err)
 	}
 	h.mu.Lock()
 	h.key = client.ObjectKeyFromObject(child)
+	h.in.Verify = seals.Verifier(h.kit.Engine)
 	h.mu.Unlock()
 	env := enginetest.Env{Client: h.c, Writes: &atomic.Int64{}, Timeout: 10 * time.Second, Interval: 5 * time.Millisecond}
 	return h.kit.NewSim(env, h.key)
@@ -347,9 +383,17 @@ func (h *harness) approve(digest string) {
 	if !ok {
 		h.t.Fatalf("engine %s cannot approve (engine.Approver)", h.kit.Engine.Name())
 	}
+	h.record(&engine.RecordedDecision{Approved: true, Digest: digest})
 	if err := a.Approve(context.Background(), h.c, h.child(), engine.Decision{Digest: digest, By: "alice"}); err != nil {
 		h.t.Fatal(err)
 	}
+}
+
+// record keeps a decision as the reconciler records it in status.
+func (h *harness) record(d *engine.RecordedDecision) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.in.Decision = d
 }
 
 // reject rejects the waiting gate, as the reconciler does.
@@ -359,6 +403,7 @@ func (h *harness) reject(reason string) {
 	if !ok {
 		h.t.Fatalf("engine %s cannot reject (engine.Approver)", h.kit.Engine.Name())
 	}
+	h.record(&engine.RecordedDecision{Approved: false})
 	if err := a.Reject(context.Background(), h.c, h.child(), engine.Decision{Reason: reason, By: "alice"}); err != nil {
 		h.t.Fatal(err)
 	}
@@ -391,8 +436,11 @@ func (h *harness) loop(ctx context.Context, done chan<- struct{}) {
 			continue
 		}
 		p, err := h.kit.Engine.Observe(child, related, time.Now())
+		h.mu.Lock()
+		in := h.in
+		h.mu.Unlock()
 		if err == nil {
-			err = d.Drive(ctx, h.c, h.c, child, p)
+			err = d.Drive(ctx, h.c, h.c, child, p, in)
 		}
 		h.note(ctx, err)
 	}

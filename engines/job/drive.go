@@ -22,11 +22,13 @@ import (
 
 // Drive implements engine.Driver: it keeps the workspace volume while the
 // run lives, stops what a cancellation stops, and creates the next step's
-// Job when the previous one is done: apply once the plan is approved (or
-// at once with Auto approval), export-outputs after apply or a plan without
-// changes, cleanup last, always. Creating is idempotent: a Job that exists
-// is left as it is.
-func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, obj client.Object, prog engine.Progress) error {
+// Job when the previous one is done: apply once opr8r recorded the plan's
+// approval (in.Decision; or at once with Auto approval), export-outputs
+// after apply or a plan without changes, cleanup last, always. What it
+// creates comes from the child only while the child matches the seal opr8r
+// kept (in.Verify). Creating is idempotent: a Job of the run that exists is
+// left as it is; one of that name that is not the run's is refused.
+func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, obj client.Object, prog engine.Progress, in engine.DriveInput) error {
 	child, ok := obj.(*batchv1.Job)
 	if !ok {
 		return fmt.Errorf("job: expected a Job, got %T", obj)
@@ -34,7 +36,7 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 	if prog.Finished {
 		return deleteWorkspace(ctx, c, child)
 	}
-	if err := e.ensureWorkspace(ctx, c, api, child); err != nil {
+	if err := e.ensureWorkspace(ctx, c, api, child, in.Verify); err != nil {
 		return err
 	}
 	related, err := e.Related(ctx, c, child)
@@ -47,17 +49,21 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 			return err
 		}
 	}
-	next, digest := nextStep(v, prog)
+	next, digest := nextStep(v, prog, in.Decision)
 	if next == "" {
 		return nil
 	}
-	return createStepJob(ctx, c, api, child, next, digest)
+	full, err := verified(ctx, api, child, in.Verify)
+	if err != nil {
+		return err
+	}
+	return createStepJob(ctx, c, api, full, next, digest)
 }
 
 // nextStep is the step whose Job should exist now and does not, with the
 // plan digest apply is bound to ("" when no Job is due).
-func nextStep(v runView, prog engine.Progress) (string, string) {
-	step, digest := dueStep(v, prog)
+func nextStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (string, string) {
+	step, digest := dueStep(v, prog, d)
 	if step == "" || v.jobs[step] != nil || (step == names.StepCleanup && anyActive(v)) {
 		return "", ""
 	}
@@ -65,13 +71,16 @@ func nextStep(v runView, prog engine.Progress) (string, string) {
 }
 
 // dueStep is the step the run has reached: the plan Job first, then apply
-// once approved, export-outputs (apply runs), and cleanup after everything
-// else, or as soon as the run was stopped, rejected or failed.
-func dueStep(v runView, prog engine.Progress) (string, string) {
+// once opr8r recorded the approval of this plan (d), export-outputs (apply
+// runs), and cleanup after everything else, or as soon as the run was
+// stopped, rejected or failed. A decision read from the child's own
+// annotations never counts: tenants may write them.
+func dueStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (string, string) {
 	if !jobDone(v.child) || v.unread(time.Now()) != "" {
 		return "", ""
 	}
-	stopped := v.child.Annotations[annoCancelled] != "" || prog.Gate.State == engine.GateRejected
+	rejected := d != nil && !d.Approved
+	stopped := v.child.Annotations[annoCancelled] != "" || rejected
 	if stopped || prog.Plan == nil || stepPhase(prog.Steps, names.StepPlan) != infrav1.StepSucceeded {
 		return names.StepCleanup, ""
 	}
@@ -94,8 +103,8 @@ func dueStep(v runView, prog engine.Progress) (string, string) {
 		switch {
 		case apply == nil && v.child.Annotations[annoApproval] != approvalManual:
 			return names.StepApply, prog.Plan.Digest
-		case apply == nil && prog.Gate.State == engine.GateApproved:
-			return names.StepApply, v.child.Annotations[annoDigest]
+		case apply == nil && d != nil && d.Approved && d.Digest == prog.Plan.Digest:
+			return names.StepApply, d.Digest
 		case apply == nil || !jobDone(apply):
 			return "", ""
 		case stepPhase(prog.Steps, names.StepApply) != infrav1.StepSucceeded:
@@ -145,14 +154,14 @@ func stopActive(ctx context.Context, c client.Client, v runView) error {
 
 // ensureWorkspace creates the run's workspace volume claim unless it
 // exists. It reads the child past the cache, which keeps no annotations
-// the driver alone needs.
-func (Engine) ensureWorkspace(ctx context.Context, c client.Client, api client.Reader, child *batchv1.Job) error {
+// the driver alone needs, and only while it matches the seal.
+func (Engine) ensureWorkspace(ctx context.Context, c client.Client, api client.Reader, child *batchv1.Job, verify func(client.Object) error) error {
 	pvc := &corev1.PersistentVolumeClaim{}
 	err := api.Get(ctx, client.ObjectKey{Namespace: child.Namespace, Name: workspaceName(child.Name)}, pvc)
 	if !apierrors.IsNotFound(err) {
 		return err
 	}
-	full, err := fullChild(ctx, api, child)
+	full, err := verified(ctx, api, child, verify)
 	if err != nil {
 		return err
 	}
@@ -182,13 +191,11 @@ func fullChild(ctx context.Context, api client.Reader, child *batchv1.Job) (*bat
 	return full, nil
 }
 
-// createStepJob creates a later step's Job from the steps the child carries,
-// with the child's pod settings, owned by the child.
-func createStepJob(ctx context.Context, c client.Client, api client.Reader, child *batchv1.Job, step, digest string) error {
-	full, err := fullChild(ctx, api, child)
-	if err != nil {
-		return err
-	}
+// createStepJob creates a later step's Job from the steps the child (read
+// whole, and sealed) carries, with the child's pod settings, owned by the
+// child.
+func createStepJob(ctx context.Context, c client.Client, api client.Reader, full *batchv1.Job, step, digest string) error {
+	child := full
 	var later laterSteps
 	if err := json.Unmarshal([]byte(full.Annotations[annoSteps]), &later); err != nil {
 		return fmt.Errorf("job %s has no readable %s annotation: %w", child.Name, annoSteps, err)
@@ -212,8 +219,26 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, chil
 		},
 		Spec: jobSpec(tmpl),
 	}
-	if err := c.Create(ctx, j); err != nil && !apierrors.IsAlreadyExists(err) {
+	err := c.Create(ctx, j)
+	if apierrors.IsAlreadyExists(err) {
+		return ownJob(ctx, api, child, j.Name)
+	}
+	if err != nil {
 		return fmt.Errorf("creating job %s: %w", j.Name, err)
+	}
+	return nil
+}
+
+// ownJob checks that an existing Job of a step's name is the run's: made
+// for the child and controlled by it. One someone else made first (to have
+// opr8r take it for its own) is refused.
+func ownJob(ctx context.Context, api client.Reader, child *batchv1.Job, name string) error {
+	j := &batchv1.Job{}
+	if err := api.Get(ctx, client.ObjectKey{Namespace: child.Namespace, Name: name}, j); err != nil {
+		return fmt.Errorf("reading job %s: %w", name, err)
+	}
+	if j.Labels[ChildLabel] != child.Name || !metav1.IsControlledBy(j, child) {
+		return fmt.Errorf("job %s exists and is not run %s's (not made for it and controlled by it): opr8r does not drive it; delete it", name, child.Name)
 	}
 	return nil
 }

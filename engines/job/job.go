@@ -21,6 +21,7 @@
 package job
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -88,6 +89,7 @@ type Engine struct{}
 var (
 	_ engine.Engine    = Engine{}
 	_ engine.Driver    = Engine{}
+	_ engine.Sealer    = Engine{}
 	_ engine.Approver  = Engine{}
 	_ engine.Canceller = Engine{}
 )
@@ -184,6 +186,50 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	return j, nil
 }
 
+// Sealed implements engine.Sealer: everything the driver reads back from
+// the child to make its later Jobs: the later steps, volumes, checks,
+// approval mode and workspace it carries in annotations, and the pod
+// settings those Jobs copy from it, in a stable form.
+func (Engine) Sealed(obj client.Object) ([]byte, error) {
+	child, ok := obj.(*batchv1.Job)
+	if !ok {
+		return nil, fmt.Errorf("job: expected a Job, got %T", obj)
+	}
+	spec := child.Spec.Template.Spec
+	// Only what the API server keeps as written: it defaults a container's
+	// imagePullPolicy, so that is left out (it decides nothing a tenant
+	// could use: admission guards the child's spec anyway).
+	sealed := struct {
+		Annotations     map[string]string
+		ServiceAccount  string
+		SecurityContext *corev1.PodSecurityContext
+		NodeSelector    map[string]string
+		Tolerations     []corev1.Toleration
+		InstallImage    string
+	}{Annotations: map[string]string{}, ServiceAccount: spec.ServiceAccountName, SecurityContext: spec.SecurityContext,
+		NodeSelector: spec.NodeSelector, Tolerations: spec.Tolerations, InstallImage: installImage(child)}
+	for _, k := range []string{annoSteps, annoApproval, annoChecks, annoWorkspace} {
+		sealed.Annotations[k] = child.Annotations[k]
+	}
+	return json.Marshal(sealed)
+}
+
+// verified reads the child past the cache and has its seal checked: the
+// driver makes nothing from a child someone else changed.
+func verified(ctx context.Context, api client.Reader, child *batchv1.Job, verify func(client.Object) error) (*batchv1.Job, error) {
+	full, err := fullChild(ctx, api, child)
+	if err != nil {
+		return nil, err
+	}
+	if verify == nil {
+		return nil, fmt.Errorf("job %s: %w: no seal to check it against", child.Name, engine.ErrSealBroken)
+	}
+	if err := verify(full); err != nil {
+		return nil, fmt.Errorf("job %s: %w (its steps, approval mode or pod settings differ from what opr8r built): opr8r creates no further Job for it; delete the TerraformRun's child and rerun", child.Name, err)
+	}
+	return full, nil
+}
+
 // laterSteps are the steps after the plan, as the child carries them.
 type laterSteps struct {
 	Steps   []pipeline.Step `json:"steps"`
@@ -240,6 +286,9 @@ func podTemplate(p *pipeline.Pipeline, r *strings.Replacer, step, stepImage stri
 		cs = append(cs, c)
 	}
 	spec := podSpec(p, p.Name, p.UsedVolumes(steps...))
+	if sa := steps[len(steps)-1].ServiceAccountName; sa != "" {
+		spec.ServiceAccountName = sa // the checks' Job: every step of it is a check
+	}
 	spec.InitContainers, spec.Containers = cs[:len(cs)-1], cs[len(cs)-1:]
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: jobLabels(p, p.Name, step)}, Spec: spec}
 }

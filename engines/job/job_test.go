@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,7 +14,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/yaml"
@@ -63,9 +66,26 @@ func term(code int32, msg string) corev1.ContainerState {
 	return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code, Message: msg, FinishedAt: metav1.Now()}}
 }
 
+// jobUID is the uid of a run's Job in these tests: the child's for the
+// plan step, else its step Job's (stepJob).
+func jobUID(child, step string) types.UID {
+	if step == "plan" {
+		return types.UID("uid-" + child)
+	}
+	return types.UID("uid-" + child + "-" + step)
+}
+
+func controlledBy(name string, uid types.UID) []metav1.OwnerReference {
+	return []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: name, UID: uid, Controller: ptr.To(true)}}
+}
+
 func pod(child, step string, states map[string]corev1.ContainerState, init ...string) *corev1.Pod {
+	owner := child + "-" + step
+	if step == "plan" {
+		owner = child
+	}
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: child + "-" + step + "-x", Namespace: "ns",
-		Labels: map[string]string{job.ChildLabel: child, infrav1.StepLabel: step}}}
+		Labels: map[string]string{job.ChildLabel: child, infrav1.StepLabel: step}, OwnerReferences: controlledBy(owner, jobUID(child, step))}}
 	for _, n := range init {
 		p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, corev1.ContainerStatus{Name: n, State: states[n]})
 	}
@@ -74,8 +94,8 @@ func pod(child, step string, states map[string]corev1.ContainerState, init ...st
 }
 
 func stepJob(child, step string, done bool) *batchv1.Job {
-	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: child + "-" + step, Namespace: "ns",
-		Labels: map[string]string{job.ChildLabel: child, infrav1.StepLabel: step}}}
+	j := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: child + "-" + step, Namespace: "ns", UID: jobUID(child, step),
+		Labels: map[string]string{job.ChildLabel: child, infrav1.StepLabel: step}, OwnerReferences: controlledBy(child, jobUID(child, "plan"))}}
 	if done {
 		j.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	}
@@ -90,7 +110,15 @@ func planResults(t *testing.T, has bool) string {
 
 func TestObserveAndDrive(t *testing.T) {
 	manual := build(t, testutil.MakeRun("r", "ns").Obj(), infrav1.RunApply)
+	manual.UID = jobUID("r-1", "plan")
 	manual.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
+	if err := seals.Seal(job.New(), manual); err != nil {
+		t.Fatal(err)
+	}
+	approvedPlan := &engine.RecordedDecision{Approved: true, Digest: "sha256:aa"}
+	tampered := manual.DeepCopy()
+	tampered.Annotations["infra.opr8r.io/approval"] = "auto"
 	planned := func(has bool) *corev1.Pod {
 		return pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, has))}, "install-opr8r-step", "clone", "init")
 	}
@@ -100,18 +128,42 @@ func TestObserveAndDrive(t *testing.T) {
 	cases := map[string]struct {
 		child     *batchv1.Job
 		related   []client.Object
+		decision  *engine.RecordedDecision // as opr8r recorded it in status
 		wantPhase infrav1.RunPhase
 		wantGate  engine.GateState
 		wantSteps map[string]infrav1.StepPhase
 		wantNext  string // the Job the driver creates
+		wantErr   string // the driver's error
 	}{
+		"approved only in the child's annotations (anyone who may edit the Job can write them): no apply": {
+			child: approved, related: []client.Object{planned(true)}, wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded", "approve": "Succeeded"},
+		},
+		"approved, but the child's approval mode was changed to auto: no Job, the seal is broken": {
+			// What the child says is shown (no gate), but nothing is made of it.
+			child: tampered, related: []client.Object{planned(true)}, decision: approvedPlan, wantPhase: infrav1.RunRunning, wantGate: engine.GateAbsent,
+			wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded"}, wantErr: "the child was changed after opr8r built it",
+		},
+		"approved, and a Job of apply's name that is not the run's exists: refused": {
+			child: manual, related: []client.Object{planned(true), &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "r-1-apply", Namespace: "ns"}}}, decision: approvedPlan,
+			wantPhase: infrav1.RunAwaitingApproval, wantGate: engine.GatePending, wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded"},
+			wantErr: "job r-1-apply exists and is not run r-1's",
+		},
+		"a second, newer plan pod (made by someone else) is not read": {
+			child: manual, related: []client.Object{planned(true), func() *corev1.Pod {
+				p := pod("r-1", "plan", map[string]corev1.ContainerState{"plan": term(0, planResults(t, false))})
+				p.Name, p.CreationTimestamp = "r-1-plan-fake", metav1.NewTime(time.Now().Add(time.Hour))
+				return p
+			}()},
+			wantPhase: infrav1.RunAwaitingApproval, wantGate: engine.GatePending, wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded", "approve": "Running"},
+		},
 		"plan waiting for approval": {
 			child: manual, related: []client.Object{planned(true)},
 			wantPhase: infrav1.RunAwaitingApproval, wantGate: engine.GatePending,
 			wantSteps: map[string]infrav1.StepPhase{"clone": "Succeeded", "init": "Succeeded", "plan": "Succeeded", "approve": "Running"},
 		},
 		"approved: apply is created": {
-			child: approved, related: []client.Object{planned(true)}, wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			child: approved, related: []client.Object{planned(true)}, decision: approvedPlan, wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
 			wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded", "approve": "Succeeded"}, wantNext: "r-1-apply",
 		},
 		"no changes: gate and apply skipped, export created": {
@@ -162,8 +214,9 @@ func TestObserveAndDrive(t *testing.T) {
 				t.Errorf("message %q", prog.Message)
 			}
 			c := fakeClient(t, append([]client.Object{tc.child}, tc.related...)...)
-			if err := job.New().Drive(context.Background(), c, c, tc.child, prog); err != nil {
-				t.Fatal(err)
+			err = job.New().Drive(context.Background(), c, c, tc.child, prog, engine.DriveInput{Decision: tc.decision, Verify: seals.Verifier(job.New())})
+			if (err != nil || tc.wantErr != "") && (err == nil || !strings.Contains(err.Error(), tc.wantErr)) {
+				t.Fatalf("Drive: %v, want an error with %q", err, tc.wantErr)
 			}
 			list := &batchv1.JobList{}
 			if err := c.List(context.Background(), list); err != nil {
@@ -198,4 +251,46 @@ func fakeClient(t *testing.T, objs ...client.Object) client.Client {
 		t.Fatal(err)
 	}
 	return fake.NewClientBuilder().WithScheme(s).WithObjects(objs...).Build()
+}
+
+// TestChecksRunAsTheCheckServiceAccount: the Job of a run's checks runs as
+// the check service account (no Secret reads, no cloud identity), the
+// other step Jobs as the runner.
+func TestChecksRunAsTheCheckServiceAccount(t *testing.T) {
+	child := build(t, testutil.MakeRun("r", "ns").Check("policy", "conftest:1", "", "conftest", "test").Obj(), infrav1.RunApply)
+	child.UID = jobUID("r-1", "plan")
+	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
+	if err := seals.Seal(job.New(), child); err != nil {
+		t.Fatal(err)
+	}
+	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "install-opr8r-step", "clone", "init")
+	prog, err := job.New().Observe(child, []client.Object{planned}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fakeClient(t, child, planned)
+	if err := job.New().Drive(context.Background(), c, c, child, prog, engine.DriveInput{Verify: seals.Verifier(job.New())}); err != nil {
+		t.Fatal(err)
+	}
+	list := &batchv1.JobList{}
+	if err := c.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, j := range list.Items {
+		if j.Name == child.Name {
+			continue
+		}
+		found = true
+		if sa := j.Spec.Template.Spec.ServiceAccountName; sa != testutil.Config.CheckServiceAccount {
+			t.Errorf("Job %s (the checks) runs as %q, want %q", j.Name, sa, testutil.Config.CheckServiceAccount)
+		}
+	}
+	if !found {
+		t.Fatal("the driver created no checks Job after the plan")
+	}
+	if sa := child.Spec.Template.Spec.ServiceAccountName; sa != testutil.Config.RunnerServiceAccount {
+		t.Errorf("the plan runs as %q, want the runner %q", sa, testutil.Config.RunnerServiceAccount)
+	}
 }

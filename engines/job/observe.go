@@ -56,22 +56,33 @@ func (Engine) Related(ctx context.Context, c client.Reader, child client.Object)
 type runView struct {
 	child *batchv1.Job
 	jobs  map[string]*batchv1.Job // by step; the plan step's is the child
-	pods  map[string]*corev1.Pod  // newest pod of each step's Job
+	pods  map[string]*corev1.Pod  // the first pod of each step's Job
 }
 
+// newView sorts a child's related objects by step. Only Jobs the child
+// controls count, and of each Job only the first pod it controls: the Job
+// controller makes one (steps are not retried), so another pod that claims
+// the step, such as a later one a tenant made with the step's labels, is
+// not read.
 func newView(child *batchv1.Job, related []client.Object) runView {
 	v := runView{child: child, jobs: map[string]*batchv1.Job{names.StepPlan: child}, pods: map[string]*corev1.Pod{}}
 	for _, o := range related {
-		switch r := o.(type) {
-		case *batchv1.Job:
-			if r.Labels[ChildLabel] == child.Name {
-				v.jobs[r.Labels[infrav1.StepLabel]] = r
-			}
-		case *corev1.Pod:
-			step := r.Labels[infrav1.StepLabel]
-			if old := v.pods[step]; r.Labels[ChildLabel] == child.Name && (old == nil || old.CreationTimestamp.Before(&r.CreationTimestamp)) {
-				v.pods[step] = r
-			}
+		if j, ok := o.(*batchv1.Job); ok && j.Labels[ChildLabel] == child.Name && metav1.IsControlledBy(j, child) {
+			v.jobs[j.Labels[infrav1.StepLabel]] = j
+		}
+	}
+	for _, o := range related {
+		p, ok := o.(*corev1.Pod)
+		if !ok || p.Labels[ChildLabel] != child.Name {
+			continue
+		}
+		step := p.Labels[infrav1.StepLabel]
+		j := v.jobs[step]
+		if j == nil || !metav1.IsControlledBy(p, j) {
+			continue
+		}
+		if old := v.pods[step]; old == nil || p.CreationTimestamp.Before(&old.CreationTimestamp) {
+			v.pods[step] = p
 		}
 	}
 	return v

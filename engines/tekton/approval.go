@@ -120,7 +120,11 @@ func param(cr *tektonv1beta1.CustomRun, name string) string {
 }
 
 // pendingGate finds the PipelineRun's approval CustomRun that still waits.
-func pendingGate(ctx context.Context, c client.Client, pr client.Object) (*tektonv1beta1.CustomRun, error) {
+func pendingGate(ctx context.Context, c client.Client, child client.Object) (*tektonv1beta1.CustomRun, error) {
+	pr, ok := child.(*tektonv1.PipelineRun)
+	if !ok {
+		return nil, fmt.Errorf("tekton: expected a PipelineRun, got %T", child)
+	}
 	list := &tektonv1beta1.CustomRunList{}
 	if err := c.List(ctx, list, client.InNamespace(pr.GetNamespace()),
 		client.MatchingLabels{PipelineRunLabel: pr.GetName(), PipelineTaskLabel: taskApprove}); err != nil {
@@ -128,7 +132,7 @@ func pendingGate(ctx context.Context, c client.Client, pr client.Object) (*tekto
 	}
 	for i := range list.Items {
 		cr := &list.Items[i]
-		if isOurs(cr) && !cr.IsDone() && !cr.IsCancelled() {
+		if task, named := childTask(pr, cr); named && task == taskApprove && isOurs(cr) && !cr.IsDone() && !cr.IsCancelled() {
 			return cr, nil
 		}
 	}

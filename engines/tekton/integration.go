@@ -59,15 +59,21 @@ func (Engine) SlimForCache(obj any) bool {
 	return true
 }
 
-// slimPipelineRunStatus keeps what Observe and Cancel read: the
-// conditions, start and completion times and the names of the skipped
-// tasks. Tekton also writes its copy of the pipeline spec, the child
-// references, results, provenance and span context.
+// slimPipelineRunStatus keeps what Observe, Approve and Cancel read: the
+// conditions, start and completion times, the names of the skipped tasks,
+// and the kind, name and pipeline task of each child reference (which
+// TaskRuns and CustomRuns are the PipelineRun's). Tekton also writes its
+// copy of the pipeline spec, the references' when expressions, results,
+// provenance and span context.
 func slimPipelineRunStatus(s tektonv1.PipelineRunStatus) tektonv1.PipelineRunStatus {
 	out := tektonv1.PipelineRunStatus{Status: duckv1.Status{Conditions: s.Conditions}}
 	out.StartTime, out.CompletionTime = s.StartTime, s.CompletionTime
 	for _, t := range s.SkippedTasks {
 		out.SkippedTasks = append(out.SkippedTasks, tektonv1.SkippedTask{Name: t.Name})
+	}
+	for _, r := range s.ChildReferences {
+		out.ChildReferences = append(out.ChildReferences, tektonv1.ChildStatusReference{
+			TypeMeta: r.TypeMeta, Name: r.Name, PipelineTaskName: r.PipelineTaskName})
 	}
 	return out
 }

@@ -13,7 +13,6 @@ import (
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -62,16 +61,23 @@ type view struct {
 	skipped  map[string]bool
 }
 
+// newView takes of the related objects only those the PipelineRun's own
+// status names as its children (status.childReferences, which only
+// Tekton's controller writes), under the pipeline task it names: a TaskRun
+// or CustomRun that merely carries the PipelineRun's labels and owner, as
+// anyone who may create them can make one, is not read.
 func newView(pr *tektonv1.PipelineRun, related []client.Object) view {
 	v := view{pr: pr, taskRuns: map[string]*tektonv1.TaskRun{}, skipped: map[string]bool{}}
 	for _, o := range related {
+		task, ok := childTask(pr, o)
+		if !ok {
+			continue
+		}
 		switch r := o.(type) {
 		case *tektonv1.TaskRun:
-			if metav1.IsControlledBy(r, pr) || r.Labels[PipelineRunLabel] == pr.Name {
-				v.taskRuns[r.Labels[PipelineTaskLabel]] = r
-			}
+			v.taskRuns[task] = r
 		case *tektonv1beta1.CustomRun:
-			if r.Labels[PipelineTaskLabel] == taskApprove && r.Labels[PipelineRunLabel] == pr.Name {
+			if task == taskApprove {
 				v.gate = r
 			}
 		}
@@ -80,6 +86,21 @@ func newView(pr *tektonv1.PipelineRun, related []client.Object) view {
 		v.skipped[s.Name] = true
 	}
 	return v
+}
+
+// childTask is the pipeline task of a TaskRun or CustomRun that the
+// PipelineRun's status names as its child, and whether it does.
+func childTask(pr *tektonv1.PipelineRun, o client.Object) (string, bool) {
+	kind := "TaskRun"
+	if _, ok := o.(*tektonv1beta1.CustomRun); ok {
+		kind = "CustomRun"
+	}
+	for _, ref := range pr.Status.ChildReferences {
+		if ref.Kind == kind && ref.Name == o.GetName() {
+			return ref.PipelineTaskName, true
+		}
+	}
+	return "", false
 }
 
 // Observe implements engine.Engine.

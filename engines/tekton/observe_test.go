@@ -25,6 +25,19 @@ func failedPlanTask(states ...tektonv1.StepState) *tektonv1.TaskRun {
 	return tr
 }
 
+// childRefs names objects as the PipelineRun's children, as Tekton's
+// controller does in its status.
+func childRefs(pr *tektonv1.PipelineRun, objs ...client.Object) {
+	for _, o := range objs {
+		kind := "TaskRun"
+		if _, ok := o.(*tektonv1beta1.CustomRun); ok {
+			kind = "CustomRun"
+		}
+		pr.Status.ChildReferences = append(pr.Status.ChildReferences, tektonv1.ChildStatusReference{
+			TypeMeta: runtime.TypeMeta{Kind: kind}, Name: o.GetName(), PipelineTaskName: o.GetLabels()[tekton.PipelineTaskLabel]})
+	}
+}
+
 func TestObserveFailedStepAndSkippedRest(t *testing.T) {
 	pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr"}}
 	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Failed"})
@@ -32,6 +45,7 @@ func TestObserveFailedStepAndSkippedRest(t *testing.T) {
 		tektonv1.StepState{Name: "clone", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 0}}},
 		tektonv1.StepState{Name: "init", ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error"}}},
 	)
+	childRefs(pr, tr)
 	got, err := tekton.New().Observe(pr, []client.Object{tr}, time.Now())
 	if err != nil {
 		t.Fatal(err)
@@ -101,6 +115,7 @@ func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
 		return cr
 	}
 	pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr", Annotations: map[string]string{engine.CancelledAnnotation: "superseded by a spec change"}}}
+	childRefs(pr, gate("", ""))
 	pr.Spec.Status = tektonv1.PipelineRunSpecStatusCancelledRunFinally
 	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Cancelled", Message: `PipelineRun "pr" was cancelled`})
 
@@ -125,5 +140,35 @@ func TestObserveACancelledRunIsStoppedNotRejected(t *testing.T) {
 	got, _ = tekton.New().Observe(pr, []client.Object{gate(tekton.ReasonRejected, "plan sha256:ab rejected by alice")}, time.Now())
 	if got.Gate.State != engine.GateRejected || got.Phase != infrav1.RunRejected || got.Gate.By != "alice" {
 		t.Errorf("rejected: gate %s by %q, phase %s; want Rejected by alice", got.Gate.State, got.Gate.By, got.Phase)
+	}
+}
+
+// A TaskRun or CustomRun that carries the PipelineRun's labels and owner
+// but that the PipelineRun's status does not name as its child (anyone who
+// may create TaskRuns can make one) is not read: a forged plan task that
+// reports no changes, or a forged gate that reads approved, changes
+// nothing.
+func TestObserveReadsOnlyThePipelineRunsChildren(t *testing.T) {
+	pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr", UID: "pr-uid"}}
+	pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running"})
+	owner := []metav1.OwnerReference{*metav1.NewControllerRef(pr, tektonv1.SchemeGroupVersion.WithKind("PipelineRun"))}
+	gate := &tektonv1beta1.CustomRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-approve", OwnerReferences: owner,
+		Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: "approve"}}}
+	gate.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: tekton.ReasonAwaitingApproval})
+	forged := gate.DeepCopy()
+	forged.Name = "pr-approve-forged"
+	forged.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: tekton.ReasonApproved, Message: "plan sha256:aa approved by mallory"})
+	childRefs(pr, gate)
+	for _, related := range [][]client.Object{{gate, forged}, {forged, gate}} {
+		got, err := tekton.New().Observe(pr, related, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Gate.State != engine.GatePending {
+			t.Errorf("gate %s by %q, want Pending: the forged CustomRun was read", got.Gate.State, got.Gate.By)
+		}
+	}
+	if got, _ := tekton.New().Observe(pr, []client.Object{forged}, time.Now()); got.Gate.State != engine.GateAbsent {
+		t.Errorf("with only the forged gate: %s, want none", got.Gate.State)
 	}
 }

@@ -177,6 +177,7 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 				ServiceAccountName: p.ServiceAccountName,
 				PodTemplate:        &tektonpod.PodTemplate{SecurityContext: p.PodSecurityContext, NodeSelector: p.NodeSelector, Tolerations: p.Tolerations},
 			},
+			TaskRunSpecs: taskRunSpecs(p),
 			Workspaces: []tektonv1.WorkspaceBinding{{
 				Name: pipeline.WorkspaceVolume,
 				VolumeClaimTemplate: &corev1.PersistentVolumeClaim{
@@ -189,6 +190,20 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 			}},
 		},
 	}
+}
+
+// taskRunSpecs give each task whose steps run as a service account of
+// their own (the plan's before the gate, checks') that account. Clone and
+// init run in the plan task (planTask), the task named after the plan step.
+func taskRunSpecs(p *pipeline.Pipeline) []tektonv1.PipelineTaskRunSpec {
+	var out []tektonv1.PipelineTaskRunSpec
+	for _, s := range append(append([]pipeline.Step{}, p.Steps...), p.Cleanup) {
+		if s.ServiceAccountName == "" || s.Name == names.StepClone || s.Name == names.StepInit {
+			continue
+		}
+		out = append(out, tektonv1.PipelineTaskRunSpec{PipelineTaskName: s.Name, ServiceAccountName: s.ServiceAccountName})
+	}
+	return out
 }
 
 // taskSpec embeds the given steps as one task (one pod). Steps in a stock

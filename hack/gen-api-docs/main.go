@@ -30,6 +30,13 @@ func main() {
 	}
 	fmt.Printf("\n## TerraformRunApproval\n")
 	kind(approval, []string{"spec"}, "###")
+	record, err := read("config/crd/bases/infra.opr8r.io_terraformrunrecords.yaml")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Printf("\n## TerraformRunRecord\n")
+	kind(record, []string{"spec"}, "###")
 }
 
 func read(path string) (*apiextensionsv1.CustomResourceDefinition, error) {

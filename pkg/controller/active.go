@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -56,12 +57,33 @@ func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infra
 
 // reconcileDrive lets an engine that no controller drives (the Job engine)
 // create its child's next step, or tidy up after it finished. Sets nothing.
-func (r *TerraformRunReconciler) reconcileDrive(ctx context.Context, _ *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+func (r *TerraformRunReconciler) reconcileDrive(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	d, ok := st.engine.(engine.Driver)
 	if !ok || st.child == nil {
 		return ctrl.Result{}, nil
 	}
-	return ctrl.Result{}, generic("Drive", d.Drive(ctx, r.Client, r.APIReader, st.child, st.progress), "driving %s", st.child.GetName())
+	return ctrl.Result{}, r.drive(ctx, d, st.engine, st.child, st.progress, recordedDecision(run))
+}
+
+// drive lets a Driver move a child on, with what it may act on: the
+// decision opr8r recorded (not one read back from the child) and the
+// check of the child's seal. A broken seal stalls the run: someone changed
+// what opr8r built, and nothing more is made of it.
+func (r *TerraformRunReconciler) drive(ctx context.Context, d engine.Driver, e engine.Engine, child client.Object, prog engine.Progress, decision *engine.RecordedDecision) error {
+	err := d.Drive(ctx, r.Client, r.APIReader, child, prog, engine.DriveInput{Decision: decision, Verify: r.Seals.Verifier(e)})
+	if errors.Is(err, engine.ErrSealBroken) {
+		return &StallingError{Reason: infrav1.ReasonRunFailed, Err: err}
+	}
+	return generic("Drive", err, "driving %s", child.GetName())
+}
+
+// recordedDecision is the gate's decision status.approval records for the
+// run's current plan, or nil.
+func recordedDecision(run *infrav1.TerraformRun) *engine.RecordedDecision {
+	if a := run.Status.Approval; a != nil && run.Status.Plan != nil && a.Digest == run.Status.Plan.Digest {
+		return &engine.RecordedDecision{Approved: a.Approved, Digest: a.Digest}
+	}
+	return nil
 }
 
 // getChild reads a child by name. It returns nil when the child is gone,
@@ -142,6 +164,12 @@ func (r *TerraformRunReconciler) project(run *infrav1.TerraformRun, st *passStat
 	if !prog.Finished {
 		cur.Phase = prog.Phase
 	}
+	if cur.Type == infrav1.RunDestroy && prog.Plan != nil {
+		// A destroy's plan waits for approval like an apply's (kubectl
+		// tfrun plan and approve read it here), without the conditions of
+		// the TerraformRun's applied state.
+		run.Status.Plan = planStatus(prog.Plan, cur.ID)
+	}
 	if cur.Type != infrav1.RunApply && cur.Type != infrav1.RunPlan {
 		return
 	}
@@ -173,6 +201,7 @@ func planStatus(p *engine.PlanResult, runID string) *infrav1.PlanStatus {
 	return &infrav1.PlanStatus{
 		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace,
 		HasChanges: p.HasChanges, Digest: p.Digest, Summary: p.Short(), RunID: runID,
+		TextDigest: p.TextDigest, JSONDigest: p.JSONDigest, SensitiveJSONDigest: p.SensitiveJSONDigest,
 	}
 }
 

@@ -35,8 +35,7 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	}
 	switch prog.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		r.setEngineDecision(ctx, run, st, prog.Gate, digest)
-		return ctrl.Result{}, nil
+		return gateErr(r.setEngineDecision(ctx, run, st, prog.Gate, digest))
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
 	}
@@ -56,17 +55,18 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{}, nil
 	}
 	var deadline time.Time
-	if ap.Timeout != nil && prog.Gate.Since != nil {
-		deadline = prog.Gate.Since.Add(ap.Timeout.Duration)
+	timeout := r.approvalTimeout(ap)
+	if timeout > 0 && prog.Gate.Since != nil {
+		deadline = prog.Gate.Since.Add(timeout)
 	}
 	votes, err := r.votes(ctx, run, ap, digest)
 	if err != nil {
 		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
-	t, rejection := tally(ap, r.runAuthor(run), digest, votes)
+	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
 	run.Status.Approvals = &t
 	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && t.Needed > 0 {
-		if err := pub.PublishGate(ctx, r.Client, st.child, gatePolicy(ap, r.runAuthor(run), t)); err != nil {
+		if err := pub.PublishGate(ctx, r.Client, st.child, gatePolicy(ap, r.runAuthors(run), t)); err != nil {
 			return gateErr(err)
 		}
 	}
@@ -76,7 +76,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	case t.Needed == 0:
 		err = r.approve(ctx, run, st, approver, votes, t)
 	case !deadline.IsZero() && !r.now().Before(deadline):
-		err = r.timeOut(ctx, run, st, approver, ap.Timeout.Duration)
+		err = r.timeOut(ctx, run, st, approver, timeout)
 	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
 			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, prog.Plan.Short()))
@@ -93,17 +93,30 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	return ctrl.Result{}, nil
 }
 
+// approvalTimeout is how long a plan may wait for approval: the run's
+// spec.approval.timeout, else the manager's default (0: no limit).
+func (r *TerraformRunReconciler) approvalTimeout(ap infrav1.ApprovalSpec) time.Duration {
+	if ap.Timeout != nil {
+		return ap.Timeout.Duration
+	}
+	return r.DefaultApprovalTimeout
+}
+
 // gatePolicy is who may still pass the gate in the engine: spec.approval's
-// approvers, less the author (selfApproval Forbidden) and those who have
+// approvers, less the authors (selfApproval Forbidden) and those who have
 // approved this plan already, and how many approvals it still needs.
-func gatePolicy(ap infrav1.ApprovalSpec, author string, t infrav1.ApprovalTally) engine.GatePolicy {
+func gatePolicy(ap infrav1.ApprovalSpec, authors []string, t infrav1.ApprovalTally) engine.GatePolicy {
 	p := engine.GatePolicy{Digest: t.Digest, Needed: t.Needed, Barred: append([]string{}, t.ApprovedBy...)}
 	if ap.Approvers != nil {
 		p.Users = append([]string{}, ap.Approvers.Users...)
 		p.Groups = append([]string{}, ap.Approvers.Groups...)
 	}
-	if ap.SelfApproval == infrav1.SelfApprovalForbidden && author != "" && !slices.Contains(p.Barred, author) {
-		p.Barred = append(p.Barred, author)
+	if ap.SelfApproval == infrav1.SelfApprovalForbidden {
+		for _, a := range authors {
+			if !slices.Contains(p.Barred, a) {
+				p.Barred = append(p.Barred, a)
+			}
+		}
 	}
 	sort.Strings(p.Barred)
 	return p
@@ -120,16 +133,23 @@ func approvalSource(votes []vote) infrav1.ApprovalSource {
 	return infrav1.ApprovedBySpec
 }
 
-// runAuthor is the author of the active run's change ("" when unknown or
-// not trusted).
-func (r *TerraformRunReconciler) runAuthor(run *infrav1.TerraformRun) string {
+// runAuthors are the authors of the active run's change (none when unknown
+// or not trusted): everyone who changed what it executes since the last
+// applied run.
+func (r *TerraformRunReconciler) runAuthors(run *infrav1.TerraformRun) []string {
 	if r.UntrustedIdentity {
-		return ""
+		return nil
 	}
-	if run.Status.Run != nil {
-		return run.Status.Run.Author
+	if cur := run.Status.Run; cur != nil {
+		if len(cur.Authors) > 0 {
+			return cur.Authors
+		}
+		if cur.Author != "" {
+			return []string{cur.Author}
+		}
+		return nil
 	}
-	return run.Annotations[infrav1.SpecAuthorAnnotation]
+	return authors(run)
 }
 
 // approvalHint says how to approve: kubectl tfrun, and the engine's own way.
@@ -210,6 +230,9 @@ func (r *TerraformRunReconciler) timeOut(ctx context.Context, run *infrav1.Terra
 
 // gateErr retries a conflict or a gate the engine has already moved on from.
 func gateErr(err error) (ctrl.Result, error) {
+	if err == nil {
+		return ctrl.Result{}, nil
+	}
 	if errors.Is(err, engine.ErrGateNotPending) || apierrors.IsConflict(err) {
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
@@ -217,64 +240,83 @@ func gateErr(err error) (ctrl.Result, error) {
 }
 
 // setEngineDecision records a decision the engine shows and opr8r has not
-// recorded yet: someone ran `argo resume` or used the Argo UI. The resume
-// counts as one approval by the user the engine recorded, together with the
-// plan's other decisions. The engine has already let the plan through, so
-// an approval that spec.approval's policy would not count is recorded as
-// ApprovedOutsidePolicy, with a Warning event naming the rule it broke.
-func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *infrav1.TerraformRun, st *passState, g engine.Gate, digest string) {
-	ap := st.eff.Spec.Approval
+// recorded yet. A rejection is recorded as it is: it only stops a plan. An
+// approval counts only as opr8r would have counted it: the plan's
+// decisions opr8r reads itself (TerraformRunApprovals, spec.approval),
+// plus one approval by the person whose engine-native approval the API
+// server stamped at admission (a person's Argo resume, judged by
+// opr8r-argo-resume). If that meets spec.approval's policy, the approval is
+// recorded; otherwise the engine let through a plan nobody may approve
+// that way (someone who may write the engine's objects decided, or admission
+// did not stamp who), and opr8r refuses it: it stops the child, records
+// the plan rejected (Approved False, ApprovedOutsidePolicy) and the apply
+// step, which waits for opr8r's record of the approval, never runs.
+func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *infrav1.TerraformRun, st *passState, g engine.Gate, digest string) error {
 	if a := run.Status.Approval; a != nil && a.Digest == digest {
-		return
+		return nil
 	}
 	at := metav1.NewTime(r.now())
 	if g.DecidedAt != nil {
 		at = *g.DecidedAt
 	}
 	a := infrav1.ApprovalStatus{Digest: digest, Approved: g.State == engine.GateApproved, Source: infrav1.ApprovedByEngine, By: g.By, At: at}
-	msg := "plan " + digest + " approved in the engine"
-	if g.By != "" {
-		msg += " by " + g.By
-	}
 	if !a.Approved {
 		r.setEngineRejection(run, a, g, digest)
-		return
+		return nil
 	}
-	votes, err := r.votes(ctx, run, ap, digest)
+	votes, err := r.votes(ctx, run, st.eff.Spec.Approval, digest)
 	if err != nil {
-		votes = nil // judged on the resume alone
+		return generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
-	at0 := time.Time{}
-	if g.DecidedAt != nil {
-		at0 = g.DecidedAt.Time
+	stamped := g.Stamped && !r.UntrustedIdentity && g.By != ""
+	if stamped {
+		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at.Time})
 	}
-	// opr8r's own resume whose record a lost status write dropped: the
-	// decisions it counted are still there.
-	own := g.By == engine.ActorName || strings.HasPrefix(g.By, engine.ActorName+" (")
-	if !own {
-		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at0})
-	}
-	t, _ := tally(ap, r.runAuthor(run), digest, votes)
+	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
 	run.Status.Approvals = &t
-	if own && t.Needed == 0 {
-		a.Source, a.By = approvalSource(votes), strings.Join(t.ApprovedBy, ", ")
-		r.setApproval(run, a, "plan "+digest+" approved by "+a.By)
-		return
-	}
-	a.By = strings.Join(t.ApprovedBy, ", ")
-	if t.Needed > 0 {
-		a.By = g.By
-		a.Reason = "approved in the engine outside spec.approval: " + tallyMessage(t)
-		run.Status.Approval = &a
-		advice := ""
-		if h, ok := st.engine.(engine.ApprovalHinter); ok {
-			advice = "; " + h.ApprovalRights()
+	if t.Needed == 0 {
+		a.By = strings.Join(t.ApprovedBy, ", ")
+		if !stamped {
+			a.Source = approvalSource(votes)
 		}
-		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApprovedOutsidePolicy,
-			msg+", which spec.approval does not count ("+tallyMessage(t)+")"+advice)
-		return
+		r.setApproval(run, a, "plan "+digest+" approved by "+a.By)
+		return nil
 	}
-	r.setApproval(run, a, msg)
+	return r.refuseEngineApproval(ctx, run, st, a, engineApprovalFault(g, stamped, t))
+}
+
+// engineApprovalFault says why an approval the engine shows does not count.
+func engineApprovalFault(g engine.Gate, stamped bool, t infrav1.ApprovalTally) string {
+	who := "someone"
+	if g.By != "" {
+		who = g.By
+	}
+	if !stamped {
+		return "the engine shows the plan approved by " + who + ", but no approval of it was stamped at admission (only opr8r's own decisions and a person's resume that opr8r's admission policy judged count; whoever can write the engine's objects cannot approve): " + tallyMessage(t)
+	}
+	return "approved in the engine by " + who + ", which spec.approval does not count: " + tallyMessage(t)
+}
+
+// refuseEngineApproval stops a child whose engine let through a plan
+// that spec.approval does not approve, and records the plan refused.
+func (r *TerraformRunReconciler) refuseEngineApproval(ctx context.Context, run *infrav1.TerraformRun, st *passState, a infrav1.ApprovalStatus, why string) error {
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelRejected); err != nil {
+		return err
+	}
+	if c, ok := st.engine.(engine.Canceller); ok {
+		if err := c.Cancel(ctx, r.Client, st.child, "approval refused: "+why); err != nil {
+			return generic("RefuseApproval", err, "stopping %s, whose approval opr8r refused", st.child.GetName())
+		}
+	}
+	a.Approved, a.Reason = false, "refused: "+why
+	advice := ""
+	if h, ok := st.engine.(engine.ApprovalHinter); ok {
+		advice = "; " + h.ApprovalRights()
+	}
+	run.Status.Approval = &a
+	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonApprovedOutsidePolicy,
+		"plan "+a.Digest+" refused and its run stopped: "+why+advice)
+	return nil
 }
 
 // setEngineRejection records a rejection the engine shows.

@@ -33,6 +33,8 @@ func TestReconcileApproval(t *testing.T) {
 		decidedBy    string
 		untrusted    bool
 		wantLabel    string
+		wantCancel   bool
+		defTimeout   time.Duration // the manager's --default-approval-timeout
 	}{
 		"waiting, nothing decided: says how to approve": {
 			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
@@ -58,13 +60,34 @@ func TestReconcileApproval(t *testing.T) {
 			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
 			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantReject: 1,
 		},
+		"no timeout of its own: the manager's default rejects it": {
+			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true, defTimeout: 5 * time.Minute,
+			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantReject: 1, wantMessage: "approval timed out after 5m0s",
+		},
+		"a timeout of its own beats the manager's default": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 15 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true, defTimeout: 5 * time.Minute,
+			wantApproved: "Unknown/AwaitingApproval", wantRequeue: 5 * time.Minute,
+		},
 		"not yet timed out: looks again at the deadline": {
 			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 15 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
 			wantApproved: "Unknown/AwaitingApproval", wantRequeue: 5 * time.Minute,
 		},
-		"approved in the engine (argo resume): recorded with who": {
-			gate: engine.Gate{State: engine.GateApproved, By: "alice", DecidedAt: &decided}, hasChanges: true,
+		"approved in the engine (argo resume) by a person admission stamped: recorded with who": {
+			gate: engine.Gate{State: engine.GateApproved, By: "alice", Stamped: true, DecidedAt: &decided}, hasChanges: true,
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantBy: "alice",
+		},
+		"approved in the engine, nobody stamped (a tenant wrote the engine's objects): refused, the child stopped": {
+			gate: engine.Gate{State: engine.GateApproved, By: "alice", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "False/ApprovedOutsidePolicy", wantSource: infrav1.ApprovedByEngine, wantBy: "alice",
+			wantMessage: "no approval of it was stamped at admission", wantCancel: true, wantLabel: infrav1.ApprovalLabelRejected,
+		},
+		"approved in the engine as opr8r, but opr8r counted no approvals: refused": {
+			gate: engine.Gate{State: engine.GateApproved, By: "opr8r (alice)", DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "False/ApprovedOutsidePolicy", wantMessage: "0/1 approvals", wantCancel: true,
+		},
+		"stamped, but the manager runs without the admission policies (untrusted): refused": {
+			gate: engine.Gate{State: engine.GateApproved, By: "alice", Stamped: true, DecidedAt: &decided}, hasChanges: true, untrusted: true,
+			wantApproved: "False/ApprovedOutsidePolicy", wantCancel: true,
 		},
 		"approved through the spec: by the user stamped in decided-by": {
 			spec: infrav1.ApprovalSpec{ApprovedPlan: digest}, decidedBy: "alice", gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
@@ -90,15 +113,16 @@ func TestReconcileApproval(t *testing.T) {
 			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true), approval("x2", "a", digest, "bob", false)},
 			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByApproval, wantBy: "bob", wantReject: 1,
 		},
-		"approved in the engine by a user the policy does not count: recorded as outside the policy": {
+		"approved in the engine by a stamped user the policy does not count: refused, the child stopped": {
 			spec: infrav1.ApprovalSpec{Approvers: &infrav1.Approvers{Users: []string{"bob"}}},
-			gate: engine.Gate{State: engine.GateApproved, By: "mallory", DecidedAt: &decided}, hasChanges: true,
-			wantApproved: "True/ApprovedOutsidePolicy", wantSource: infrav1.ApprovedByEngine, wantBy: "mallory", wantMessage: "not in spec.approval.approvers",
+			gate: engine.Gate{State: engine.GateApproved, By: "mallory", Stamped: true, DecidedAt: &decided}, hasChanges: true,
+			wantApproved: "False/ApprovedOutsidePolicy", wantSource: infrav1.ApprovedByEngine, wantBy: "mallory", wantMessage: "not in spec.approval.approvers",
+			wantCancel: true,
 		},
 		"an Argo resume counts as one approval, with the other decisions": {
 			spec:      infrav1.ApprovalSpec{RequiredApprovals: 2},
 			approvals: []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true)},
-			gate:      engine.Gate{State: engine.GateApproved, By: "bob", DecidedAt: &decided}, hasChanges: true,
+			gate:      engine.Gate{State: engine.GateApproved, By: "bob", Stamped: true, DecidedAt: &decided}, hasChanges: true,
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantBy: "alice, bob",
 		},
 		"opr8r's own resume whose record was lost is recorded from the decisions it counted": {
@@ -150,6 +174,7 @@ func TestReconcileApproval(t *testing.T) {
 			}
 			r, _ = newReconciler(t, e, objs...)
 			r.UntrustedIdentity = tc.untrusted
+			r.DefaultApprovalTimeout = tc.defTimeout
 			st := r.newPassState(run)
 			st.engine, st.child = e, child
 			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: tc.hasChanges, Digest: digest}}
@@ -174,6 +199,12 @@ func TestReconcileApproval(t *testing.T) {
 			}
 			if got := gateLabelValue(run, st.progress); tc.wantLabel != "" && got != tc.wantLabel {
 				t.Errorf("approval label %q, want %q", got, tc.wantLabel)
+			}
+			if got := len(f.cancelled) == 1; got != tc.wantCancel {
+				t.Errorf("child stopped: %v, want %v", got, tc.wantCancel)
+			}
+			if tc.wantCancel && (run.Status.Approval == nil || run.Status.Approval.Approved || run.Status.Approval.Digest != digest) {
+				t.Errorf("a refused approval must be recorded as not approved: %+v", run.Status.Approval)
 			}
 			if res.RequeueAfter != tc.wantRequeue {
 				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)

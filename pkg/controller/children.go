@@ -66,6 +66,10 @@ func (r *TerraformRunReconciler) reconcileChildren(ctx context.Context, run *inf
 		if err := r.markSettled(ctx, e, c); err != nil {
 			return res, err
 		}
+		name := c.GetName()
+		if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return n == name }); err != nil {
+			return res, err
+		}
 		marked++
 	}
 	if !st.finished && ttl == nil && marked == 0 {

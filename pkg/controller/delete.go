@@ -14,6 +14,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // reconcileRelease removes the finalizer without destroying anything when
@@ -68,7 +69,7 @@ func (r *TerraformRunReconciler) reconcileDelete(ctx context.Context, run *infra
 		return ctrl.Result{}, withSuffix(err, escape)
 	}
 	if st.active {
-		return r.followDestroy(run, st, escape)
+		return r.followDestroy(ctx, run, st, escape)
 	}
 	return r.nextDestroy(ctx, run, st, e, escape)
 }
@@ -84,6 +85,9 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 	case cur.Phase == infrav1.RunSucceeded:
 		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
 		return ctrl.Result{}, r.removeFinalizer(ctx, run)
+	case cur.ApprovalMode == infrav1.ApprovalManual && !pipeline.HasGate(st.eff, infrav1.RunDestroy):
+		// Stopped at its gate: a platform admin let it go without approval.
+		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: infrav1.DestroyWithoutApprovalAnnotation + " was set"})
 	case st.childGone:
 		// The destroy child was deleted by hand: destroy again.
 		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: "the previous destroy's " + cur.Child.Kind + " was deleted"})
@@ -94,9 +98,15 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 		"destroy run %s failed: %s; fix the cause and retry with kubectl tfrun rerun %s (annotation %s)%s", cur.ID, cur.Message, run.Name, infrav1.RunRequestAnnotation, escape)
 }
 
-// followDestroy waits for the active destroy run, up to DestroyTimeout.
-func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, st *passState, escape string) (ctrl.Result, error) {
+// followDestroy waits for the active destroy run, up to DestroyTimeout. A
+// destroy of a TerraformRun with Manual approval waits for the approval of
+// its plan first, like an apply (reconcileApproval decides it), and that
+// wait is the approval's: only spec.approval.timeout ends it.
+func (r *TerraformRunReconciler) followDestroy(ctx context.Context, run *infrav1.TerraformRun, st *passState, escape string) (ctrl.Result, error) {
 	cur := run.Status.Run
+	if st.progress.Gate.State == engine.GatePending {
+		return r.destroyAwaitingApproval(ctx, run, st)
+	}
 	timeout := r.DestroyTimeout
 	if timeout == 0 {
 		timeout = DefaultDestroyTimeout
@@ -108,6 +118,29 @@ func (r *TerraformRunReconciler) followDestroy(run *infrav1.TerraformRun, st *pa
 	if cur.StartedAt != nil {
 		return ctrl.Result{RequeueAfter: timeout - r.now().Sub(cur.StartedAt.Time)}, nil
 	}
+	return ctrl.Result{}, nil
+}
+
+// destroyAwaitingApproval reports a destroy whose plan waits for approval,
+// or stops it when a platform admin let the deletion destroy without
+// approval since it started (nextDestroy then starts one without the gate).
+func (r *TerraformRunReconciler) destroyAwaitingApproval(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	cur := run.Status.Run
+	if !pipeline.HasGate(st.eff, infrav1.RunDestroy) {
+		st.report(deleting, infrav1.ReasonDestroying, "stopping destroy run "+cur.ID+", which waits for approval: "+infrav1.DestroyWithoutApprovalAnnotation+" is set, a destroy without approval follows")
+		if c, ok := st.engine.(engine.Canceller); ok && st.child != nil {
+			if err := c.Cancel(ctx, r.Client, st.child, infrav1.DestroyWithoutApprovalAnnotation+" is set"); err != nil {
+				return ctrl.Result{}, generic("CancelRun", err, "stopping run %s", cur.ID)
+			}
+		}
+		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+	}
+	plan := ""
+	if p := st.progress.Plan; p != nil {
+		plan = " (" + p.Short() + ", " + p.Digest + ")"
+	}
+	st.report(deleting, infrav1.ReasonDestroying, fmt.Sprintf("destroy run %s waits for approval of its plan%s: kubectl tfrun approve %s (to delete without destroying: kubectl annotate tfrun %s %s=true; a platform admin may let it destroy without approval: %s=true)",
+		cur.ID, plan, run.Name, run.Name, infrav1.SkipDestroyAnnotation, infrav1.DestroyWithoutApprovalAnnotation))
 	return ctrl.Result{}, nil
 }
 
@@ -158,6 +191,9 @@ func mayHaveResources(run *infrav1.TerraformRun) bool {
 func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
 	r.Limiter.Forget(client.ObjectKeyFromObject(run))
 	r.forgetRecords(ctx, run)
+	if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return childOfRun(run.Name, n) }); err != nil {
+		return err
+	}
 	patch := client.MergeFrom(run.DeepCopy())
 	controllerutil.RemoveFinalizer(run, infrav1.Finalizer)
 	if err := r.Patch(ctx, run, patch); err != nil && !apierrors.IsNotFound(err) {

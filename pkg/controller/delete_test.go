@@ -25,6 +25,8 @@ func TestDeleteFlow(t *testing.T) {
 		wantRun       string // status.run.id after the pass
 		wantStalled   string
 		wantCancel    bool
+		manual        bool   // the current run was started with a gate
+		wantMessage   string // in Reconciling's message
 	}{
 		"never ran: finalizer removed": {
 			wantFinalizer: false,
@@ -64,6 +66,21 @@ func TestDeleteFlow(t *testing.T) {
 			annotations: map[string]string{infrav1.RunRequestAnnotation: "retry"}, run: infrav1.RunDestroy, phase: infrav1.RunFailed, mayExist: true,
 			wantFinalizer: true, wantRun: "a-destroy-2",
 		},
+		"a Manual destroy waits at its gate, without a destroy timeout: says how to approve": {
+			run: infrav1.RunDestroy, phase: infrav1.RunAwaitingApproval, mayExist: true, manual: true, wantFinalizer: true, wantRun: "a-destroy-1",
+			progress:    engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: engine.Gate{State: engine.GatePending}, Plan: &engine.PlanResult{Digest: "sha256:aa", HasChanges: true}},
+			wantMessage: "destroy run a-destroy-1 waits for approval of its plan",
+		},
+		"destroy-without-approval set while the destroy waits at its gate: stopped": {
+			annotations: map[string]string{infrav1.DestroyWithoutApprovalAnnotation: "true"},
+			run:         infrav1.RunDestroy, phase: infrav1.RunAwaitingApproval, mayExist: true, manual: true, wantFinalizer: true, wantRun: "a-destroy-1", wantCancel: true,
+			progress:    engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: engine.Gate{State: engine.GatePending}, Plan: &engine.PlanResult{Digest: "sha256:aa", HasChanges: true}},
+			wantMessage: "a destroy without approval follows",
+		},
+		"a gated destroy stopped after destroy-without-approval was set: one without the gate starts": {
+			annotations: map[string]string{infrav1.DestroyWithoutApprovalAnnotation: "true"},
+			run:         infrav1.RunDestroy, phase: infrav1.RunFailed, mayExist: true, manual: true, wantFinalizer: true, wantRun: "a-destroy-2",
+		},
 		"destroy child deleted by hand: destroyed again": {
 			run: infrav1.RunDestroy, phase: infrav1.RunRunning, mayExist: true, childGone: true, wantFinalizer: true, wantRun: "a-destroy-2",
 		},
@@ -80,6 +97,9 @@ func TestDeleteFlow(t *testing.T) {
 			var objs []client.Object
 			if tc.run != "" {
 				run = withRun(r, run, 1, tc.phase, tc.run)
+				if tc.manual {
+					run.Status.Run.ApprovalMode = infrav1.ApprovalManual
+				}
 				if !tc.childGone {
 					c := childOf(t, run, tc.run, 1, run.Status.Run.SpecHash)
 					objs = append(objs, c)
@@ -116,6 +136,9 @@ func TestDeleteFlow(t *testing.T) {
 			}
 			if got := len(f.cancelled) > 0; got != tc.wantCancel {
 				t.Errorf("cancelled %v, want a cancel: %v", f.cancelled, tc.wantCancel)
+			}
+			if c := findCond(run, infrav1.ReconcilingCondition); tc.wantMessage != "" && (c == nil || !contains(c.Message, tc.wantMessage)) {
+				t.Errorf("Reconciling = %+v, want a message with %q", c, tc.wantMessage)
 			}
 			if tc.wantStalled != "" {
 				msg := findCond(run, infrav1.StalledCondition).Message

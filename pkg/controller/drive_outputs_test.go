@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/opr8r/opr8r/pkg/results"
@@ -27,29 +29,39 @@ type drivenEngine struct {
 	fakeEngine
 	driven []string
 	seen   []engine.Progress
+	inputs []engine.DriveInput
 	err    error
 }
 
 var _ engine.Driver = &drivenEngine{}
 
-func (d *drivenEngine) Drive(_ context.Context, _ client.Client, _ client.Reader, child client.Object, prog engine.Progress) error {
+func (d *drivenEngine) Drive(_ context.Context, _ client.Client, _ client.Reader, child client.Object, prog engine.Progress, in engine.DriveInput) error {
 	d.driven = append(d.driven, child.GetName())
 	d.seen = append(d.seen, prog)
+	d.inputs = append(d.inputs, in)
 	return d.err
 }
 
 func TestReconcileDrive(t *testing.T) {
 	boom := errors.New("boom")
+	approvedAA := &infrav1.ApprovalStatus{Digest: "sha256:aa", Approved: true}
 	cases := map[string]struct {
-		driver    bool
-		child     bool
-		err       error
-		wantDrive bool
+		driver       bool
+		child        bool
+		err          error
+		approval     *infrav1.ApprovalStatus // status.approval; the plan waiting is sha256:aa
+		wantDrive    bool
+		wantDecision *engine.RecordedDecision
+		wantStalled  bool
 	}{
 		"an engine with a controller of its own": {child: true},
 		"a driven engine, no child":              {driver: true},
 		"a driven engine's child":                {driver: true, child: true, wantDrive: true},
 		"a Drive that fails":                     {driver: true, child: true, err: boom, wantDrive: true},
+		"the approval status records is the driver's decision": {driver: true, child: true, approval: approvedAA, wantDrive: true,
+			wantDecision: &engine.RecordedDecision{Approved: true, Digest: "sha256:aa"}},
+		"an approval of another plan is no decision": {driver: true, child: true, approval: &infrav1.ApprovalStatus{Digest: "sha256:bb", Approved: true}, wantDrive: true},
+		"a broken seal stalls the run":               {driver: true, child: true, err: engine.ErrSealBroken, wantDrive: true, wantStalled: true},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -63,6 +75,8 @@ func TestReconcileDrive(t *testing.T) {
 			st := r.newPassState(run)
 			st.engine = e
 			st.progress = engine.Progress{Phase: infrav1.RunRunning, Message: "planning"}
+			run.Status.Plan = &infrav1.PlanStatus{Digest: "sha256:aa", HasChanges: true}
+			run.Status.Approval = tc.approval
 			if tc.child {
 				st.child = childOf(t, run, infrav1.RunApply, 1, st.hash)
 			}
@@ -71,8 +85,17 @@ func TestReconcileDrive(t *testing.T) {
 				t.Fatalf("err = %v, want %v", err, tc.err)
 			}
 			var ge *GenericError
-			if tc.err != nil && (!errors.As(err, &ge) || ge.Reason != "Drive") {
+			var se *StallingError
+			switch {
+			case tc.wantStalled && (!errors.As(err, &se) || se.Reason != infrav1.ReasonRunFailed):
+				t.Fatalf("err = %#v, want a StallingError (RunFailed) that keeps its cause", err)
+			case !tc.wantStalled && tc.err != nil && (!errors.As(err, &ge) || ge.Reason != "Drive"):
 				t.Fatalf("err = %#v, want a GenericError with reason Drive that keeps its cause", err)
+			}
+			if tc.wantDrive {
+				if diff := cmp.Diff(tc.wantDecision, d.inputs[0].Decision); diff != "" {
+					t.Errorf("the driver's decision (-want +got):\n%s", diff)
+				}
 			}
 			if res != ctrlResult() {
 				t.Fatalf("result = %+v, want none", res)

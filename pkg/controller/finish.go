@@ -71,7 +71,9 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 		return r.finishSucceeded(ctx, run, st)
 	case infrav1.RunRejected:
 		if prog.Plan != nil {
-			r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
+			if err := r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest); err != nil {
+				return err
+			}
 		}
 		reason := infrav1.ReasonRejected
 		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
@@ -92,7 +94,9 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 		r.setApproval(run, infrav1.ApprovalStatus{Digest: prog.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 	}
 	if prog.Gate.State == engine.GateApproved && prog.Plan != nil {
-		r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest)
+		if err := r.setEngineDecision(ctx, run, st, prog.Gate, prog.Plan.Digest); err != nil {
+			return err
+		}
 	}
 	if prog.OutputsExported {
 		if err := r.projectOutputs(ctx, run, st.eff, cur.ID); err != nil {
@@ -104,7 +108,7 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 	} else {
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
 	}
-	run.Status.LastAppliedHash = cur.SpecHash
+	run.Status.LastAppliedHash, run.Status.LastAppliedGeneration = cur.SpecHash, cur.Generation
 	run.Status.LastApplied = &infrav1.AppliedRevision{Revision: cur.Commit, Inputs: cur.Inputs, RunID: cur.ID}
 	if c := findCondition(run, infrav1.DriftedCondition); c != nil && c.Status == metav1True {
 		r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, "run "+cur.ID+" applied the spec again")

@@ -73,6 +73,10 @@ func gateLabelValue(run *infrav1.TerraformRun, prog engine.Progress) string {
 		}
 		return infrav1.ApprovalLabelWaiting
 	case engine.GateApproved:
+		if decided == infrav1.ApprovalLabelRejected {
+			// an approval the engine shows and opr8r refused
+			return decided
+		}
 		return infrav1.ApprovalLabelApproved
 	case engine.GateRejected:
 		if decided == infrav1.ApprovalLabelTimedOut {

@@ -127,7 +127,7 @@ func newReconciler(t *testing.T, e engine.Engine, objs ...client.Object) (*Terra
 	return &TerraformRunReconciler{
 		Client: c, APIReader: c, Engines: reg, Available: avail, DefaultEngine: e.Name(),
 		Config: testutil.Config, DestroyTimeout: time.Hour, ProgressTimeout: time.Hour,
-		Now: func() time.Time { return t0 },
+		Now: func() time.Time { return t0 }, Seals: engine.Seals{Key: []byte("the controller tests' seal key......")},
 	}, c
 }
 

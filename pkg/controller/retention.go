@@ -13,6 +13,7 @@ import (
 )
 
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=delete
+// +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunrecords,verbs=get;list;create;update;delete
 
 // reconcileRetention moves the records of finished runs to the object store
 // and brings them back on request when one is configured
@@ -60,7 +61,7 @@ func (r *TerraformRunReconciler) reconcileRetention(ctx context.Context, run *in
 }
 
 // forgetRecords deletes every record of a TerraformRun that is going away.
-// The record Secrets are owned by it, so the garbage collector would also
+// The records in the cluster are owned by it, so the garbage collector would also
 // remove them; deleting them here makes that immediate, and is what removes
 // them from an object store. A store that fails is logged, not waited for:
 // deletion is never held up by records (the object store's retention sweep
@@ -89,17 +90,19 @@ type restoreState struct {
 	at      time.Time
 }
 
-// reconcileObjectStore moves the records of finished runs from the Secrets
-// the steps wrote into the object store, and brings a run's records back
-// when the TerraformRun asks (infrav1.RecordsRequestAnnotation), for RestoreTTL.
-// Records of a run move once it is in the stored history; the Secrets are
-// deleted only after every record of the run is in the object store.
+// reconcileObjectStore moves the records of finished runs from the
+// cluster's stores the steps wrote (TerraformRunRecords and Secrets) into
+// the object store, and brings a run's records back when the TerraformRun
+// asks (infrav1.RecordsRequestAnnotation), for RestoreTTL, each kind into
+// its store (records.Router). Records of a run move once it is in the
+// stored history; the cluster's copies are deleted only after every record
+// of the run is in the object store.
 func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *infrav1.TerraformRun, st *passState) ctrl.Result {
 	log := ctrl.LoggerFrom(ctx)
 	if err := r.moveRecords(ctx, run, st); err != nil {
 		log.Error(err, "moving records to the object store; trying again later")
 	}
-	secrets, ok := r.Records.(*records.SecretStore)
+	cluster, ok := r.Records.(records.Restorable)
 	if !ok {
 		return ctrl.Result{}
 	}
@@ -112,8 +115,7 @@ func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *
 	state, _ := prev.(restoreState)
 	if req := run.Annotations[infrav1.RecordsRequestAnnotation]; req != "" && req != state.handled {
 		runID, _, _ := strings.Cut(req, "@")
-		restored := &records.SecretStore{Client: secrets.Client, Restored: true, Owner: ownerOf(run)}
-		if n, err := r.restoreRecords(ctx, run, st, runID, restored); err != nil {
+		if n, err := r.restoreRecords(ctx, run, st, runID, cluster.Restoring(ownerOf(run))); err != nil {
 			log.Error(err, "bringing records back from the object store", "run", runID)
 			return ctrl.Result{RequeueAfter: 5 * time.Second}
 		} else if n > 0 {
@@ -125,7 +127,7 @@ func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *
 	}
 	// Copies outlive their TTL only across a manager restart: look once.
 	if !seen || (!state.at.IsZero() && r.now().After(state.at.Add(ttl))) {
-		if _, err := secrets.ExpireRestored(ctx, run.Namespace, run.Name, r.now().Add(-ttl)); err != nil {
+		if _, err := cluster.ExpireRestored(ctx, run.Namespace, run.Name, r.now().Add(-ttl)); err != nil {
 			log.Error(err, "deleting records brought back from the object store")
 			return ctrl.Result{RequeueAfter: ttl}
 		}
@@ -138,9 +140,9 @@ func (r *TerraformRunReconciler) reconcileObjectStore(ctx context.Context, run *
 }
 
 // moveRecords copies the records of the runs in the stored history that
-// are still in Secrets into the object store, then deletes the Secrets.
-// It lists a TerraformRun's Secrets only when its history has a run newer
-// than the last one moved.
+// are still in the cluster into the object store, then deletes them there.
+// It lists a TerraformRun's records (their metadata) only when its history
+// has a run newer than the last one moved, and holds one record at a time.
 func (r *TerraformRunReconciler) moveRecords(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
 	inHistory := map[string]bool{}
 	var newest int64
@@ -184,7 +186,7 @@ func (r *TerraformRunReconciler) moveRecords(ctx context.Context, run *infrav1.T
 }
 
 // restoreRecords writes the object store's records of one run of the
-// history into the Secrets of the restored store.
+// history into the cluster's store of restored copies.
 func (r *TerraformRunReconciler) restoreRecords(ctx context.Context, run *infrav1.TerraformRun, st *passState, runID string, to records.Store) (int, error) {
 	found := false
 	for _, h := range st.persisted.History {

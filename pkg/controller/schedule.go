@@ -38,8 +38,8 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 		return ctrl.Result{}, err
 	}
 	if d, ok := e.(engine.Driver); ok && check != nil {
-		if err := d.Drive(ctx, r.Client, r.APIReader, check, prog); err != nil {
-			return ctrl.Result{}, generic("Drive", err, "driving check %s", check.GetName())
+		if err := r.drive(ctx, d, e, check, prog, nil); err != nil {
+			return ctrl.Result{}, err
 		}
 	}
 	if check != nil && !prog.Finished {

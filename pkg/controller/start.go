@@ -3,10 +3,10 @@ package controller
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"time"
-
-	"github.com/opr8r/opr8r/pkg/names"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	apimeta "k8s.io/apimachinery/pkg/api/meta"
@@ -17,6 +17,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
@@ -142,7 +143,10 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 		Phase:        infrav1.RunPending,
 		StartedAt:    &now,
 		Author:       author(run, st.hash),
+		Authors:      authors(run),
+		Generation:   run.Generation,
 		Dependencies: st.deps.used,
+		ApprovalMode: approvalMode(st.eff, n.typ),
 	}
 	run.Status.LastRunNumber = number
 	if n.trigger == infrav1.TriggerRerunRequest {
@@ -150,11 +154,14 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 	}
 	st.active = true
 	reason := infrav1.ReasonProgressing
-	if n.typ == infrav1.RunApply {
+	if n.typ == infrav1.RunApply || n.typ == infrav1.RunDestroy {
+		// A destroy plans and waits for approval like an apply.
 		run.Status.Plan = nil
 		run.Status.Approval = nil
 		run.Status.Approvals = nil
 		apimeta.RemoveStatusCondition(&run.Status.Conditions, infrav1.ApprovedCondition)
+	}
+	if n.typ == infrav1.RunApply {
 		setStatus(run, infrav1.PlannedCondition, metav1Unknown, infrav1.ReasonProgressing, "run "+name+" is planning")
 	} else {
 		reason = infrav1.ReasonDestroying
@@ -166,6 +173,15 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 	// reconcile that the child's creation triggers writes nothing.
 	st.report(progressing, reason, fmt.Sprintf("run %s: %s", name, describeSteps(nil)))
 	runsStarted.WithLabelValues(string(e.Name()), string(n.typ)).Inc()
+}
+
+// approvalMode is the approval a run of a type is started under: Manual
+// when its pipeline has a gate.
+func approvalMode(eff *infrav1.TerraformRun, t infrav1.RunType) infrav1.ApprovalMode {
+	if pipeline.HasGate(eff, t) {
+		return infrav1.ApprovalManual
+	}
+	return infrav1.ApprovalAuto
 }
 
 // claimChild returns the next run number whose child name is free or holds
@@ -245,6 +261,12 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps})
 	if err != nil {
 		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %w", err)
+	}
+	if err := r.Seals.Seal(e, obj); err != nil {
+		return nil, generic("SealChild", err, "sealing %s %s", e.ChildGVK().Kind, name)
+	}
+	if err := r.guardChild(ctx, run.Namespace, name, st.eff.Spec.Runner.ServiceAccountName, st.eff.Spec.Runner.PlanServiceAccountName); err != nil {
+		return nil, err
 	}
 	err = r.Create(ctx, obj)
 	switch {
@@ -368,6 +390,30 @@ func (r *TerraformRunReconciler) listChildrenFrom(ctx context.Context, rd client
 // else the user who last changed the spec (stamped at admission). So a
 // later write that leaves the hash alone (an approval decision in the spec,
 // a timeout) does not make its writer the author of someone else's change.
+// authors are the users who changed a hashed field of the spec since the
+// last applied run (SpecAuthorsAnnotation), sorted; without that stamp (a
+// cluster without opr8r's admission policies), the last author alone.
+func authors(run *infrav1.TerraformRun) []string {
+	lines, ok := run.Annotations[infrav1.SpecAuthorsAnnotation]
+	if !ok {
+		if a := run.Annotations[infrav1.SpecAuthorAnnotation]; a != "" {
+			return []string{a}
+		}
+		return nil
+	}
+	var users []string
+	for _, l := range strings.Split(lines, "\n") {
+		gen, user, ok := strings.Cut(l, " ")
+		g, err := strconv.ParseInt(gen, 10, 64)
+		if !ok || err != nil || user == "" || g <= run.Status.LastAppliedGeneration || slices.Contains(users, user) {
+			continue
+		}
+		users = append(users, user)
+	}
+	slices.Sort(users)
+	return users
+}
+
 func author(run *infrav1.TerraformRun, hash string) string {
 	if prev := run.Status.Run; prev != nil && prev.SpecHash == hash && prev.Author != "" {
 		return prev.Author

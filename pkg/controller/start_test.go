@@ -2,9 +2,11 @@ package controller
 
 import (
 	"errors"
+	"slices"
 	"testing"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -96,6 +98,10 @@ func TestReconcileStart(t *testing.T) {
 				got := &batchv1.Job{}
 				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tc.wantID}, got); err != nil || !metav1.IsControlledBy(got, run) {
 					t.Errorf("child %s: %v, controlled by the run: %v", tc.wantID, err, err == nil && metav1.IsControlledBy(got, run))
+				}
+				guard := &corev1.ConfigMap{}
+				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, guard); tc.wantCreated && (err != nil || !slices.Contains(splitGuard(guard.Data[GuardChildrenKey]), tc.wantID)) {
+					t.Errorf("the new child %s is not in the namespace's guard list (%v): %+v", tc.wantID, err, guard.Data)
 				}
 			}
 			jobs := &batchv1.JobList{}

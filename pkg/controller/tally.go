@@ -87,11 +87,11 @@ func allowed(a *infrav1.Approvers, user string, groups []string) bool {
 }
 
 // tally counts votes about digest under the policy ap, for a change by
-// author. A user's newest decision counts; a plan is approved when
+// authors. A user's newest decision counts; a plan is approved when
 // requiredApprovals distinct allowed users approve it, and rejected by one
 // allowed rejection (Rejection Any) or by requiredApprovals of them
 // (Quorum). It returns the tally and the rejecting vote, if any.
-func tally(ap infrav1.ApprovalSpec, author, digest string, votes []vote) (infrav1.ApprovalTally, *vote) {
+func tally(ap infrav1.ApprovalSpec, authors []string, digest string, votes []vote) (infrav1.ApprovalTally, *vote) {
 	need := required(ap)
 	t := infrav1.ApprovalTally{Digest: digest, Required: need}
 	// Creation times have a resolution of one second: decisions of the same
@@ -118,7 +118,7 @@ func tally(ap infrav1.ApprovalSpec, author, digest string, votes []vote) (infrav
 	var rejection *vote
 	for _, u := range order {
 		v := votes[latest[u]]
-		if why := ignoreReason(ap, author, v); why != "" {
+		if why := ignoreReason(ap, authors, v); why != "" {
 			t.Ignored = append(t.Ignored, infrav1.IgnoredDecision{User: v.user, Source: v.source, Reason: why})
 			continue
 		}
@@ -140,16 +140,16 @@ func tally(ap infrav1.ApprovalSpec, author, digest string, votes []vote) (infrav
 }
 
 // ignoreReason says why the policy does not count a vote ("" if it does).
-func ignoreReason(ap infrav1.ApprovalSpec, author string, v vote) string {
+func ignoreReason(ap infrav1.ApprovalSpec, authors []string, v vote) string {
 	switch {
 	case v.user == "" && needsIdentity(ap):
 		return "no user was stamped at admission (opr8r's admission policies are not installed?), and spec.approval needs to know who decided"
 	case !allowed(ap.Approvers, v.user, v.groups):
 		return "not in spec.approval.approvers (users or groups)"
-	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && author == "":
+	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && len(authors) == 0:
 		return "the change has no stamped author, so spec.approval.selfApproval Forbidden cannot be checked"
-	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && v.user == author:
-		return "the author of the change may not approve it (spec.approval.selfApproval: Forbidden)"
+	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && slices.Contains(authors, v.user):
+		return "an author of the change may not approve it (spec.approval.selfApproval: Forbidden; status.run.authors lists who changed the spec since the last apply)"
 	}
 	return ""
 }

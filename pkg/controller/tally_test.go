@@ -24,7 +24,7 @@ func TestTally(t *testing.T) {
 	cases := []struct {
 		name       string
 		ap         infrav1.ApprovalSpec
-		author     string
+		authors    []string
 		votes      []vote
 		approvedBy []string
 		needed     int32
@@ -35,9 +35,11 @@ func TestTally(t *testing.T) {
 		{name: "no votes wait", ap: quorum2, needed: 2},
 		{name: "a quorum of two distinct users", ap: quorum2, votes: []vote{ok("alice", 1), ok("bob", 2)}, approvedBy: []string{"alice", "bob"}},
 		{name: "one user twice is one approval", ap: quorum2, votes: []vote{ok("alice", 1), ok("alice", 2)}, approvedBy: []string{"alice"}, needed: 1},
-		{name: "the author is barred from approving", ap: infrav1.ApprovalSpec{RequiredApprovals: 2, SelfApproval: infrav1.SelfApprovalForbidden}, author: "alice",
-			votes: []vote{ok("alice", 1), ok("bob", 2)}, approvedBy: []string{"bob"}, needed: 1, ignored: []string{"alice: the author of the change may not approve it"}},
-		{name: "the author may still reject", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden}, author: "alice",
+		{name: "the author is barred from approving", ap: infrav1.ApprovalSpec{RequiredApprovals: 2, SelfApproval: infrav1.SelfApprovalForbidden}, authors: []string{"alice"},
+			votes: []vote{ok("alice", 1), ok("bob", 2)}, approvedBy: []string{"bob"}, needed: 1, ignored: []string{"alice: an author of the change may not approve it"}},
+		{name: "every author since the last apply is barred: a colleague's edit does not launder the change", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden}, authors: []string{"alice", "carol"},
+			votes: []vote{ok("alice", 1), ok("carol", 2)}, needed: 1, ignored: []string{"alice: an author of the change may not approve it", "carol: an author of the change may not approve it"}},
+		{name: "the author may still reject", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden}, authors: []string{"alice"},
 			votes: []vote{no("alice", 1)}, needed: 1, rejectedBy: "alice"},
 		{name: "an unknown author bars every approval under Forbidden", ap: infrav1.ApprovalSpec{SelfApproval: infrav1.SelfApprovalForbidden},
 			votes: []vote{ok("bob", 1)}, needed: 1, ignored: []string{"bob: the change has no stamped author"}},
@@ -63,7 +65,7 @@ func TestTally(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, rej := tally(tc.ap, tc.author, "sha256:d", tc.votes)
+			got, rej := tally(tc.ap, tc.authors, "sha256:d", tc.votes)
 			if diff := cmp.Diff(tc.approvedBy, got.ApprovedBy); diff != "" {
 				t.Errorf("approvedBy (-want +got):\n%s", diff)
 			}

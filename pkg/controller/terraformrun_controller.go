@@ -106,6 +106,14 @@ type TerraformRunReconciler struct {
 	// its records were last pruned to; recordsMoved the newest run whose
 	// records moved to the object store; recordsRestores its requests.
 	recordsPruned, recordsMoved, recordsRestores sync.Map
+	// Seals seals the children of engines whose driver reads back from them
+	// (engine.Sealer), under a key only the manager holds.
+	Seals engine.Seals
+	// DefaultApprovalTimeout rejects a plan that waited this long for
+	// approval when the run sets no spec.approval.timeout (0: no limit), so
+	// that a forgotten plan does not hold a slot of its namespace's share
+	// and a workspace volume for ever.
+	DefaultApprovalTimeout time.Duration
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }
@@ -150,6 +158,8 @@ func (r *TerraformRunReconciler) deleteFlow() []subReconciler {
 		r.reconcileRelease,
 		r.reconcileActive,
 		r.reconcileDrive,
+		r.reconcileApproval,
+		r.reconcileGateLabel,
 		r.reconcileDependents,
 		r.reconcileDelete,
 	}

@@ -82,7 +82,7 @@ type Approver interface {
 // can pass the gate in the engine itself (Argo's RESUME button, argo
 // resume), where an admission policy judges each resume against the rule
 // opr8r publishes on the child while its gate waits (Argo: the
-// opr8r-argo-resume policy in config/policy/argo-resume.yaml).
+// opr8r-argo-resume policy in engines/argo/manifests/policy.yaml).
 type GatePublisher interface {
 	// PublishGate writes the rule onto the child unless it is there.
 	PublishGate(ctx context.Context, c client.Client, child client.Object, p GatePolicy) error
@@ -131,8 +131,41 @@ type Driver interface {
 	// Drive creates what the child's next step needs (the next Job, the
 	// workspace volume) or removes what it no longer needs. It must be
 	// idempotent: it may run again before its writes reach the cache. api
-	// reads past the cache, for objects the cache keeps only in part.
-	Drive(ctx context.Context, c client.Client, api client.Reader, child client.Object, prog Progress) error
+	// reads past the cache, for objects the cache keeps only in part. It
+	// acts on the gate's decision as opr8r recorded it (in), never on one
+	// read back from the child, which tenants may write.
+	Drive(ctx context.Context, c client.Client, api client.Reader, child client.Object, prog Progress, in DriveInput) error
+}
+
+// DriveInput is what the reconciler keeps of a run, where tenants cannot
+// write it, for a Driver.
+type DriveInput struct {
+	// Decision is the gate's decision opr8r recorded in the TerraformRun's
+	// status for the plan waiting (nil: none yet): an approval of the plan
+	// with Digest, or a rejection.
+	Decision *RecordedDecision
+	// Verify checks a child's seal (engine.Sealer): a Driver reads back
+	// from a child only what Verify accepts.
+	Verify func(child client.Object) error
+}
+
+// RecordedDecision is a gate decision as opr8r recorded it.
+type RecordedDecision struct {
+	// Approved is true for an approval, false for a rejection.
+	Approved bool
+	// Digest is the plan the decision is for.
+	Digest string
+}
+
+// Sealer is an optional interface that engines implement when their Driver
+// reads back from the child what Build put in it (the Job engine's later
+// steps). The reconciler seals those bytes with an HMAC under a key only the
+// manager holds, in the child's SealAnnotation, as it creates the child,
+// and gives the Driver a DriveInput.Verify that checks them.
+type Sealer interface {
+	// Sealed returns, in a stable form, what the Driver reads back from a
+	// child.
+	Sealed(child client.Object) ([]byte, error)
 }
 
 // SchemeAdder is an optional interface that engines implement when their
@@ -236,6 +269,14 @@ type Config struct {
 	TerraformImage string
 	// RunnerServiceAccount is the default service account of step pods.
 	RunnerServiceAccount string
+	// PlanServiceAccount is the default service account of the steps
+	// before the approval gate (spec.runner.planServiceAccountName); empty:
+	// the runner's.
+	PlanServiceAccount string
+	// CheckServiceAccount is the service account of check steps, which
+	// run images the run chose on the plan: it reads no Secret and holds no
+	// cloud identity (empty: the runner's, as before checks had their own).
+	CheckServiceAccount string
 	// ImagePullPolicy of every step container; empty means the cluster default.
 	ImagePullPolicy string
 }
@@ -366,6 +407,11 @@ type Gate struct {
 	Digest string
 	// By is who decided, as the engine recorded it.
 	By string
+	// Stamped is true when By was stamped by the API server at admission
+	// (an engine-native approval judged by opr8r's admission policy, such as
+	// a person's Argo resume): only then does a decision the engine shows,
+	// and opr8r did not make, count.
+	Stamped bool
 	// ByGroups are By's groups, where the API server stamped them.
 	ByGroups []string
 	// Message is the engine's message on the gate.

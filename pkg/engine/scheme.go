@@ -13,6 +13,10 @@ const (
 	DefaultStepImage            = "ghcr.io/opr8r/opr8r:latest"
 	DefaultTerraformImage       = "docker.io/hashicorp/terraform:1.11"
 	DefaultRunnerServiceAccount = "opr8r-runner"
+	// DefaultCheckServiceAccount is the service account of check steps:
+	// it may create a check's output Secret and keep its log, and read no
+	// Secret (bind it to the opr8r-check Role).
+	DefaultCheckServiceAccount = "opr8r-check"
 )
 
 // Scheme returns a scheme with every type the manager and the kubectl

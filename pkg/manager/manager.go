@@ -77,6 +77,14 @@ type Options struct {
 	RestoreTTL time.Duration
 	// Shard is the shard the manager handles, as given to ShardCacheOptions.
 	Shard Shard
+	// SealKey seals the children of engines whose driver reads back from
+	// them (the Job engine's; engine.Seals): at least 32 bytes, the same
+	// for every replica and restart (LoadSealKey).
+	SealKey []byte
+	// DefaultApprovalTimeout rejects a plan that waited this long for
+	// approval when its TerraformRun sets no spec.approval.timeout (0: wait
+	// without limit).
+	DefaultApprovalTimeout time.Duration
 }
 
 // CacheOptions restricts the manager's caches to objects opr8r made
@@ -454,6 +462,11 @@ func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconci
 	if _, ok := reg.Get(o.DefaultEngine); !ok {
 		return nil, fmt.Errorf("default engine %q is not enabled (enabled: %v)", o.DefaultEngine, reg.Names())
 	}
+	for _, e := range o.Engines {
+		if _, seals := e.(engine.Sealer); seals && len(o.SealKey) < 32 {
+			return nil, fmt.Errorf("engine %s drives its children from what it built into them, which the manager seals: give a seal key of at least 32 bytes (Options.SealKey, LoadSealKey)", e.Name())
+		}
+	}
 	settled, err := newSettledCache(mgr, o)
 	if err != nil {
 		return nil, err
@@ -476,6 +489,8 @@ func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconci
 		UntrustedIdentity:               o.NoAdmissionPolicies,
 		AllowCrossNamespaceDependencies: o.AllowCrossNamespaceDependencies,
 		WatchNamespaces:                 o.WatchNamespaces,
+		Seals:                           engine.Seals{Key: o.SealKey},
+		DefaultApprovalTimeout:          o.DefaultApprovalTimeout,
 	}
 	if r.MinCheckInterval == 0 {
 		r.MinCheckInterval = controller.DefaultMinCheckInterval
@@ -483,15 +498,18 @@ func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconci
 	return r, nil
 }
 
-// addRecords gives the reconciler the records' stores: the Secrets the
-// steps write, and the object store finished runs' records move to, whose
-// expirer it adds to mgr.
+// addRecords gives the reconciler the records' stores: those the steps
+// write (TerraformRunRecords and Secrets, each kind in its own:
+// records.Router), and the object store finished runs' records move to,
+// whose expirer it adds to mgr. They read from the API server, never the
+// manager's cache: no record sits in the manager's memory but the one it
+// is moving.
 func addRecords(mgr ctrl.Manager, r *controller.TerraformRunReconciler, o Options) error {
 	cs, err := kubernetes.NewForConfig(mgr.GetConfig())
 	if err != nil {
 		return err
 	}
-	r.Records = &records.SecretStore{Client: cs}
+	r.Records = records.NewRouter(cs, nil)
 	if o.ObjectStore == nil {
 		return nil
 	}

@@ -61,6 +61,7 @@ func installRole(t *testing.T, admin kubernetes.Interface, file, ns, sa string) 
 	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, crb, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	envtestutil.AwaitGrant(t, admin, "", "system:serviceaccount:"+ns+":"+sa, nil, role.Rules)
 }
 
 // serviceAccountToken creates the service account ns/name and returns a

@@ -25,6 +25,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines/job"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -86,7 +87,7 @@ func TestSecretsCachedAsMetadataOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := Setup(mgr, Options{Engines: engines, DefaultEngine: infrav1.EngineJob})
+	r, err := Setup(mgr, Options{Engines: engines, DefaultEngine: infrav1.EngineJob, SealKey: testutil.SealKey})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,6 +71,10 @@ type Step struct {
 	Resources corev1.ResourceRequirements
 	// SecurityContext of the container.
 	SecurityContext *corev1.SecurityContext
+	// ServiceAccountName, when set, is the service account of the step's
+	// pod instead of the pipeline's (checks: Config.CheckServiceAccount,
+	// which reads no Secret and holds no cloud identity).
+	ServiceAccountName string `json:",omitempty"`
 }
 
 // Build describes the pipeline of one run. The run must have defaults applied.
@@ -102,7 +106,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 		Type:               req.Type,
 		Name:               req.Name,
 		Namespace:          run.Namespace,
-		ManualApproval:     req.Type == infrav1.RunApply && run.Spec.Approval.Mode != infrav1.ApprovalAuto,
+		ManualApproval:     HasGate(run, req.Type),
 		Volumes:            b.volumes,
 		ServiceAccountName: run.Spec.Runner.ServiceAccountName,
 		WorkspaceSize:      *run.Spec.Runner.Workspace.Size,
@@ -118,6 +122,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 	p.Volumes = b.volumes // with the checks' ConfigMaps
 	if PlanOnly(req.Type) {
 		p.Cleanup = b.cleanup()
+		splitIdentities(p, run)
 		return p, nil
 	}
 	if p.ManualApproval {
@@ -128,7 +133,43 @@ func Build(req engine.Request) (*Pipeline, error) {
 		p.Steps = append(p.Steps, b.export())
 	}
 	p.Cleanup = b.cleanup()
+	splitIdentities(p, run)
 	return p, nil
+}
+
+// splitIdentities runs the steps before the approval gate as the plan's
+// service account, when the run has one of its own: they run the author's
+// module, which nobody has approved yet. The steps after the gate then
+// name the runner's account themselves, so that an engine that builds a
+// later step from an earlier one's pod (the Job engine) never takes the
+// plan's.
+func splitIdentities(p *Pipeline, run *infrav1.TerraformRun) {
+	planSA, runner := run.Spec.Runner.PlanServiceAccountName, run.Spec.Runner.ServiceAccountName
+	if planSA == "" || planSA == runner {
+		return
+	}
+	beforeGate := true
+	for i := range p.Steps {
+		s := &p.Steps[i]
+		switch {
+		case s.Gate || s.Name == names.StepApply:
+			beforeGate = false
+			if s.Gate {
+				continue
+			}
+			s.ServiceAccountName = runner
+		case s.ServiceAccountName != "":
+			// a check's own account
+		case beforeGate:
+			s.ServiceAccountName = planSA
+		default:
+			s.ServiceAccountName = runner
+		}
+	}
+	p.Cleanup.ServiceAccountName = runner
+	if PlanOnly(p.Type) {
+		p.Cleanup.ServiceAccountName = planSA
+	}
 }
 
 // Checks returns the pipeline's check steps, in order.

@@ -39,7 +39,7 @@ func TestChecks(t *testing.T) {
 		infrav1.RunApply:   {"clone", "init", "plan", "check-policy", "check-cost", "approve", "apply", "export-outputs"},
 		infrav1.RunPlan:    {"clone", "init", "plan", "check-policy", "check-cost"},
 		infrav1.RunDrift:   {"clone", "init", "plan"},
-		infrav1.RunDestroy: {"clone", "init", "plan", "apply"},
+		infrav1.RunDestroy: {"clone", "init", "plan", "approve", "apply"},
 	} {
 		p := build(run, typ)
 		if got := stepNames(p); !slices.Equal(got, want) {

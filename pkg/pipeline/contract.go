@@ -53,6 +53,11 @@ const (
 	GitCredsDir      = "/opr8r/secrets/git"
 	OCICredsDir      = "/opr8r/secrets/oci"
 	BackendDir       = "/opr8r/secrets/backend"
+	// IdentityTokenDir holds the projected service-account token of
+	// spec.runner.identityToken, in the terraform steps only.
+	IdentityTokenDir = "/opr8r/identity"
+	// IdentityTokenFile is that token.
+	IdentityTokenFile = IdentityTokenDir + "/token"
 	// BackendConfigFile is the backend configuration Secret's config key.
 	BackendConfigFile = BackendDir + "/config"
 	VarsFromDir       = "/opr8r/vars"

@@ -45,6 +45,9 @@ func Defaults(run *infrav1.TerraformRun, defaultEngine infrav1.EngineName, cfg e
 	if s.Runner.ServiceAccountName == "" {
 		s.Runner.ServiceAccountName = cfg.RunnerServiceAccount
 	}
+	if s.Runner.PlanServiceAccountName == "" {
+		s.Runner.PlanServiceAccountName = cfg.PlanServiceAccount
+	}
 	if s.Runner.Workspace.Size == nil {
 		q := resource.MustParse("1Gi")
 		s.Runner.Workspace.Size = &q
@@ -143,6 +146,23 @@ func ModuleDir(run *infrav1.TerraformRun) string {
 		return path.Join(CheckoutDir, path.Clean(o.Path))
 	}
 	return CheckoutDir
+}
+
+// HasGate says whether runs of a type wait at the approval gate: apply
+// runs, and the destroy a deletion runs, of a TerraformRun whose approval
+// is Manual; a destroy goes without when a platform admin set
+// infra.opr8r.io/destroy-without-approval. Plan-only runs never apply.
+func HasGate(run *infrav1.TerraformRun, t infrav1.RunType) bool {
+	if run.Spec.Approval.Mode == infrav1.ApprovalAuto {
+		return false
+	}
+	switch t {
+	case infrav1.RunApply:
+		return true
+	case infrav1.RunDestroy:
+		return run.Annotations[infrav1.DestroyWithoutApprovalAnnotation] != "true"
+	}
+	return false
 }
 
 // HasChecks says whether runs of a type run spec.checks: apply runs and

@@ -161,7 +161,7 @@ func (b *builder) plan() Step {
 	s.VolumeMounts = append(s.VolumeMounts, b.varsMounts...)
 	s.VolumeMounts = append(s.VolumeMounts, b.depMounts...)
 	b.withBackendConfig(&s)
-	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs, ResultPlanTextDigest, ResultPlanJSONDigest}
+	s.Results = []string{ResultHasChanges, ResultDigest, ResultSummary, results.Inputs, ResultPlanTextDigest, ResultPlanJSONDigest, results.PlanSensitiveJSONDigest}
 	return s
 }
 
@@ -207,6 +207,10 @@ func (b *builder) checks() []Step {
 		s := b.stepBase(names.CheckStep(c.Name))
 		s.Image = c.Image
 		s.WorkspaceReadOnly = true
+		// A check runs an image the run chose, on the plan: not as the
+		// runner, whose token may read the namespace's Secrets and whose
+		// identity opens the cloud account.
+		s.ServiceAccountName = b.req.Config.CheckServiceAccount
 		s.Args = []string{"check", "--name=" + c.Name, "--module-dir=" + ModuleDir(b.run), "--plan-json=" + PlanJSONFile,
 			"--output-secret=" + names.CheckSecretName(b.req.Name, c.Name)}
 		s.Args = append(s.Args, b.ownerArgs()...)
@@ -234,11 +238,13 @@ func (b *builder) checks() []Step {
 	return out
 }
 
-// apply applies the saved plan. The plan file holds the variables'
-// values, which terraform may print in an error: the apply step is given
-// the varsFrom Secrets too, only to redact their values.
+// apply applies the saved plan, once the TerraformRun's status records
+// its approval for this run (--await-approval: the engine's gate alone is
+// not trusted). The plan file holds the variables' values, which terraform
+// may print in an error: the apply step is given the varsFrom Secrets too,
+// only to redact their values.
 func (b *builder) apply() Step {
-	s := b.terraformStep(names.StepApply, "--plan-file="+PlanFile, "--approved-digest="+PhApprovedDigest)
+	s := b.terraformStep(names.StepApply, "--plan-file="+PlanFile, "--approved-digest="+PhApprovedDigest, "--await-approval")
 	for i, m := range b.varsMounts {
 		if b.run.Spec.Terraform.VarsFrom[i].Kind == "Secret" {
 			s.Args = append(s.Args, "--secret-vars-dir="+m.MountPath)

@@ -33,6 +33,28 @@ func (b *builder) collectVolumes() {
 	b.collectDependencies()
 	b.collectEnvSecrets()
 	b.collectFiles()
+	b.collectIdentityToken()
+}
+
+// collectIdentityToken projects spec.runner.identityToken into every
+// terraform step (checks never get it), registers the file for redaction
+// and exports its path where asked.
+func (b *builder) collectIdentityToken() {
+	it := b.run.Spec.Runner.IdentityToken
+	if it == nil {
+		return
+	}
+	b.addVolume(corev1.Volume{Name: "identity-token", VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](0o440),
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: it.Audience, ExpirationSeconds: it.ExpirationSeconds, Path: path.Base(IdentityTokenFile),
+		}}},
+	}}})
+	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: "identity-token", MountPath: IdentityTokenDir, ReadOnly: true})
+	b.tfEnvArgs = append(b.tfEnvArgs, "--secret-files="+IdentityTokenDir)
+	if it.EnvName != "" {
+		b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: it.EnvName, Value: IdentityTokenFile})
+	}
 }
 
 // collectSource mounts what the clone step reads: the source's credentials,

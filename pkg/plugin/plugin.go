@@ -5,6 +5,8 @@ package plugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -167,13 +169,23 @@ func (o *Options) logsCommand() *cobra.Command {
 
 func (o *Options) planCommand() *cobra.Command {
 	var planRun string
-	var planJSON bool
-	plan := &cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan, whole (or of any run in the history)", Args: cobra.ExactArgs(1),
+	var planJSON, sensitive bool
+	plan := &cobra.Command{Use: "plan NAME", Short: "Show the readable plan of the run's current plan, whole (or of any run in the history), only if it is the one the plan step wrote", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			return o.plan(cmd.Context(), args[0], planRun, planJSON)
+			kind := records.KindPlanText
+			switch {
+			case sensitive && !planJSON:
+				return errors.New("--show-sensitive shows the plan as JSON with its sensitive values: give --json too")
+			case sensitive:
+				kind = records.KindPlanJSONSensitive
+			case planJSON:
+				kind = records.KindPlanJSON
+			}
+			return o.plan(cmd.Context(), args[0], planRun, kind)
 		}}
 	plan.Flags().StringVar(&planRun, "run", "", "The run's id (kubectl tfrun history's ID column); default the run of the current plan")
-	plan.Flags().BoolVar(&planJSON, "json", false, "Print the plan as JSON (terraform show -json), as kept after the run")
+	plan.Flags().BoolVar(&planJSON, "json", false, "Print the plan as JSON (terraform show -json) as kept after the run, its sensitive values masked")
+	plan.Flags().BoolVar(&sensitive, "show-sensitive", false, "With --json: print the plan as JSON as terraform wrote it, sensitive values in clear (needs the right to read Secrets in the namespace)")
 	return plan
 }
 
@@ -314,8 +326,12 @@ func dash(s string) string {
 var ErrNoPlan = errors.New("no plan")
 
 // plan prints a run's plan: whole, from the records the plan step kept;
-// for a run from before records, from its plan Secret (cut at 1 MiB).
-func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) error {
+// for a run from before records, from its plan Secret (cut at 1 MiB). It
+// shows a plan only when its bytes match the digest the plan step recorded
+// in the TerraformRun's status (which only opr8r's manager writes): what
+// an approver reads is what the plan step wrote, whoever could write the
+// record afterwards.
+func (o *Options) plan(ctx context.Context, name, runID string, kind records.Kind) error {
 	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
@@ -324,47 +340,90 @@ func (o *Options) plan(ctx context.Context, name, runID string, asJSON bool) err
 	if err != nil {
 		return err
 	}
-	kind := records.KindPlanText
-	if asJSON {
-		kind = records.KindPlanJSON
-	}
 	text, err := o.keptRecord(ctx, c, cs, run, records.Key{Namespace: run.Namespace, Run: run.Name, RunID: p.RunID, Step: names.StepPlan, Kind: kind})
 	switch {
 	case err == nil:
-	case errors.Is(err, records.ErrNotFound) && !asJSON:
+	case kind == records.KindPlanJSONSensitive && apierrors.IsForbidden(err):
+		return fmt.Errorf("%w in namespace %s, which you do not have: the plan as JSON of run %s with its sensitive values in clear is kept only in a Secret; kubectl tfrun plan %s --json shows it with them masked (%v)",
+			ErrSensitiveForbidden, run.Namespace, p.RunID, name, err)
+	case errors.Is(err, records.ErrNotFound) && kind == records.KindPlanText:
 		sec, serr := cs.CoreV1().Secrets(run.Namespace).Get(ctx, names.PlanSecretName(p.RunID), metav1.GetOptions{})
 		if apierrors.IsNotFound(serr) {
 			return fmt.Errorf("the readable plan of run %s is gone (it is no longer in the history, or its %s was pruned before opr8r kept plans); start a new run with kubectl tfrun rerun %s", p.RunID, childKind(run), name)
+		}
+		if apierrors.IsForbidden(serr) {
+			return fmt.Errorf("the readable plan of run %s is not kept as a TerraformRunRecord (%v), and its plan Secret %s, which runs planned before opr8r kept plans have, needs the right to read Secrets in namespace %s: %w",
+				p.RunID, err, names.PlanSecretName(p.RunID), run.Namespace, serr)
 		}
 		if serr != nil {
 			return serr
 		}
 		text = sec.Data["plan.txt"]
 	case errors.Is(err, records.ErrNotFound):
-		return fmt.Errorf("the JSON plan of run %s is not kept (pruned with the history, or made before opr8r kept plans)", p.RunID)
+		return fmt.Errorf("the %s of run %s is not kept (pruned with the history, or made before opr8r kept plans)", kindName(kind), p.RunID)
 	default:
 		return err
 	}
-	if asJSON {
+	if err := verifyPlan(p, kind, text); err != nil {
+		return err
+	}
+	if kind != records.KindPlanText {
 		_, err = o.Out.Write(text)
 		return err
 	}
-	if done, err := o.print(map[string]string{"runID": p.RunID, "digest": p.Digest, "summary": p.Summary, "plan": string(text)}); done {
+	if done, err := o.print(map[string]string{"runID": p.RunID, "digest": p.Digest, "textDigest": p.TextDigest, "summary": p.Summary, "plan": string(text)}); done {
 		return err
 	}
-	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s\n\n", p.Digest, p.Summary, p.RunID)
+	fmt.Fprintf(o.Out, "# plan %s (%s) of run %s, verified: the readable plan has the digest its plan step recorded (%s)\n\n", p.Digest, p.Summary, p.RunID, p.TextDigest)
 	_, err = o.Out.Write(text)
 	return err
 }
 
-// keptRecord reads a record from the run's namespace. One that is not
-// there, of a finished run still in the history, may have moved to the
-// object store: the manager is asked to bring that run's records back for
-// a while (annotation infra.opr8r.io/records-request), and it is waited
-// for. Without an object store the manager does nothing, and the record
-// is reported not kept.
+// ErrSensitiveForbidden refuses the plan as JSON in clear to a user who
+// may not read Secrets in the run's namespace, where it is kept.
+var ErrSensitiveForbidden = errors.New("the plan with its sensitive values needs the right to read Secrets")
+
+// ErrPlanNotVerified refuses to show a plan record that is not the one the
+// plan step wrote.
+var ErrPlanNotVerified = errors.New("the plan record is not verified")
+
+// verifyPlan checks a plan record against the digest its plan step
+// recorded in status.
+func verifyPlan(p *infrav1.PlanStatus, kind records.Kind, b []byte) error {
+	want := map[records.Kind]string{records.KindPlanText: p.TextDigest, records.KindPlanJSON: p.JSONDigest, records.KindPlanJSONSensitive: p.SensitiveJSONDigest}[kind]
+	if want == "" {
+		return fmt.Errorf("%w: run %s recorded no digest of its %s (it was planned before opr8r recorded them), so it is not shown; plan again with kubectl tfrun rerun", ErrPlanNotVerified, p.RunID, kindName(kind))
+	}
+	sum := sha256.Sum256(b)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != want {
+		return fmt.Errorf("%w: refusing to show the %s of run %s: its digest is %s, but its plan step recorded %s in the TerraformRun's status; it was changed after the plan step wrote it (or cut short: a plan kept only in its Secret is cut at 1 MiB). Do not approve plan %s on what you read elsewhere; plan again with kubectl tfrun rerun",
+			ErrPlanNotVerified, kindName(kind), p.RunID, got, want, p.Digest)
+	}
+	return nil
+}
+
+// kindName says what a plan record holds.
+func kindName(k records.Kind) string {
+	switch k {
+	case records.KindPlanJSON:
+		return "plan as JSON"
+	case records.KindPlanJSONSensitive:
+		return "plan as JSON with its sensitive values"
+	}
+	return "readable plan"
+}
+
+// keptRecord reads a record from the run's namespace: the log, the
+// readable plan and the plan as JSON masked from TerraformRunRecords (which
+// opr8r-approver and opr8r-editor may read; from Secrets for runs recorded
+// before them), the plan as JSON in clear from Secrets (records.Router).
+// One that is not there, of a finished run still in the history, may have
+// moved to the object store: the manager is asked to bring that run's
+// records back for a while (annotation infra.opr8r.io/records-request),
+// and it is waited for. Without an object store the manager does nothing,
+// and the record is reported not kept.
 func (o *Options) keptRecord(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, k records.Key) ([]byte, error) {
-	store := &records.SecretStore{Client: cs}
+	store := records.NewRouter(cs, nil)
 	b, err := store.Get(ctx, k)
 	if err == nil || !errors.Is(err, records.ErrNotFound) || !inHistory(run, k.RunID) {
 		return b, err
@@ -712,6 +771,14 @@ func (o *Options) podLog(ctx context.Context, cs kubernetes.Interface, run *infr
 	selector, container := loc.StepLogs(r.ID, step)
 	hint := loc.LogsHint(run.Namespace, r.ID)
 	pods, err := cs.CoreV1().Pods(run.Namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
+	if apierrors.IsForbidden(err) {
+		// Who may not read pods (opr8r-approver) reads the log the step
+		// kept once it ended.
+		if kerr := kept(); kerr == nil || !errors.Is(kerr, records.ErrNotFound) {
+			return kerr
+		}
+		return fmt.Errorf("step %s of run %s has kept no log yet (a step keeps it when it ends), and reading its pod's log needs the right to list pods in namespace %s: %w", step, r.ID, run.Namespace, err)
+	}
 	if err != nil {
 		return err
 	}

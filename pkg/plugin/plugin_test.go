@@ -3,6 +3,8 @@ package plugin_test
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,6 +19,7 @@ import (
 	"k8s.io/cli-runtime/pkg/genericclioptions"
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -29,6 +32,8 @@ import (
 var (
 	k8s client.Client
 	cs  kubernetes.Interface
+	// restConfig is envtest's admin's, which may impersonate users.
+	restConfig *rest.Config
 )
 
 func TestMain(m *testing.M) {
@@ -43,6 +48,7 @@ func TestMain(m *testing.M) {
 	scheme, _ := engine.Scheme(engines.All())
 	k8s, _ = client.New(cfg, client.Options{Scheme: scheme})
 	cs = kubernetes.NewForConfigOrDie(cfg)
+	restConfig = cfg
 	code := m.Run()
 	_ = env.Stop()
 	os.Exit(code)
@@ -52,10 +58,16 @@ const digest = "sha256:111111111111111111111111111111111111111111111111111111111
 
 // tfrun runs `kubectl tfrun args...` in namespace ns.
 func tfrun(ns string, args ...string) (string, string, error) {
+	return tfrunWith(k8s, cs, ns, args...)
+}
+
+// tfrunWith runs `kubectl tfrun args...` in namespace ns with the given
+// clients (another user's).
+func tfrunWith(c client.Client, cs kubernetes.Interface, ns string, args ...string) (string, string, error) {
 	var out, errOut bytes.Buffer
 	flags := genericclioptions.NewConfigFlags(false)
 	flags.Namespace = &ns
-	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: k8s, Clientset: cs, Engines: engines.All(), RestoreWait: time.Second,
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &errOut}, Flags: flags, Client: c, Clientset: cs, Engines: engines.All(), RestoreWait: time.Second,
 		Now: func() time.Time { return time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC) }}
 	cmd := plugin.NewCommand(o)
 	cmd.SetArgs(args)
@@ -63,6 +75,15 @@ func tfrun(ns string, args ...string) (string, string, error) {
 	cmd.SetErr(&errOut)
 	err := cmd.ExecuteContext(context.Background())
 	return out.String(), errOut.String(), err
+}
+
+// seededPlan is the readable plan of the seeded waiting run.
+const seededPlan = "  # terraform_data.x will be created\nPlan: 1 to add, 0 to change, 0 to destroy.\n"
+
+// sha is a record's digest as the plan step records it.
+func sha(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
 // seed makes a run waiting for approval and a finished one with outputs, as
@@ -85,7 +106,7 @@ func seed(t *testing.T) string {
 			t.Fatal(err)
 		}
 	}
-	plan := &infrav1.PlanStatus{Add: 1, HasChanges: true, Digest: digest, Summary: "+1 ~0 -0", RunID: "waiting-abc-1"}
+	plan := &infrav1.PlanStatus{Add: 1, HasChanges: true, Digest: digest, Summary: "+1 ~0 -0", RunID: "waiting-abc-1", TextDigest: sha([]byte(seededPlan))}
 	mk("waiting", infrav1.TerraformRunStatus{Phase: "AwaitingApproval", PlanSummary: "+1 ~0 -0", Plan: plan,
 		Approvals: &infrav1.ApprovalTally{Digest: digest, Required: 2, ApprovedBy: []string{"alice"}, Needed: 1, Summary: "1/2"},
 		Run: &infrav1.RunStatus{ID: "waiting-abc-1", Type: "apply", Engine: "argo", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunAwaitingApproval,
@@ -106,7 +127,7 @@ func seed(t *testing.T) string {
 		Run: &infrav1.RunStatus{ID: "done-abc-1", Type: "apply", Engine: "tekton", SpecHash: "abc", Attempt: 1, Phase: infrav1.RunSucceeded,
 			Child: infrav1.ChildReference{APIVersion: "tekton.dev/v1", Kind: "PipelineRun", Name: "done-abc-1"}}})
 	for _, s := range []*corev1.Secret{
-		{ObjectMeta: metav1.ObjectMeta{Name: "waiting-abc-1-plan", Namespace: ns}, Data: map[string][]byte{"plan.txt": []byte("  # terraform_data.x will be created\nPlan: 1 to add, 0 to change, 0 to destroy.\n")}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "waiting-abc-1-plan", Namespace: ns}, Data: map[string][]byte{"plan.txt": []byte(seededPlan)}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "done-abc-1-tfoutputs", Namespace: ns}, Data: map[string][]byte{"outputs.json": []byte(
 			`{"id":{"sensitive":false,"value":"i-123"},"password":{"sensitive":true,"value":"hunter2-marker"}}`)}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "done-outputs", Namespace: ns}, Data: map[string][]byte{"ID": []byte("i-123"), "password": []byte("hunter2-marker")}},

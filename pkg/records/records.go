@@ -1,15 +1,18 @@
 // Package records keeps what a run leaves for people to read after its
 // pods and engine objects are gone: each step's log and the plan, readable
-// and as JSON, for every run in a TerraformRun's history. Two stores sit
-// behind one small interface: Secrets in the run's namespace (the default;
-// chunked, owned by the TerraformRun) and an S3-compatible object store
-// (objects encrypted with AES-256-GCM before they leave the process).
+// and as JSON, for every run in a TerraformRun's history. The stores sit
+// behind one small interface: in the run's namespace, TerraformRunRecords
+// (ResourceStore) for what people who may not read Secrets may read (the
+// logs, the readable plan, the plan as JSON masked) and Secrets
+// (SecretStore) for the plan as JSON in clear, both chunked and owned by
+// the TerraformRun, a Router sending each kind to its store; and an
+// S3-compatible object store (objects encrypted with AES-256-GCM before
+// they leave the process) that finished runs' records may move to.
 //
 // Logs are stored as the step printed them: already redacted. The readable
 // plan is redacted like the log and the plan as JSON masked; the plan as
-// JSON in clear is a kind of its own (KindPlanJSONSensitive). Plans may
-// still hold sensitive values, so nothing here is ever stored in clear
-// outside a Secret.
+// JSON in clear is a kind of its own (KindPlanJSONSensitive), which is
+// never stored in clear outside a Secret.
 package records
 
 import (
@@ -20,6 +23,8 @@ import (
 	"sort"
 	"strconv"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // Kind is what a record holds.
@@ -112,6 +117,21 @@ type Store interface {
 	// Delete removes the records of the given run ids of a TerraformRun;
 	// with no run ids, every record of the TerraformRun.
 	Delete(ctx context.Context, namespace, run string, runIDs ...string) error
+}
+
+// Restorable is a store of the cluster that the manager brings records
+// back into from the object store, for a while (pkg/controller
+// reconcileObjectStore).
+type Restorable interface {
+	Store
+	// Restoring is the store that writes copies brought back from the
+	// object store, owned by owner (the TerraformRun), which
+	// ExpireRestored removes.
+	Restoring(owner *metav1.OwnerReference) Store
+	// ExpireRestored deletes the copies brought back from the object
+	// store of a TerraformRun that were written before the given time,
+	// and returns how many objects it deleted.
+	ExpireRestored(ctx context.Context, namespace, run string, before time.Time) (int, error)
 }
 
 // RunNumber is the number at the end of a run id (hello-3, hello-drift-4),

@@ -59,7 +59,7 @@ type SecretStore struct {
 	Restored bool
 }
 
-var _ Store = &SecretStore{}
+var _ Restorable = &SecretStore{}
 
 func (s *SecretStore) chunkSize() int {
 	if s.ChunkSize > 0 {
@@ -215,14 +215,16 @@ func (s *SecretStore) Get(ctx context.Context, k Key) ([]byte, error) {
 // MaxRecordSize is the most a record inflates to when it is read: the
 // largest record a step writes, a log cut at 16 MiB (pkg/step MaxKeptLog)
 // with its marker, four times over, for the plans, which the plan step
-// keeps whole. A record's chunks are Secrets anyone who may write Secrets
-// in the namespace can make, and a gzip stream inflates a thousandfold,
+// keeps whole. A record's chunks are Secrets, or TerraformRunRecords,
+// that others than its step may write (anyone who may write Secrets in the
+// namespace; the runner service account), and a gzip stream inflates a
+// thousandfold,
 // so reading one (the manager moving records to the object store,
 // kubectl tfrun logs and plan) never holds more than this.
 const MaxRecordSize = 64 << 20
 
 // inflate gunzips a record's chunks, refusing output past the size its
-// chunks declare (sizeAnnotation) or past MaxRecordSize.
+// chunks declare (their size) or past MaxRecordSize.
 func inflate(k Key, z io.Reader, declared string) ([]byte, error) {
 	limit := int64(MaxRecordSize)
 	n, err := strconv.ParseInt(declared, 10, 64)
@@ -245,7 +247,7 @@ func inflate(k Key, z io.Reader, declared string) ([]byte, error) {
 	case int64(out.Len()) <= limit:
 		return out.Bytes(), nil
 	case hasSize:
-		return nil, fmt.Errorf("%s inflates past its declared size (%d bytes): refused, its Secrets are not one write of a step's", k, limit)
+		return nil, fmt.Errorf("%s inflates past its declared size (%d bytes): refused, its chunks are not one write of a step's", k, limit)
 	}
 	return nil, fmt.Errorf("%s inflates past %d MiB, the most a record may hold when read (records.MaxRecordSize): refused", k, MaxRecordSize>>20)
 }
@@ -305,6 +307,12 @@ func (s *SecretStore) Delete(ctx context.Context, namespace, run string, runIDs 
 		return fmt.Errorf("deleting records of %s/%s: %s", namespace, run, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// Restoring is the store the copies brought back from the object store
+// are written to, owned by owner.
+func (s *SecretStore) Restoring(owner *metav1.OwnerReference) Store {
+	return &SecretStore{Client: s.Client, Owner: owner, ChunkSize: s.ChunkSize, Restored: true}
 }
 
 // ExpireRestored deletes the copies brought back from the object store

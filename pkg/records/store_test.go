@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/opr8r/opr8r/pkg/records"
@@ -22,19 +23,26 @@ import (
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
-var kube kubernetes.Interface
+var (
+	kube kubernetes.Interface
+	// testEnv and restConfig are envtest's, with opr8r's CRDs (the
+	// TerraformRunRecord's).
+	testEnv    *envtest.Environment
+	restConfig *rest.Config
+)
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
 
 func runMain(m *testing.M) int {
 	if os.Getenv("KUBEBUILDER_ASSETS") != "" {
-		env := &envtest.Environment{}
-		cfg, err := env.Start()
+		testEnv = &envtest.Environment{CRDDirectoryPaths: []string{filepath.Join(envtestutil.RepoRoot(), "config", "crd", "bases")}, ErrorIfCRDPathMissing: true}
+		cfg, err := testEnv.Start()
 		if err != nil {
 			fmt.Fprintln(os.Stderr, "starting envtest:", err)
 			return 1
 		}
-		defer func() { _ = env.Stop() }()
+		defer func() { _ = testEnv.Stop() }()
+		restConfig = cfg
 		kube = kubernetes.NewForConfigOrDie(cfg)
 	}
 	return m.Run()
@@ -206,6 +214,18 @@ func storeCases(t *testing.T, newStore func(t *testing.T) (records.Store, string
 func TestSecretStore(t *testing.T) {
 	storeCases(t, func(t *testing.T) (records.Store, string) {
 		return &records.SecretStore{Client: kube}, namespace(t)
+	})
+}
+
+func TestResourceStore(t *testing.T) {
+	storeCases(t, func(t *testing.T) (records.Store, string) {
+		return &records.ResourceStore{Client: kube}, namespace(t)
+	})
+}
+
+func TestRouter(t *testing.T) {
+	storeCases(t, func(t *testing.T) (records.Store, string) {
+		return records.NewRouter(kube, nil), namespace(t)
 	})
 }
 

@@ -31,6 +31,10 @@ const (
 	// exactly as the plan step kept it in the run's records and gave it to
 	// checks, masked (plan).
 	PlanJSONDigest = "plan-json-digest"
+	// PlanSensitiveJSONDigest is the digest, "sha256:<hex>", of the plan as
+	// JSON as terraform wrote it, sensitive values in clear, as the plan
+	// step kept it in the run's records (plan).
+	PlanSensitiveJSONDigest = "plan-sensitive-json-digest"
 	// Error is a failing step's one-line summary, where the engine has no
 	// termination message of its own (Tekton).
 	Error = "error"
@@ -49,6 +53,9 @@ type Plan struct {
 	TextDigest string
 	// JSONDigest is the digest of the plan as JSON as kept (masked).
 	JSONDigest string
+	// SensitiveJSONDigest is the digest of the plan as JSON as terraform
+	// wrote it, as kept.
+	SensitiveJSONDigest string
 }
 
 // summary is the JSON of the Summary result.
@@ -66,12 +73,13 @@ func (p Plan) Values() map[string]string {
 		panic(err) // four integers always marshal
 	}
 	return map[string]string{
-		HasChanges:     fmt.Sprint(p.HasChanges),
-		Digest:         p.Digest,
-		Summary:        string(b),
-		Inputs:         p.Inputs,
-		PlanTextDigest: p.TextDigest,
-		PlanJSONDigest: p.JSONDigest,
+		HasChanges:              fmt.Sprint(p.HasChanges),
+		Digest:                  p.Digest,
+		Summary:                 string(b),
+		Inputs:                  p.Inputs,
+		PlanTextDigest:          p.TextDigest,
+		PlanJSONDigest:          p.JSONDigest,
+		PlanSensitiveJSONDigest: p.SensitiveJSONDigest,
 	}
 }
 
@@ -86,11 +94,12 @@ func ParsePlan(get func(name string) string) (*Plan, error) {
 	}
 	return &Plan{
 		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
-		HasChanges: strings.TrimSpace(get(HasChanges)) == "true",
-		Digest:     strings.TrimSpace(get(Digest)),
-		Inputs:     strings.TrimSpace(get(Inputs)),
-		TextDigest: strings.TrimSpace(get(PlanTextDigest)),
-		JSONDigest: strings.TrimSpace(get(PlanJSONDigest)),
+		HasChanges:          strings.TrimSpace(get(HasChanges)) == "true",
+		Digest:              strings.TrimSpace(get(Digest)),
+		Inputs:              strings.TrimSpace(get(Inputs)),
+		TextDigest:          strings.TrimSpace(get(PlanTextDigest)),
+		JSONDigest:          strings.TrimSpace(get(PlanJSONDigest)),
+		SensitiveJSONDigest: strings.TrimSpace(get(PlanSensitiveJSONDigest)),
 	}, nil
 }
 

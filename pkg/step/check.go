@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // MaxCheckOutput is how much of a check's output its Secret keeps: the
@@ -70,16 +71,8 @@ func (r *Runner) Check(ctx context.Context, o CheckOptions) error {
 	if code != 0 {
 		verdict = "failed"
 	}
-	if o.OutputSecret != "" && r.Kube != nil {
-		data := map[string][]byte{
-			"output.txt": tail.Bytes(),
-			"result":     []byte(verdict),
-			"exit-code":  []byte(strconv.Itoa(code)),
-			"command":    []byte(strings.Join(o.Command, " ")),
-		}
-		if err := r.Kube.WriteSecret(ctx, o.OutputSecret, infrav1.ComponentCheck, data); err != nil {
-			return err
-		}
+	if err := r.keepCheckOutput(ctx, o, tail.Bytes(), verdict, code); err != nil {
+		return err
 	}
 	r.logf("check %s %s (exit code %d)", o.Name, verdict, code)
 	if code == 0 {
@@ -93,6 +86,27 @@ func (r *Runner) Check(ctx context.Context, o CheckOptions) error {
 		return fmt.Errorf("%s (the command did not start)", last)
 	}
 	return fmt.Errorf("%s (exit code %d)", last, code)
+}
+
+// keepCheckOutput writes the check's output Secret, create only: a check
+// runs as opr8r-check, which reads and changes no Secret, and a retried
+// check keeps the first attempt's output.
+func (r *Runner) keepCheckOutput(ctx context.Context, o CheckOptions, output []byte, verdict string, code int) error {
+	if o.OutputSecret == "" || r.Kube == nil {
+		return nil
+	}
+	data := map[string][]byte{
+		"output.txt": output,
+		"result":     []byte(verdict),
+		"exit-code":  []byte(strconv.Itoa(code)),
+		"command":    []byte(strings.Join(o.Command, " ")),
+	}
+	err := r.Kube.CreateSecret(ctx, o.OutputSecret, infrav1.ComponentCheck, data)
+	if apierrors.IsAlreadyExists(err) {
+		r.logf("check %s: %v", o.Name, err)
+		return nil
+	}
+	return err
 }
 
 // LastLine is the last non-blank line of output, without colour codes.

@@ -58,6 +58,17 @@ func OwnerRef(apiVersion, kind, name, uid string) *metav1.OwnerReference {
 // WriteSecret creates or replaces a Secret owned by the child, labelled so
 // the manager's cache sees it.
 func (k *Kube) WriteSecret(ctx context.Context, name, component string, data map[string][]byte) error {
+	return k.writeSecret(ctx, name, component, data, true)
+}
+
+// CreateSecret is WriteSecret for a step whose service account may create
+// Secrets and not read or change them (checks, as opr8r-check): a Secret of
+// that name that exists, from an earlier attempt, is kept and reported.
+func (k *Kube) CreateSecret(ctx context.Context, name, component string, data map[string][]byte) error {
+	return k.writeSecret(ctx, name, component, data, false)
+}
+
+func (k *Kube) writeSecret(ctx context.Context, name, component string, data map[string][]byte, replace bool) error {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: k.Namespace,
@@ -74,6 +85,9 @@ func (k *Kube) WriteSecret(ctx context.Context, name, component string, data map
 	}
 	secrets := k.Client.CoreV1().Secrets(k.Namespace)
 	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) && !replace {
+		return fmt.Errorf("writing Secret %s/%s: an earlier attempt wrote it, and this step may not replace it: %w", k.Namespace, name, err)
+	}
 	if apierrors.IsAlreadyExists(err) {
 		// A retried step replaces what an earlier attempt wrote.
 		old, gerr := secrets.Get(ctx, name, metav1.GetOptions{})

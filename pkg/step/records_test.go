@@ -35,7 +35,9 @@ resource "terraform_data" "leaky" {
 // The plan step keeps the readable plan whole (not truncated like the plan
 // Secret) and the plan as JSON, and every step keeps its redacted log, as
 // records of the TerraformRun that outlive the run's pods; with real
-// terraform and OpenTofu.
+// terraform and OpenTofu. Through records.Router, as opr8r-step keeps them:
+// the log, the readable plan and the masked JSON plan in
+// TerraformRunRecords, the JSON plan in clear in a Secret.
 func TestPlanKeepsRecords(t *testing.T) {
 	needKube(t)
 	for name, bin := range binaries(t) {
@@ -47,7 +49,8 @@ func TestPlanKeepsRecords(t *testing.T) {
 			r := newRunner(t, bin, ns, &out)
 			r.Out = &teeBuf{&out, capture}
 			owner := &metav1.OwnerReference{APIVersion: "infra.opr8r.io/v1alpha1", Kind: "TerraformRun", Name: "big", UID: "uid-big"}
-			store := &records.SecretStore{Client: kube, Owner: owner}
+			store := records.NewRouter(kube, owner)
+			store.Warn = func(msg string) { t.Errorf("a record fell back: %s", msg) }
 			r.Records, r.RecordKey = store, records.Key{Namespace: ns, Run: "big", RunID: "big-1", Step: "plan"}
 			from := t.TempDir()
 			write(t, filepath.Join(from, "main.tf"), bigModule)
@@ -98,6 +101,26 @@ func TestPlanKeepsRecords(t *testing.T) {
 			}
 			if !bytes.Contains(text, []byte("not marked sensitive: ***")) {
 				t.Fatal("the kept readable plan is not redacted like the log")
+			}
+			// Where each kind is kept.
+			inResources, err := (&records.ResourceStore{Client: kube}).List(ctx, ns, "big")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var kinds []string
+			for _, rec := range inResources {
+				kinds = append(kinds, string(rec.Kind))
+			}
+			if strings.Join(kinds, ",") != "log,plan.json,plan.txt" {
+				t.Fatalf("in TerraformRunRecords: %v; want log, plan.json, plan.txt", kinds)
+			}
+			inSecrets, err := (&records.SecretStore{Client: kube}).List(ctx, ns, "big")
+			if err != nil || len(inSecrets) != 1 || inSecrets[0].Kind != records.KindPlanJSONSensitive {
+				t.Fatalf("in Secrets: %+v, %v; want plan-sensitive.json only", inSecrets, err)
+			}
+			clear, err := store.Get(ctx, records.Key{Namespace: ns, Run: "big", RunID: "big-1", Step: "plan", Kind: records.KindPlanJSONSensitive})
+			if err != nil || !bytes.Contains(clear, []byte(`"resource_changes"`)) {
+				t.Fatalf("the kept JSON plan in clear (%d bytes, %v) is not terraform's", len(clear), err)
 			}
 		})
 	}

@@ -157,8 +157,8 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 		return nil, err
 	}
 	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs,
-		TextDigest: stored.TextDigest, JSONDigest: stored.JSONDigest}
-	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs, results.PlanTextDigest, results.PlanJSONDigest} {
+		TextDigest: stored.TextDigest, JSONDigest: stored.JSONDigest, SensitiveJSONDigest: stored.SensitiveJSONDigest}
+	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs, results.PlanTextDigest, results.PlanJSONDigest, results.PlanSensitiveJSONDigest} {
 		if err := r.WriteResult(name, res.Values()[name]); err != nil {
 			return nil, err
 		}
@@ -214,6 +214,8 @@ type storedPlan struct {
 	TextDigest string
 	// JSONDigest is the digest of the plan as JSON, masked.
 	JSONDigest string
+	// SensitiveJSONDigest is the digest of the plan as JSON in clear.
+	SensitiveJSONDigest string
 }
 
 // storePlan keeps the plan where people and checks read it: the readable
@@ -259,7 +261,7 @@ func (r *Runner) storePlan(ctx context.Context, m Module, o PlanOptions, sum *Pl
 			return storedPlan{}, fmt.Errorf("keeping %s: %w", rec.what, err)
 		}
 	}
-	return storedPlan{TextDigest: BytesDigest(text), JSONDigest: BytesDigest(masked)}, nil
+	return storedPlan{TextDigest: BytesDigest(text), JSONDigest: BytesDigest(masked), SensitiveJSONDigest: BytesDigest(planJSON)}, nil
 }
 
 // writeCheckInput writes what the run's checks read: the plan as JSON,

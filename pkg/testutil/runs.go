@@ -18,7 +18,11 @@ var Config = engine.Config{
 	StepImage:            "ghcr.io/opr8r/opr8r:test",
 	TerraformImage:       "docker.io/hashicorp/terraform:1.11",
 	RunnerServiceAccount: "opr8r-runner",
+	CheckServiceAccount:  "opr8r-check",
 }
+
+// SealKey is the seal key tests give the manager (manager.Options.SealKey).
+var SealKey = []byte("opr8r-tests-seal-key-of-32-bytes")
 
 // RunWrapper builds a TerraformRun.
 type RunWrapper struct{ infrav1.TerraformRun }
@@ -91,6 +95,15 @@ func (w *RunWrapper) EnvFromSecret(env, secret, key string) *RunWrapper {
 // Auto sets approval mode Auto.
 func (w *RunWrapper) Auto() *RunWrapper {
 	w.Spec.Approval.Mode = infrav1.ApprovalAuto
+	return w
+}
+
+// Annotate sets an annotation.
+func (w *RunWrapper) Annotate(key, value string) *RunWrapper {
+	if w.Annotations == nil {
+		w.Annotations = map[string]string{}
+	}
+	w.Annotations[key] = value
 	return w
 }
 

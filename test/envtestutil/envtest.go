@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"sort"
 	"strings"
 
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
@@ -55,13 +56,16 @@ func Start() (*envtest.Environment, *rest.Config, error) {
 }
 
 // InstallPolicies creates opr8r's admission policies from config/policy, as
-// kustomize and the Helm chart install them.
+// kustomize and the Helm chart install them: first the namespaces of the
+// objects there (opr8r-system, of the ConfigMap opr8r-identities that the
+// guards' bindings read, failing closed without it), then those objects,
+// then the policies, then their bindings.
 func InstallPolicies(cfg *rest.Config) error {
 	files, err := filepath.Glob(filepath.Join(RepoRoot(), "config", "policy", "*.yaml"))
 	if err != nil {
 		return err
 	}
-	var b []byte
+	var objs []*unstructured.Unstructured
 	for _, f := range files {
 		if filepath.Base(f) == "kustomization.yaml" {
 			continue
@@ -70,8 +74,26 @@ func InstallPolicies(cfg *rest.Config) error {
 		if err != nil {
 			return err
 		}
-		b = append(append(b, data...), "\n---\n"...)
+		for _, doc := range strings.Split(string(data), "\n---\n") {
+			u := &unstructured.Unstructured{}
+			if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
+				return fmt.Errorf("%s: %w", f, err)
+			}
+			if len(u.Object) > 0 {
+				objs = append(objs, u)
+			}
+		}
 	}
+	rank := func(u *unstructured.Unstructured) int {
+		switch {
+		case strings.HasSuffix(u.GetKind(), "PolicyBinding"):
+			return 2
+		case strings.HasSuffix(u.GetKind(), "Policy"):
+			return 1
+		}
+		return 0
+	}
+	sort.SliceStable(objs, func(i, j int) bool { return rank(objs[i]) < rank(objs[j]) })
 	s := kruntime.NewScheme()
 	if err := admissionregistrationv1.AddToScheme(s); err != nil {
 		return err
@@ -80,27 +102,39 @@ func InstallPolicies(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, doc := range strings.Split(string(b), "\n---\n") {
-		u := &unstructured.Unstructured{}
-		if err := yaml.Unmarshal([]byte(doc), &u.Object); err != nil {
-			return err
+	ctx := context.Background()
+	runner := ""
+	for _, u := range objs {
+		if u.GetKind() == "ConfigMap" && u.GetName() == "opr8r-identities" {
+			runners, _, _ := unstructured.NestedString(u.Object, "data", "runnerServiceAccounts")
+			runner, _, _ = strings.Cut(strings.TrimSpace(runners), "\n")
 		}
-		if len(u.Object) == 0 {
-			continue
+		if ns := u.GetNamespace(); ns != "" {
+			n := &unstructured.Unstructured{}
+			n.SetAPIVersion("v1")
+			n.SetKind("Namespace")
+			n.SetName(ns)
+			if err := c.Create(ctx, n); err != nil && !apierrors.IsAlreadyExists(err) {
+				return fmt.Errorf("creating namespace %s: %w", ns, err)
+			}
 		}
-		if err := c.Create(context.Background(), u); err != nil {
+	}
+	for _, u := range objs {
+		if err := c.Create(ctx, u); err != nil {
 			return fmt.Errorf("creating %s %s: %w", u.GetKind(), u.GetName(), err)
 		}
 	}
-	return waitForPolicies(c)
+	return waitForPolicies(c, runner)
 }
 
 // waitForPolicies waits until the admission policies act: the API server
 // loads them, and the schemas of the CRDs they match, a moment after they
 // are created. A dry-run TerraformRun must be admitted with its author
 // stamped and its finalizer added, and a dry-run TerraformRunApproval with
-// its user.
-func waitForPolicies(c client.Client) error {
+// its user; the guards must refuse a dry-run token Secret of the runner
+// service account (they read opr8r-identities) and admit a ConfigMap (their
+// parameters, opr8r-guard, are listed).
+func waitForPolicies(c client.Client, runner string) error {
 	run := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "infra.opr8r.io/v1alpha1", "kind": "TerraformRun",
 		"metadata": map[string]any{"name": "policy-probe", "namespace": "default"},
@@ -110,6 +144,15 @@ func waitForPolicies(c client.Client) error {
 		"apiVersion": "infra.opr8r.io/v1alpha1", "kind": "TerraformRunApproval",
 		"metadata": map[string]any{"name": "policy-probe", "namespace": "default"},
 		"spec":     map[string]any{"runName": "policy-probe", "planDigest": "sha256:" + strings.Repeat("0", 64)},
+	}}
+	token := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/service-account-token",
+		"metadata": map[string]any{"name": "policy-probe", "namespace": "default",
+			"annotations": map[string]any{"kubernetes.io/service-account.name": runner}},
+	}}
+	cm := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "v1", "kind": "ConfigMap",
+		"metadata": map[string]any{"name": "policy-probe", "namespace": "default"},
 	}}
 	var last error
 	err := wait.PollUntilContextTimeout(context.Background(), 200_000_000, 60_000_000_000, true, func(ctx context.Context) (bool, error) {
@@ -124,6 +167,15 @@ func waitForPolicies(c client.Client) error {
 		user, _, _ := unstructured.NestedString(a.Object, "spec", "user")
 		if author == "" || user == "" || len(r.GetFinalizers()) == 0 {
 			last = fmt.Errorf("not stamped yet: author %q, user %q, finalizers %v", author, user, r.GetFinalizers())
+			return false, nil
+		}
+		if runner != "" {
+			if err := c.Create(ctx, token.DeepCopy(), client.DryRunAll); err == nil || !strings.Contains(err.Error(), "a token of runner service account") {
+				last = fmt.Errorf("a runner's token Secret not refused by opr8r-runner-credentials yet: %v", err)
+				return false, nil
+			}
+		}
+		if last = c.Create(ctx, cm.DeepCopy(), client.DryRunAll); last != nil {
 			return false, nil
 		}
 		return true, nil

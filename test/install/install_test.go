@@ -359,8 +359,8 @@ func TestKustomizeWatchNamespaceComponent(t *testing.T) {
 		}
 	}
 	// The manager's and each engine's grants in payments; leader election
-	// in opr8r's own namespace.
-	want := map[string]int{"Role/payments": 1 + len(allEngines()), "RoleBinding/payments": 1 + len(allEngines()), "Role/opr8r-system": 1, "RoleBinding/opr8r-system": 1}
+	// and the seal key in opr8r's own namespace.
+	want := map[string]int{"Role/payments": 1 + len(allEngines()), "RoleBinding/payments": 1 + len(allEngines()), "Role/opr8r-system": 2, "RoleBinding/opr8r-system": 2}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Roles and RoleBindings by namespace (-want +got):\n%s", diff)
 	}

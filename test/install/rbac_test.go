@@ -72,12 +72,20 @@ func grants(r rbacv1.ClusterRole) []string {
 func TestRBACAllowList(t *testing.T) {
 	allowed := map[string][]string{
 		"config/rbac/role.yaml": {
-			"/configmaps:create",
+			// create: inputs too large for the child; get and update: the
+			// guard list of active children (pkg/controller/guard.go).
+			"/configmaps:create", "/configmaps:get", "/configmaps:update",
 			// delete: the records (step logs and plans) of runs that leave
 			// the history or whose TerraformRun is deleted (pkg/controller/records.go).
 			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
 			"events.k8s.io/events:create", "events.k8s.io/events:patch",
 			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			// The records in TerraformRunRecords, read from the API server
+			// (never cached: no watch): list (metadata) and get to prune and
+			// move them to the object store, create and update to bring them
+			// back, delete to prune them (pkg/controller/retention.go).
+			"infra.opr8r.io/terraformrunrecords:create", "infra.opr8r.io/terraformrunrecords:delete", "infra.opr8r.io/terraformrunrecords:get",
+			"infra.opr8r.io/terraformrunrecords:list", "infra.opr8r.io/terraformrunrecords:update",
 			"infra.opr8r.io/terraformruns/finalizers:update",
 			"infra.opr8r.io/terraformruns/status:get", "infra.opr8r.io/terraformruns/status:patch", "infra.opr8r.io/terraformruns/status:update",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
@@ -95,10 +103,15 @@ func TestRBACAllowList(t *testing.T) {
 		},
 		"config/rbac/users/approver.yaml": {
 			"infra.opr8r.io/terraformrunapprovals:create", "infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			// Reading the plans it approves and the steps' logs (kubectl
+			// tfrun plan, logs) without the right to read Secrets.
+			"infra.opr8r.io/terraformrunrecords:get", "infra.opr8r.io/terraformrunrecords:list", "infra.opr8r.io/terraformrunrecords:watch",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:watch",
 		},
 		"config/rbac/users/editor.yaml": {
 			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			// Reading the plans and the steps' logs, never writing them.
+			"infra.opr8r.io/terraformrunrecords:get", "infra.opr8r.io/terraformrunrecords:list", "infra.opr8r.io/terraformrunrecords:watch",
 			"infra.opr8r.io/terraformruns:create", "infra.opr8r.io/terraformruns:delete", "infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list",
 			"infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
 		},
@@ -116,7 +129,21 @@ func TestRBACAllowList(t *testing.T) {
 			"argoproj.io/workflowtaskresults:create", "argoproj.io/workflowtaskresults:patch",
 			"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:delete", "coordination.k8s.io/leases:get",
 			"coordination.k8s.io/leases:list", "coordination.k8s.io/leases:patch", "coordination.k8s.io/leases:update",
+			// The apply step reads opr8r's record of its plan's approval.
+			"infra.opr8r.io/terraformruns:get",
+			// The steps keep their logs and the plans made for people
+			// (pkg/records ResourceStore: create, get and update to write
+			// a record again, delete its stale chunks; no list).
+			"infra.opr8r.io/terraformrunrecords:create", "infra.opr8r.io/terraformrunrecords:delete", "infra.opr8r.io/terraformrunrecords:get",
+			"infra.opr8r.io/terraformrunrecords:update",
 		},
+		// Loosening a run's approval policy: platform admins only.
+		"config/rbac/users/policy-admin.yaml": {
+			"infra.opr8r.io/terraformruns/approvalpolicy:update",
+			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
+		},
+		// The manager's seal key, in its own namespace.
+		"config/rbac/seal_key.yaml": {"/secrets:create", "/secrets:get"},
 	}
 	for path, want := range allowed {
 		r := readRole(t, path)

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -74,6 +75,58 @@ var _ = Describe("admission", func() {
 		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "runner-b", "registry.example.com/terraform:1.11.3"), client.DryRunAll)).To(Succeed())
 		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "", "hashicorp/terraform:1.11.4"), client.DryRunAll)).To(Succeed())
 		Expect(k8sClient.Create(ctx, mk(restricted, "ok", "", ""), client.DryRunAll)).To(Succeed())
+
+		By("the same policy restricts check images, tolerations, node selectors and resource ceilings, naming each field")
+		policy.Data["allowedTolerations"] = "dedicated"
+		policy.Data["allowedNodeSelectors"] = "pool=terraform\nzone=*"
+		policy.Data["maxCPU"], policy.Data["maxMemory"], policy.Data["maxWorkspaceSize"] = "2", "4Gi", "20Gi"
+		Expect(k8sClient.Update(ctx, policy)).To(Succeed())
+		refused := func(want string, change func(*infrav1.TerraformRun)) {
+			GinkgoHelper()
+			Eventually(func() string {
+				r := mk(restricted, "pol", "", "")
+				change(r)
+				err := k8sClient.Create(ctx, r, client.DryRunAll)
+				if err == nil {
+					return ""
+				}
+				return err.Error()
+			}, timeout, interval).Should(ContainSubstring(want))
+		}
+		refused("spec.checks[].image: evil/scanner:1 is not allowed", func(r *infrav1.TerraformRun) {
+			r.Spec.Checks = []infrav1.Check{{Name: "scan", Image: "evil/scanner:1", Command: []string{"scan"}}}
+		})
+		refused("spec.runner.tolerations: node-role.kubernetes.io/control-plane may not be tolerated", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.Tolerations = []corev1.Toleration{{Key: "node-role.kubernetes.io/control-plane", Operator: corev1.TolerationOpExists}}
+		})
+		refused("spec.runner.tolerations: <every taint> may not be tolerated", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		})
+		refused("spec.runner.nodeSelector: kubernetes.io/hostname=master is not allowed", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.NodeSelector = map[string]string{"kubernetes.io/hostname": "master"}
+		})
+		refused("spec.runner.resources: cpu above 2 per step container", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")}}
+		})
+		refused("spec.runner.resources: memory above 4Gi", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.Resources = &corev1.ResourceRequirements{Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Ti")}}
+		})
+		refused("spec.runner.workspace.size: 1Ti is above 20Gi", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.Workspace.Size = ptr.To(resource.MustParse("1Ti"))
+		})
+		policy.Data["allowedTokenAudiences"] = "sts.amazonaws.com"
+		Expect(k8sClient.Update(ctx, policy)).To(Succeed())
+		refused("spec.runner.identityToken.audience: https://kubernetes.default.svc is not allowed", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.IdentityToken = &infrav1.IdentityToken{Audience: "https://kubernetes.default.svc"}
+		})
+		within := mk(restricted, "pol", "", "hashicorp/terraform:1.11.4")
+		within.Spec.Checks = []infrav1.Check{{Name: "scan", Image: "registry.example.com/terraform:1.11.2", Command: []string{"scan"}}}
+		within.Spec.Runner.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "tf", Effect: corev1.TaintEffectNoSchedule}}
+		within.Spec.Runner.NodeSelector = map[string]string{"pool": "terraform", "zone": "b"}
+		within.Spec.Runner.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m")}, Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi")}}
+		within.Spec.Runner.Workspace.Size = ptr.To(resource.MustParse("10Gi"))
+		within.Spec.Runner.IdentityToken = &infrav1.IdentityToken{Audience: "sts.amazonaws.com", EnvName: "AWS_WEB_IDENTITY_TOKEN_FILE"}
+		Expect(k8sClient.Create(ctx, within, client.DryRunAll)).To(Succeed(), "choices within the policy pass")
 
 		By("a namespace the policy does not name is free")
 		Expect(k8sClient.Create(ctx, mk(other, "free", "anything", "evil/miner:latest"), client.DryRunAll)).To(Succeed())
@@ -278,7 +331,43 @@ func malformed() []malformedCase {
 		}, "spec.terraform.varsFrom[0].kind"},
 		{"env var reserved by the runner", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "PATH", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
-		}, "spec.terraform.env name is reserved by the step runner"},
+		}, "spec.terraform.env name PATH is reserved"},
+		{"env var that preloads a library", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "LD_PRELOAD", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name LD_PRELOAD is reserved"},
+		{"env var that points terraform at another CLI config (dev_overrides: another provider binary at apply)", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_CLI_CONFIG_FILE", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name TF_CLI_CONFIG_FILE is reserved"},
+		{"env var that reattaches providers", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_REATTACH_PROVIDERS", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name TF_REATTACH_PROVIDERS is reserved"},
+		{"env var that turns on terraform's trace log (credentials in the log)", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_LOG", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name TF_LOG is reserved"},
+		{"files envName PATH", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/secrets/x", EnvName: "PATH"}}
+		}, "spec.terraform.files envName PATH is reserved"},
+		{"files mountPath over the service-account token", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/var/run/secrets/kubernetes.io/serviceaccount"}}
+		}, "would hide or replace a system or runner directory"},
+		{"files mountPath over the loader's libraries", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/lib64"}}
+		}, "would hide or replace a system or runner directory"},
+		{"identity token without an audience", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.IdentityToken = &infrav1.IdentityToken{}
+		}, "spec.runner.identityToken.audience"},
+		{"identity token living a minute", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.IdentityToken = &infrav1.IdentityToken{Audience: "sts.amazonaws.com", ExpirationSeconds: ptr.To[int64](60)}
+		}, "spec.runner.identityToken.expirationSeconds"},
+		{"identity token exported as LD_PRELOAD", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.IdentityToken = &infrav1.IdentityToken{Audience: "sts.amazonaws.com", EnvName: "LD_PRELOAD"}
+		}, "spec.runner.identityToken.envName LD_PRELOAD is reserved"},
+		{"runner group 0", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{RunAsGroup: ptr.To[int64](0)}
+		}, "spec.runner.securityContext.runAsGroup"},
+		{"runner fsGroup 0", func(r *infrav1.TerraformRun) {
+			r.Spec.Runner.SecurityContext = &infrav1.RunnerSecurityContext{FSGroup: ptr.To[int64](0)}
+		}, "spec.runner.securityContext.fsGroup"},
 		{"env var with a bad name", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "1X", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
 		}, "spec.terraform.env[0].name"},
@@ -290,10 +379,10 @@ func malformed() []malformedCase {
 		}, "mountPath must be an absolute path"},
 		{"files mountPath hiding /etc", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/etc/x"}}
-		}, "must not hide a system or runner directory"},
+		}, "would hide or replace a system or runner directory"},
 		{"files mountPath hiding the workspace", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "s", MountPath: "/workspace"}}
-		}, "must not hide a system or runner directory"},
+		}, "would hide or replace a system or runner directory"},
 		{"image name too long", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Image = strings.Repeat("a", 600) }, "spec.terraform.image"},
 		{"two backends", func(r *infrav1.TerraformRun) {
 			r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{}, ConfigSecretRef: &infrav1.BackendConfigRef{Type: "s3", Name: "b"}}

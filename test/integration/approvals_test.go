@@ -241,7 +241,7 @@ func approvalPolicy(g given) {
 		}, timeout, interval).Should(ContainSubstring("ignored a-dave's decision"))
 		got := getRun(ns, run.Name).Status.Approvals
 		Expect(got.Ignored).To(HaveLen(1))
-		Expect(got.Ignored[0].Reason).To(ContainSubstring("the author of the change may not approve it"))
+		Expect(got.Ignored[0].Reason).To(ContainSubstring("an author of the change may not approve it"))
 		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 
 		_, err = decide(as("a-erin"), ns, run.Name, digest, infrav1.DecisionApprove, "")

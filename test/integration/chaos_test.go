@@ -168,7 +168,7 @@ func startShardManager(shard manager.Shard, funcs interceptor.Funcs, opts ...fun
 	o := manager.Options{
 		Engines: engines.All(), DefaultEngine: infrav1.EngineArgo,
 		Engine: testutil.Config, DestroyTimeout: 5 * time.Minute, EnginePollPeriod: 100 * time.Millisecond,
-		MinCheckInterval: time.Second, Shard: shard,
+		MinCheckInterval: time.Second, Shard: shard, SealKey: testutil.SealKey,
 	}
 	for _, f := range opts {
 		f(&o)
@@ -252,7 +252,12 @@ var _ = Describe("chaos", Serial, func() {
 					}
 					return r.Status.Run.Type
 				}, long, interval).Should(Equal(infrav1.RunDestroy))
-				g.activeWithin(ns, name, long).SucceedDestroy()
+				d := g.activeWithin(ns, name, long)
+				if manual {
+					g.destroyApproved(d, ns, name, long)
+				} else {
+					d.SucceedDestroy()
+				}
 				Eventually(gone(ns, name), long, interval).Should(BeTrue())
 			}
 		}

@@ -189,6 +189,20 @@ func (g given) applied(ns, name string, retain bool) {
 	Eventually(condReason(ns, name, infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
 }
 
+// destroyApproved runs the destroy child of a run with Manual approval:
+// its plan waits at the gate like an apply's, an approver approves it
+// (spec.approval.approvedPlan), and it destroys.
+func (g given) destroyApproved(d engineSim, ns, name string, within time.Duration) {
+	digest := digestOf(d.Key().Name)
+	d.Start()
+	d.Plan(0, 0, 1, digest)
+	d.Suspend(digest)
+	Eventually(phase(ns, name), within, interval).Should(Equal(infrav1.RunAwaitingApproval))
+	patchRun(ns, name, func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
+	Eventually(gateState(d), within, interval).Should(Equal("Approved"))
+	d.FinishDestroy()
+}
+
 func gone(ns, name string) func() bool {
 	return func() bool {
 		return apierrors.IsNotFound(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, &infrav1.TerraformRun{}))
@@ -461,6 +475,36 @@ func conformance(g given) {
 			Expect(d.Validate()).To(Succeed())
 			d.SucceedDestroy()
 			Eventually(gone(ns, "gone"), timeout, interval).Should(BeTrue())
+		})
+
+		It("gates the destroy of a Manual run like an apply: it waits for approval, without a destroy timeout, and destroys once approved", func() {
+			ns := newNamespace()
+			digest := digestOf("keep-1")
+			s := g.planned(ns, g.run("keep", ns).Obj(), digest)
+			patchRun(ns, "keep", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = digest })
+			Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+			s.FinishApply(`{}`)
+			Eventually(condReason(ns, "keep", infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+
+			Expect(k8sClient.Delete(ctx, getRun(ns, "keep"))).To(Succeed())
+			Eventually(func() infrav1.RunType { return getRun(ns, "keep").Status.Run.Type }, timeout, interval).Should(Equal(infrav1.RunDestroy))
+			d := g.active(ns, "keep")
+			Expect(getRun(ns, "keep").Status.Run.ApprovalMode).To(Equal(infrav1.ApprovalManual))
+			ddigest := digestOf(d.Key().Name)
+			d.Start()
+			d.Plan(0, 0, 1, ddigest)
+			d.Suspend(ddigest)
+			Eventually(phase(ns, "keep"), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+			Eventually(func() string { return cond(getRun(ns, "keep"), infrav1.ReconcilingCondition).Message }, timeout, interval).Should(
+				ContainSubstring("waits for approval of its plan"))
+			Consistently(gone(ns, "keep"), 2*time.Second, interval).Should(BeFalse(), "a destroy nobody approved never runs")
+			Expect(gateState(d)()).To(Equal("Pending"))
+
+			patchRun(ns, "keep", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = ddigest })
+			Eventually(gateState(d), timeout, interval).Should(Equal("Approved"))
+			Expect(getRun(ns, "keep").Status.Approval.Digest).To(Equal(ddigest))
+			d.FinishDestroy()
+			Eventually(gone(ns, "keep"), timeout, interval).Should(BeTrue())
 		})
 
 		It("stalls a failing destroy with the escape hatch, which then works", func() {

@@ -22,6 +22,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"knative.dev/pkg/apis"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -39,7 +40,7 @@ var argoEngine = given{engineCases[0]}
 var _ = Describe("Argo specifics", func() {
 	ctx := context.Background()
 
-	It("records an approval given outside with Argo's own ResumeWorkflow (argo resume)", func() {
+	It("refuses an approval given in Argo that admission did not stamp (Argo's own ResumeWorkflow as a cluster admin, its actor label naming alice): the run is stopped, never applied", func() {
 		ns := newNamespace()
 		digest := digestOf("external")
 		run := argoEngine.run("external", ns).Obj()
@@ -49,13 +50,12 @@ var _ = Describe("Argo specifics", func() {
 		actx := context.WithValue(ctx, auth.ClaimsKey, &authtypes.Claims{Claims: jwt.Claims{Subject: "alice"}})
 		Expect(argoutil.ResumeWorkflow(actx, wfc.ArgoprojV1alpha1().Workflows(ns), fake.Noop, a.Key().Name, "")).To(Succeed())
 
-		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/" + infrav1.ReasonApprovedOutsidePolicy))
 		got := getRun(ns, run.Name)
-		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByEngine))
-		Expect(got.Status.Approval.By).To(Equal("alice"))
-		Expect(got.Status.Approval.Digest).To(Equal(digest))
-		_, _, approved := a.Gate()
-		Expect(approved).To(Equal(digest), "argo resume fills the supplied output from its default: the gate's plan digest")
+		Expect(got.Status.Approval).NotTo(BeNil())
+		Expect(got.Status.Approval.Approved).To(BeFalse())
+		Expect(meta.FindStatusCondition(got.Status.Conditions, infrav1.ApprovedCondition).Message).To(ContainSubstring("no approval of it was stamped at admission"))
+		Eventually(func() string { return string(a.Get().Spec.Shutdown) }, timeout, interval).ShouldNot(BeEmpty(), "the manager stops the Workflow before its apply")
 	})
 
 	It("judges a person's argo resume by spec.approval at admission: stamps who, refuses outsiders, the author, a second resume by one user and a quorum short of one", func() {

@@ -100,6 +100,7 @@ func testManagerOptions() manager.Options {
 		ProgressTimeout:  progressTimeout,
 		EnginePollPeriod: 200 * time.Millisecond,
 		MinCheckInterval: time.Second,
+		SealKey:          testutil.SealKey,
 	}
 }
 

@@ -288,6 +288,11 @@ func (a Sim) CompleteAfterGateWith(phase wfv1.WorkflowPhase) {
 func (a Sim) SucceedDestroy() {
 	a.Start()
 	a.Plan(0, 0, 1, enginetest.Digest("destroy"))
+	a.FinishDestroy()
+}
+
+// FinishDestroy implements enginetest.Sim: apply and cleanup succeed.
+func (a Sim) FinishDestroy() {
 	a.Update(func(wf *wfv1.Workflow) {
 		SetNode(wf, names.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)

@@ -248,6 +248,11 @@ func (s Sim) suspendJob(j *batchv1.Job) {
 func (s Sim) SucceedDestroy() {
 	s.Start()
 	s.Plan(0, 0, 1, enginetest.Digest("destroy"))
+	s.FinishDestroy()
+}
+
+// FinishDestroy implements enginetest.Sim: apply and cleanup succeed.
+func (s Sim) FinishDestroy() {
 	s.succeed(s.stepJob("apply"), names.StepApply)
 	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
 }

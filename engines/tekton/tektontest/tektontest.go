@@ -279,6 +279,11 @@ func (c Sim) Suspend(digest string) {
 		},
 	}
 	Expect(c.env.Client.Create(context.Background(), cr)).To(Succeed())
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		pr.Status.ChildReferences = append(pr.Status.ChildReferences, tektonv1.ChildStatusReference{
+			TypeMeta: runtime.TypeMeta{APIVersion: "tekton.dev/v1beta1", Kind: "CustomRun"}, Name: cr.Name, PipelineTaskName: "approve",
+		})
+	})
 	Eventually(func() string { s, _, _ := c.Gate(); return s }, c.env.Timeout, c.env.Interval).Should(Equal("Pending"))
 }
 
@@ -412,6 +417,12 @@ func (c Sim) completeCancelled() {
 func (c Sim) SucceedDestroy() {
 	c.Start()
 	c.Plan(0, 0, 1, enginetest.Digest("destroy"))
+	c.FinishDestroy()
+}
+
+// FinishDestroy implements enginetest.Sim: apply succeeds and the
+// PipelineRun completes.
+func (c Sim) FinishDestroy() {
 	c.taskRun("apply", succeededTask("install-opr8r-step", "apply"))
 	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "")
 }

@@ -113,8 +113,12 @@ type Sim interface {
 	// CompleteAfterGate completes a child whose gate was rejected (or that
 	// was stopped while it waited).
 	CompleteAfterGate()
-	// SucceedDestroy runs a destroy child to success.
+	// SucceedDestroy runs a destroy child without a gate (a run with Auto
+	// approval) to success.
 	SucceedDestroy()
+	// FinishDestroy runs a destroy child's apply (after its gate, when it
+	// has one) and completes it successfully.
+	FinishDestroy()
 	// CancelRequested says whether opr8r asked the child to stop.
 	CancelRequested() bool
 }

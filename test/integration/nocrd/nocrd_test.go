@@ -52,7 +52,7 @@ var _ = It("stalls runs with EngineUnavailable without crashing, and recovers wh
 	Expect(mgr.AddHealthzCheck("healthz", healthz.Ping)).To(Succeed())
 	_, err = manager.Setup(mgr, manager.Options{
 		Engines: engines.All(), DefaultEngine: engine.DefaultEngine(engines.All()),
-		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond,
+		Engine: testutil.Config, EnginePollPeriod: 200 * time.Millisecond, SealKey: testutil.SealKey,
 	})
 	Expect(err).NotTo(HaveOccurred())
 	ctx, cancel := context.WithCancel(context.Background())
