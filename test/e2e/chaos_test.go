@@ -287,6 +287,7 @@ func killManager(t *testing.T, e *env, engine string) {
 	deadline := time.Now().Add(8 * time.Minute)
 	destroyDup := 0
 	destroys := map[string]bool{} // the destroy runs seen in status
+	approved := false             // the destroy of a Manual run waits for approval, like its apply
 	for {
 		// The destroy's apply pods go with the run: count them while they
 		// exist (a pod not started yet, or gone, is not read).
@@ -300,6 +301,10 @@ func killManager(t *testing.T, e *env, engine string) {
 		}
 		if err == nil && r.Status.Run != nil && r.Status.Run.Type == infrav1.RunDestroy {
 			destroys[r.Status.Run.ID] = true
+			if !approved && r.Status.Run.Phase == infrav1.RunAwaitingApproval {
+				e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+				approved = true
+			}
 		}
 		if time.Now().After(deadline) {
 			st, _ := json.MarshalIndent(e.get(t, name).Status, "", "  ")

@@ -186,8 +186,15 @@ pki() {
   # test binds to opr8r-approver: approvals by distinct users.
   cert alice opr8r-e2e-alice e2e-approvers
   cert bob opr8r-e2e-bob e2e-approvers
+  # Tenants (docs/security.md): mallory and trent hold Kubernetes' edit and
+  # opr8r-editor in e2e (trent also opr8r-approver: a lead who edits and
+  # approves); eve holds them in default, the namespace next door.
+  cert mallory opr8r-e2e-mallory e2e-tenants
+  cert trent opr8r-e2e-trent e2e-tenants
+  cert eve opr8r-e2e-eve default-tenants
   kubeconfig admin admin; kubeconfig kcm kcm; kubeconfig scheduler scheduler; kubeconfig proxy proxy
   kubeconfig node node; kubeconfig provisioner provisioner; kubeconfig alice alice; kubeconfig bob bob
+  kubeconfig mallory mallory; kubeconfig trent trent; kubeconfig eve eve
 }
 
 # ---------------------------------------------------------------- processes
@@ -395,6 +402,39 @@ opr8r_up() {
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
+  # The tenants: edit (with Argo's and Tekton's aggregated rules) and
+  # opr8r-editor in their own namespace; trent approves in e2e too.
+  local role
+  for role in edit opr8r-editor; do
+    kc create rolebinding "e2e-tenants-${role}" --clusterrole="${role}" --group=e2e-tenants -n e2e \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+    kc create rolebinding "default-tenants-${role}" --clusterrole="${role}" --group=default-tenants -n default \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+  done
+  kc create rolebinding e2e-trent-approver --clusterrole=opr8r-approver --user=opr8r-e2e-trent -n e2e \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  # e2e-restricted: a namespace a runner policy restricts (TestTenants tries
+  # settings outside it there, dry-run), apart from the other scenarios'.
+  kc create namespace e2e-restricted --dry-run=client -o yaml | kc apply -f - >/dev/null
+  for role in edit opr8r-editor; do
+    kc create rolebinding "e2e-tenants-${role}" --clusterrole="${role}" --group=e2e-tenants -n e2e-restricted \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+  done
+  kc apply -f - >/dev/null <<'POLICY'
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: runner-policy-e2e-restricted
+  namespace: opr8r-system
+  labels: {opr8r.io/runner-policy: "true"}
+data:
+  namespaces: e2e-restricted
+  allowedImages: |
+    localhost/opr8r/.*
+  allowedTolerations: ""
+  maxCPU: "2"
+  maxMemory: 2Gi
+POLICY
   # They may also resume Workflows (argo resume), which opr8r-argo-resume
   # judges against each run's spec.approval at admission.
   # (YAML, not kubectl create role: that looks the resource up, and Argo's

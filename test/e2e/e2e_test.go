@@ -304,17 +304,19 @@ func lifecycle(t *testing.T, e *env, engine string) {
 		t.Fatalf("kubectl tfrun outputs does not show the output:\n%s", out)
 	}
 
-	// 2. A spec change → a new plan; on Argo approved with `argo resume`.
+	// 2. A spec change → a new plan; on Argo approved with `argo resume`
+	// by alice (an approver whose resume the API server stamps).
 	e.sh(t, manifest(name, engine, "Hello again"), e.kubectl, "apply", "-f", "-")
 	run = e.waitFor(t, name, "the changed plan awaiting approval", 5*time.Minute, awaiting(run.Status.Run.Child.Name))
 	if engine == "argo" {
-		e.sh(t, "", e.argo, "resume", run.Status.Run.Child.Name, "-n", ns)
+		e.waitGatePublished(t, name, run.Status.Run.Child.Name)
+		e.shAs(t, "alice", e.argo, "resume", run.Status.Run.Child.Name, "-n", ns)
 	} else {
 		e.sh(t, "", e.tfrun, "approve", name, "-n", ns, "--plan", run.Status.Plan.Digest)
 	}
 	run = e.waitFor(t, name, "the change applied", 5*time.Minute, ready)
-	if engine == "argo" && (run.Status.Approval == nil || run.Status.Approval.Source != infrav1.ApprovedByEngine) {
-		t.Fatalf("approval by argo resume recorded as %+v, want source Engine", run.Status.Approval)
+	if engine == "argo" && (run.Status.Approval == nil || run.Status.Approval.Source != infrav1.ApprovedByEngine || run.Status.Approval.By != "opr8r-e2e-alice") {
+		t.Fatalf("approval by argo resume recorded as %+v, want source Engine, by opr8r-e2e-alice", run.Status.Approval)
 	}
 	e.checkOutputs(t, name, "Hello again")
 
@@ -390,8 +392,17 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	}
 	t.Logf("history of %s:\n%s", name, out)
 
-	// 7. Delete → the destroy pipeline empties the state, then the run goes.
+	// 7. Delete → the destroy plans, and (the run is Manual) waits for
+	// approval like an apply: the approver reads the verified plan, approves
+	// it, and the destroy empties the state; then the run goes.
 	e.sh(t, "", e.kubectl, "delete", "terraformrun", name, "-n", ns, "--wait=false")
+	e.waitFor(t, name, "the destroy's plan awaiting approval", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Type == infrav1.RunDestroy && r.Status.Run.Phase == infrav1.RunAwaitingApproval
+	})
+	if plan := e.sh(t, "", e.tfrun, "plan", name, "-n", ns); !strings.Contains(plan, "verified") || !strings.Contains(plan, "destroy") {
+		t.Fatalf("kubectl tfrun plan of the destroy did not show a verified destroy plan:\n%s", plan)
+	}
+	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
 	deadline := time.Now().Add(6 * time.Minute)
 	for {
 		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &infrav1.TerraformRun{})

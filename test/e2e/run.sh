@@ -58,7 +58,8 @@ export OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
   OPR8R_E2E_CLUSTER="${ROOT}/test/e2e/cluster.sh" \
   OPR8R_E2E_ARGO_UI="http://127.0.0.1:${ARGO_UI_PORT:-32746}" \
   OPR8R_E2E_TEKTON_VIEW="http://127.0.0.1:${TEKTON_VIEW_PORT:-32097}" OPR8R_E2E_SCREENSHOTS="${ROOT}/bin/e2e/screenshots" \
-  OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md"
+  OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \
+  OPR8R_E2E_ATTACK_TABLE="${ROOT}/bin/e2e/attack-table.md"
 
 # scenarios LOG ARGS...: go test the e2e package with ARGS, the whole output
 # in bin/e2e/LOG, the test lines and the timings on the terminal.

@@ -51,7 +51,10 @@ output "password_sha256" { value = nonsensitive(sha256(var.db_password)) }
 `
 
 const edgeModule = `
-variable "network_vpc" { type = string }
+variable "network_vpc" {
+  type    = string
+  default = "" # a destroy may plan after the network is gone
+}
 resource "terraform_data" "edge" { input = "edge for ${var.network_vpc}" }
 output "route" { value = terraform_data.edge.output }
 `
@@ -254,11 +257,13 @@ func TestStacks(t *testing.T) {
 	})
 	appDeps := "  dependsOn:\n  - name: stack-network\n    outputs: {select: [{output: vpc_id}, {output: db_password}]}\n"
 	edgeDeps := "  dependsOn:\n  - {name: stack-network, namespace: e2e, outputs: {select: [{output: vpc_id, as: network_vpc}]}}\n"
+	// A dependency in another namespace needs its target's consent.
+	networkConsent := "  allowDependentsFrom: [default]\n"
 
 	// 1. All three at once: only the network starts; the others wait for it.
 	e.sh(t, stackRun("stack-app", ns, "tekton", appModule, "Manual", "", appDeps), e.kubectl, "apply", "-f", "-")
 	e.sh(t, stackRun("stack-edge", "default", "job", edgeModule, "Auto", "", edgeDeps), e.kubectl, "apply", "-f", "-")
-	e.sh(t, stackRun("stack-network", ns, "argo", networkModule, "Manual", "10.0.0.0/16", ""), e.kubectl, "apply", "-f", "-")
+	e.sh(t, stackRun("stack-network", ns, "argo", networkModule, "Manual", "10.0.0.0/16", networkConsent), e.kubectl, "apply", "-f", "-")
 	e.waitIn(t, ns, "stack-app", "waiting for its dependency", time.Minute, func(r *infrav1.TerraformRun) bool {
 		return condReason(r, infrav1.ReconcilingCondition) == "True/DependencyNotReady" && r.Status.Run == nil
 	})
@@ -281,7 +286,7 @@ func TestStacks(t *testing.T) {
 
 	// 3. The network changes (a new cidr: a new vpc_id and password); it is
 	// approved; the change flows to both dependents, recorded as theirs.
-	e.sh(t, stackRun("stack-network", ns, "argo", networkModule, "Manual", "10.1.0.0/16", ""), e.kubectl, "apply", "-f", "-")
+	e.sh(t, stackRun("stack-network", ns, "argo", networkModule, "Manual", "10.1.0.0/16", networkConsent), e.kubectl, "apply", "-f", "-")
 	e.waitFor(t, "stack-network", "the change's plan awaiting approval", 5*time.Minute, awaiting(net1))
 	e.sh(t, "", e.tfrun, "approve", "stack-network", "-n", ns)
 	net2 := e.waitFor(t, "stack-network", "the change applied", 5*time.Minute, appliedRun(net1)).Status.Run.ID
@@ -318,18 +323,27 @@ func TestStacks(t *testing.T) {
 		t.Fatalf("a no-change apply of the network started run %s of the app", id)
 	}
 
-	// 5. Delete all three at once: the dependents destroy first; the
-	// network waits for them (DependentsExist), then destroys.
+	// 5. Delete all three at once: the dependents in the namespace destroy
+	// first, the network waits for them (DependentsExist); one in another
+	// namespace never holds a destroy back. The Manual runs' destroys wait
+	// for approval of their plans like applies; the edge's (Auto) does not.
 	for _, r := range []struct{ ns, name string }{{ns, "stack-network"}, {ns, "stack-app"}, {"default", "stack-edge"}} {
 		e.sh(t, "", e.kubectl, "delete", "tfrun", r.name, "-n", r.ns, "--wait=false")
 	}
 	e.waitFor(t, "stack-network", "waiting for its dependents before destroying", 2*time.Minute, func(r *infrav1.TerraformRun) bool {
 		c := condOf(r, infrav1.ReconcilingCondition)
-		return strings.Contains(c, "(DependentsExist)") && strings.Contains(c, "default/stack-edge") && strings.Contains(c, "stack-app") &&
-			r.Status.Run.Type == infrav1.RunApply
+		return strings.Contains(c, "(DependentsExist)") && strings.Contains(c, "stack-app") && r.Status.Run.Type == infrav1.RunApply
 	})
-	e.goneIn(t, ns, "stack-app", "destroyed and gone", 5*time.Minute)
 	e.goneIn(t, "default", "stack-edge", "destroyed and gone", 5*time.Minute)
+	e.waitFor(t, "stack-app", "its destroy's plan awaiting approval", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Type == infrav1.RunDestroy && r.Status.Run.Phase == infrav1.RunAwaitingApproval && r.Status.Plan != nil && r.Status.Plan.Destroy > 0
+	})
+	e.sh(t, "", e.tfrun, "approve", "stack-app", "-n", ns)
+	e.goneIn(t, ns, "stack-app", "destroyed and gone", 5*time.Minute)
+	e.waitFor(t, "stack-network", "its destroy's plan awaiting approval", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Type == infrav1.RunDestroy && r.Status.Run.Phase == infrav1.RunAwaitingApproval
+	})
+	e.sh(t, "", e.tfrun, "approve", "stack-network", "-n", ns)
 	e.goneIn(t, ns, "stack-network", "destroyed after its dependents and gone", 5*time.Minute)
 	if _, resources := e.state(t, "stack-network"); resources != 0 {
 		t.Fatalf("the network's state holds %d resources after its destroy", resources)
