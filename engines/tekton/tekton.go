@@ -13,6 +13,7 @@
 package tekton
 
 import (
+	"cmp"
 	"maps"
 	"strings"
 
@@ -146,6 +147,11 @@ func checkTasks(p *pipeline.Pipeline, req engine.Request) []tektonv1.PipelineTas
 // pipelineRun is the child: the tasks, the finally task cleanup, the pods'
 // settings and the workspace's claim.
 func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.PipelineTask) *tektonv1.PipelineRun {
+	finally := []tektonv1.PipelineTask{{
+		Name: taskCleanup, Workspaces: workspaceBinding(),
+		DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
+		TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
+	}}
 	return &tektonv1.PipelineRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: tektonv1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
 		ObjectMeta: metav1.ObjectMeta{
@@ -164,20 +170,19 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 				Description: pipeline.Description(p, ""),
 				Workspaces:  []tektonv1.PipelineWorkspaceDeclaration{{Name: pipeline.WorkspaceVolume}},
 				Tasks:       tasks,
-				Finally: []tektonv1.PipelineTask{{
-					Name: taskCleanup, Workspaces: workspaceBinding(),
-					DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
-					TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
-				}},
+				Finally:     finally,
 			},
 			// The default pipeline timeout (60m) would count time spent
 			// waiting for approval; each TaskRun keeps Tekton's default.
 			Timeouts: &tektonv1.TimeoutFields{Pipeline: &metav1.Duration{}},
+			// No service account for the run as a whole: Tekton's affinity
+			// assistant pod takes it, and a runner account is only for the
+			// steps' pods (opr8r-runner-pods refuses any other); each task
+			// gets its own in taskRunSpecs.
 			TaskRunTemplate: tektonv1.PipelineTaskRunTemplate{
-				ServiceAccountName: p.ServiceAccountName,
-				PodTemplate:        &tektonpod.PodTemplate{SecurityContext: p.PodSecurityContext, NodeSelector: p.NodeSelector, Tolerations: p.Tolerations},
+				PodTemplate: &tektonpod.PodTemplate{SecurityContext: p.PodSecurityContext, NodeSelector: p.NodeSelector, Tolerations: p.Tolerations},
 			},
-			TaskRunSpecs: taskRunSpecs(p),
+			TaskRunSpecs: taskRunSpecs(p, append(append([]tektonv1.PipelineTask{}, tasks...), finally...)),
 			Workspaces: []tektonv1.WorkspaceBinding{{
 				Name: pipeline.WorkspaceVolume,
 				VolumeClaimTemplate: &corev1.PersistentVolumeClaim{
@@ -192,16 +197,27 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 	}
 }
 
-// taskRunSpecs give each task whose steps run as a service account of
-// their own (the plan's before the gate, checks') that account. Clone and
-// init run in the plan task (planTask), the task named after the plan step.
-func taskRunSpecs(p *pipeline.Pipeline) []tektonv1.PipelineTaskRunSpec {
-	var out []tektonv1.PipelineTaskRunSpec
+// taskRunSpecs give each task that runs a pod its service account: the
+// step's own (the plan's before the gate, checks'), else the runner's.
+// Clone and init run in the plan task (planTask), the task named after
+// the plan step; the gate, a custom task, runs no pod.
+func taskRunSpecs(p *pipeline.Pipeline, tasks []tektonv1.PipelineTask) []tektonv1.PipelineTaskRunSpec {
+	own := map[string]string{}
 	for _, s := range append(append([]pipeline.Step{}, p.Steps...), p.Cleanup) {
-		if s.ServiceAccountName == "" || s.Name == names.StepClone || s.Name == names.StepInit {
+		if s.ServiceAccountName != "" && s.Name != names.StepClone && s.Name != names.StepInit {
+			own[s.Name] = s.ServiceAccountName
+		}
+	}
+	var out []tektonv1.PipelineTaskRunSpec
+	for _, t := range tasks {
+		if t.TaskSpec == nil || t.TaskSpec.IsCustomTask() {
 			continue
 		}
-		out = append(out, tektonv1.PipelineTaskRunSpec{PipelineTaskName: s.Name, ServiceAccountName: s.ServiceAccountName})
+		sa := cmp.Or(own[t.Name], p.ServiceAccountName)
+		if sa == "" {
+			continue
+		}
+		out = append(out, tektonv1.PipelineTaskRunSpec{PipelineTaskName: t.Name, ServiceAccountName: sa})
 	}
 	return out
 }

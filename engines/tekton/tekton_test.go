@@ -2,6 +2,7 @@ package tekton_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -133,6 +134,35 @@ func TestStepPodsAreHardened(t *testing.T) {
 					t.Errorf("%s task %s step %s has no requests/limits", name, pt.Name, s.Name)
 				}
 			}
+		}
+	}
+}
+
+// Only the step pods run as a runner account: the PipelineRun names none
+// for the run as a whole, which Tekton's affinity assistant pod would take
+// (and opr8r-runner-pods refuses a runner pod its engine did not make);
+// every task that runs a pod names its own, checks theirs.
+func TestOnlyStepPodsRunAsTheRunner(t *testing.T) {
+	run := testutil.MakeRun("acct", "team-a").Obj()
+	run.Spec.Checks = []infrav1.Check{{Name: "policy", Image: "conftest", Command: []string{"conftest"}}}
+	pr := build(t, run, infrav1.RunApply)
+	if sa := pr.Spec.TaskRunTemplate.ServiceAccountName; sa != "" {
+		t.Fatalf("the PipelineRun's taskRunTemplate names service account %q, which the affinity assistant would run as", sa)
+	}
+	got := map[string]string{}
+	for _, s := range pr.Spec.TaskRunSpecs {
+		got[s.PipelineTaskName] = s.ServiceAccountName
+	}
+	for _, task := range append(append([]tektonv1.PipelineTask{}, pr.Spec.PipelineSpec.Tasks...), pr.Spec.PipelineSpec.Finally...) {
+		if task.TaskSpec == nil || task.TaskSpec.IsCustomTask() {
+			continue
+		}
+		want := testutil.Config.RunnerServiceAccount
+		if strings.HasPrefix(task.Name, "check-") {
+			want = testutil.Config.CheckServiceAccount
+		}
+		if got[task.Name] != want {
+			t.Errorf("task %s runs as %q, want %q", task.Name, got[task.Name], want)
 		}
 	}
 }
