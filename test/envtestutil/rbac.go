@@ -2,7 +2,6 @@ package envtestutil
 
 import (
 	"context"
-	"testing"
 	"time"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -17,7 +16,10 @@ import (
 // authorizer learns of new Roles and bindings through its informers, so a
 // request made just after creating them may still be forbidden: tests that
 // grant rights and then act as the grantee call this in between.
-func AwaitGrant(t testing.TB, admin kubernetes.Interface, ns, user string, groups []string, rules []rbacv1.PolicyRule) {
+func AwaitGrant(t interface {
+	Helper()
+	Fatalf(format string, args ...any)
+}, admin kubernetes.Interface, ns, user string, groups []string, rules []rbacv1.PolicyRule) {
 	t.Helper()
 	ctx := context.Background()
 	for _, rule := range rules {

@@ -11,6 +11,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
@@ -139,6 +140,37 @@ var _ = Describe("approval identity and rights", func() {
 		err := carol.Patch(ctx, got, p)
 		Expect(err).To(HaveOccurred())
 		Expect(err.Error()).To(ContainSubstring("metadata.annotations[infra.opr8r.io/spec-author] is stamped at admission"))
+	})
+
+	It("keeps every author of a change since the last apply, refuses a typed list and restores one left out", func() {
+		ns := newNamespace()
+		grant(ns, "editor", "sa-trent")
+		grant(ns, "editor", "sa-mallory")
+		trent, mallory := as("sa-trent"), as("sa-mallory")
+		run := testRun("authors", ns)
+		Expect(trent.Create(ctx, run)).To(Succeed())
+		Expect(run.Annotations).To(HaveKeyWithValue(infrav1.SpecAuthorsAnnotation, "1 sa-trent"))
+
+		By("a colleague's change adds them; it does not replace the first author")
+		got := getRun(ns, "authors")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.Terraform.Vars = append(got.Spec.Terraform.Vars, infrav1.Variable{Name: "extra", Value: apiextensionsv1.JSON{Raw: []byte(`"1"`)}})
+		Expect(mallory.Patch(ctx, got, p)).To(Succeed())
+		Expect(getRun(ns, "authors").Annotations).To(HaveKeyWithValue(infrav1.SpecAuthorsAnnotation, "1 sa-trent\n2 sa-mallory"))
+
+		By("a list typed by hand is refused, naming the annotation")
+		got = getRun(ns, "authors")
+		p = client.MergeFrom(got.DeepCopy())
+		got.Annotations[infrav1.SpecAuthorsAnnotation] = "1 nobody"
+		err := mallory.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("metadata.annotations[infra.opr8r.io/spec-authors] is kept at admission"))
+
+		By("a write that leaves the annotation out (kubectl replace of a manifest) keeps the list")
+		got = getRun(ns, "authors")
+		delete(got.Annotations, infrav1.SpecAuthorsAnnotation)
+		Expect(mallory.Update(ctx, got)).To(Succeed())
+		Expect(getRun(ns, "authors").Annotations).To(HaveKeyWithValue(infrav1.SpecAuthorsAnnotation, "1 sa-trent\n2 sa-mallory"))
 	})
 
 	It("grants approving and editing apart: an approver cannot edit, an editor cannot approve", func() {

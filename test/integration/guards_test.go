@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	wfclientset "github.com/argoproj/argo-workflows/v3/pkg/client/clientset/versioned"
 	"github.com/argoproj/argo-workflows/v3/workflow/hydrator/fake"
@@ -814,6 +816,20 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 			inputs := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "tk-1-inputs", Namespace: ns}}
 			admitted(k8sClient.Create(ctx, inputs))
 			refused(update(tenant, inputs, func(c *corev1.ConfigMap) { c.Data = map[string]string{"vars.json": "{}"} }), "may not update configmaps tk-1-inputs: it belongs to tk-1")
+			By("the run's TerraformRunRecords alike: its pods write them, not a tenant acting as the runner (kubectl --as names no pod)")
+			Expect(k8sClient.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "records", Namespace: ns},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{infrav1.GroupVersion.Group}, Resources: []string{"terraformrunrecords"}, Verbs: []string{"create", "get", "update", "delete"}}}})).To(Succeed())
+			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "records", Namespace: ns},
+				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "records"},
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runnerSA, Namespace: ns}}})).To(Succeed())
+			envtestutil.AwaitGrant(GinkgoT(), clientset, ns, "system:serviceaccount:"+ns+":"+runnerSA, nil,
+				[]rbacv1.PolicyRule{{APIGroups: []string{infrav1.GroupVersion.Group}, Resources: []string{"terraformrunrecords"}, Verbs: []string{"create"}}})
+			record := &infrav1.TerraformRunRecord{ObjectMeta: metav1.ObjectMeta{Name: "net-1-rec-0123456789-0", Namespace: ns},
+				Spec: infrav1.TerraformRunRecordSpec{Run: "net", RunID: "net-1", Step: "plan", Kind: infrav1.RecordKind("plan.txt"),
+					Chunk: 0, Chunks: 1, SHA256: strings.Repeat("0", 64), Data: []byte("x")}}
+			refused(runnerIn(ns, "").Create(ctx, record.DeepCopy()), "may not create terraformrunrecords net-1-rec-0123456789-0", "this token names no pod")
+			admitted(runnerIn(ns, "net-1-plan-1").Create(ctx, record))
+			refused(runnerIn(ns, "").Delete(ctx, record), "may not delete terraformrunrecords net-1-rec-0123456789-0")
 			By("the manager, and the garbage collector deleting a deleted child's Secrets")
 			admitted(update(k8sClient, plan, func(s *corev1.Secret) { s.Labels = map[string]string{"infra.opr8r.io/component": "plan"} }))
 			admitted(gc.Delete(ctx, plan))
