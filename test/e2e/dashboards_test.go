@@ -454,7 +454,7 @@ kind: Workflow
 metadata: {name: %s, namespace: %s}
 spec:
   entrypoint: main
-  serviceAccountName: opr8r-runner
+  serviceAccountName: %s
   activeDeadlineSeconds: 600
   templates:
   - name: main
@@ -466,7 +466,7 @@ spec:
     container: {image: localhost/opr8r/busybox:e2e, command: [/bin/sh, -c, "echo planned"]}
   - name: approve
     %s
-`, wf, ns, tc.gate), e.kubectl, "apply", "-f", "-")
+`, wf, ns, e.shapesAccount(t), tc.gate), e.kubectl, "apply", "-f", "-")
 			// Wait until the wrong gate waits, like the real one: first in
 			// the Workflow's status (the gate's node Running: a pod started,
 			// or a suspend node), which takes minutes while the other
@@ -526,4 +526,23 @@ func workflowNodePhase(t *testing.T, e *env, wf, node string) string {
 		}
 	}
 	return ""
+}
+
+// shapesAccount is the service account of the engine objects the tests
+// write by hand in ns (not opr8r's children): a runner account may run only
+// opr8r's own step pods (opr8r-guard-names refuses the others), so they run
+// as e2e-shapes, with the check Role's rights (Argo's task results).
+func (e *env) shapesAccount(t *testing.T) string {
+	t.Helper()
+	e.sh(t, `apiVersion: v1
+kind: ServiceAccount
+metadata: {name: e2e-shapes, namespace: `+ns+`}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: e2e-shapes, namespace: `+ns+`}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: opr8r-check}
+subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: `+ns+`}]
+`, e.kubectl, "apply", "-f", "-")
+	return "e2e-shapes"
 }

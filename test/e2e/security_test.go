@@ -179,7 +179,12 @@ spec:
 // each is refused at admission or has no effect, and the run is approved,
 // applied and destroyed only as its policy says.
 func TestTenants(t *testing.T) {
-	t.Parallel()
+	// Not parallel with the other scenarios: it runs first, its engines
+	// side by side, and they follow. Its runs hold plans (and Tekton's
+	// affinity assistant pods) waiting for minutes while it attacks them;
+	// beside every other scenario that filled the 2-core node's requests
+	// (make e2e once: drift-tekton's apply pod Pending on
+	// ExceededNodeResources until its 6-minute wait ran out).
 	e := setup(t)
 	t.Cleanup(func() { writeAttackTable(t) })
 	t.Run("manager", func(t *testing.T) { e.managerRights(t) })
@@ -221,8 +226,8 @@ func (e *env) managerRights(t *testing.T) {
 func (e *env) runnerSettingsRefused(t *testing.T) {
 	base := securedManifest("settings", "job", "Hi")
 	for _, c := range []struct{ what, from, to, want string }{
-		{"an environment variable that preloads a library", "  approval:", "    env: [{name: LD_PRELOAD, secretKeyRef: {name: x, key: y}}]\n  approval:", "spec.terraform.env name LD_PRELOAD is reserved"},
-		{"a CLI config pointing terraform at another provider", "  approval:", "    env: [{name: TF_CLI_CONFIG_FILE, secretKeyRef: {name: x, key: y}}]\n  approval:", "TF_CLI_CONFIG_FILE is reserved"},
+		{"an environment variable that preloads a library", "  approval:", "    env: [{name: LD_PRELOAD, secretKeyRef: {name: x, key: value}}]\n  approval:", "spec.terraform.env name LD_PRELOAD is reserved"},
+		{"a CLI config pointing terraform at another provider", "  approval:", "    env: [{name: TF_CLI_CONFIG_FILE, secretKeyRef: {name: x, key: value}}]\n  approval:", "TF_CLI_CONFIG_FILE is reserved"},
 		{"a file mounted over the service-account token", "  approval:", "    files: [{secretName: x, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}]\n  approval:", "would hide or replace a system or runner directory"},
 		{"a step group of 0 (root's)", "    workspace: {size: 64Mi}", "    workspace: {size: 64Mi}\n    securityContext: {runAsGroup: 0}", "spec.runner.securityContext.runAsGroup"},
 		{"a check image no policy allows", "  deletionPolicy: Destroy", "  checks: [{name: scan, image: evil.example/miner:1, command: [scan]}]\n  deletionPolicy: Destroy", "spec.checks[].image: evil.example/miner:1 is not allowed"},
@@ -308,7 +313,7 @@ func (e *env) tenantAttacks(t *testing.T, engine string) {
 		t.Fatalf("approval = %+v, want alice's", a)
 	}
 	outputs, _ := e.state(t, name)
-	if present, _ := outputs["identity_token_present"].(map[string]any)["value"].(bool); !present {
+	if present, _ := outputs["identity_token_present"].(bool); !present {
 		t.Fatalf("the projected identity token did not reach terraform: outputs %v", outputs)
 	}
 	e.identityOnlyInTerraformSteps(t, engine, name)
@@ -345,6 +350,10 @@ func (e *env) attackTheChild(t *testing.T, engine, name, child string) {
 	refusedReplace := func(what string, gvk schema.GroupVersionKind, objName string, change func(u *unstructured.Unstructured), wants ...string) {
 		u := e.object(t, gvk, objName)
 		change(u)
+		// An unconditional update: the engine changes its object all the
+		// while, and a stale resourceVersion would be refused as a
+		// conflict before admission says anything.
+		u.SetResourceVersion("")
 		e.refused(t, engine, what, mallory, jsonOf(t, u), wants, "replace", "-f", "-")
 	}
 	switch engine {
@@ -472,7 +481,10 @@ func (e *env) attackTheRunner(t *testing.T, engine, name, child string) {
 		t.Fatalf("the plan step's pod of %s: %v (%d)", name, err, len(pods.Items))
 	}
 	plan := pods.Items[0].Name
-	e.refused(t, engine, "exec into a step's pod (its token, its cloud identity)", mallory, "", []string{"opr8r-guard-connect"}, "exec", plan, "-n", ns, "--", "true")
+	// The exec request itself, as kubectl exec sends it (kubectl exec
+	// refuses a finished pod before it asks; the step's pod may be done).
+	e.refused(t, engine, "exec into a step's pod (its token, its cloud identity)", mallory, "", []string{"opr8r-guard-connect"},
+		"create", "--raw", "/api/v1/namespaces/"+ns+"/pods/"+plan+"/exec?command=true&stdout=true", "-f", "/dev/null")
 	// Argo's controller runs the command in a pod's kill-cmd annotation
 	// when it stops a step: a way to exec through it.
 	e.refused(t, engine, "annotate a step's pod (Argo's kill-cmd)", mallory, "", []string{"opr8r-runner-pods"},
@@ -518,6 +530,7 @@ func (e *env) attackThePlanRecord(t *testing.T, engine, name, child string) {
 		if s.Name == child+"-plan" {
 			s.Data["plan.txt"] = []byte("  # nothing to see here\n")
 			s.ResourceVersion = ""
+			s.APIVersion, s.Kind = "v1", "Secret"
 			b, _ := json.Marshal(s)
 			e.refused(t, engine, "overwrite the readable plan's Secret", mallory, string(b), nil, "replace", "-f", "-")
 		}

@@ -309,7 +309,7 @@ func TestTektonDashboard(t *testing.T) {
 kind: PipelineRun
 metadata: {name: %s, namespace: %s}
 spec:
-  taskRunTemplate: {serviceAccountName: opr8r-runner}
+  taskRunTemplate: {serviceAccountName: %s}
   pipelineSpec:
     tasks:
     - name: plan
@@ -317,7 +317,7 @@ spec:
       taskSpec:
         steps:
         - {name: all, image: localhost/opr8r/busybox:e2e, script: "echo planned"}
-`, pr, ns), e.kubectl, "apply", "-f", "-")
+`, pr, ns, e.shapesAccount(t)), e.kubectl, "apply", "-f", "-")
 		// First wait until the page shows the task succeeded, so that the
 		// refusal below is about the shape, not about a page still loading.
 		if _, err := waitTree(ctx, pipelineRunURL(view, pr, nil), 4*time.Minute, func(tree []tektonTask) error {
