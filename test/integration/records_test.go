@@ -59,8 +59,13 @@ var _ = Describe("records", func() {
 		}
 		var ids []string
 		for i, d := range []string{"k1", "k2", "k3"} {
-			prev := runID(ns, "kept")()
+			// The first run is whichever the manager starts: read before it
+			// does, the id would be empty; after, it is that run itself,
+			// and nextRun would wait for another (CI once: "kept-1 not to
+			// equal kept-1").
+			prev := ""
 			if i > 0 {
+				prev = runID(ns, "kept")()
 				patchRun(ns, "kept", func(r *infrav1.TerraformRun) {
 					r.Annotations = map[string]string{infrav1.RunRequestAnnotation: d}
 				})
@@ -180,8 +185,9 @@ var _ = Describe("records in an object store", Serial, func() {
 		const marker = "PLAN-SECRET-VALUE-71d3"
 		var ids []string
 		for i, d := range []string{"m1", "m2", "m3"} {
-			prev := runID(ns, "moved")()
+			prev := "" // the first run is whichever the manager starts (see above)
 			if i > 0 {
+				prev = runID(ns, "moved")()
 				patchRun(ns, "moved", func(r *infrav1.TerraformRun) { r.Annotations = map[string]string{infrav1.RunRequestAnnotation: d} })
 			}
 			s := g.nextRun(ns, "moved", prev)
