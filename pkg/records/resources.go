@@ -2,7 +2,6 @@ package records
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -147,15 +146,10 @@ func (s *ResourceStore) Put(ctx context.Context, k Key, data []byte) error {
 
 // chunks is data gzipped and split into chunks of at most the chunk size.
 func (s *ResourceStore) chunks(k Key, data []byte) ([][]byte, error) {
-	var z bytes.Buffer
-	zw := gzip.NewWriter(&z)
-	if _, err := zw.Write(data); err != nil {
+	chunks, err := gzipChunks(data, s.chunkSize())
+	if err != nil {
 		return nil, err
 	}
-	if err := zw.Close(); err != nil {
-		return nil, err
-	}
-	chunks := split(z.Bytes(), s.chunkSize())
 	if len(chunks) > MaxChunks {
 		return nil, fmt.Errorf("storing %s: %d chunks of %d bytes, over the most a record may have (%d)", k, len(chunks), s.chunkSize(), MaxChunks)
 	}

@@ -68,6 +68,20 @@ func (s *SecretStore) chunkSize() int {
 	return DefaultChunkSize
 }
 
+// gzipChunks is data gzipped and split into chunks of at most size bytes,
+// as both stores keep a record.
+func gzipChunks(data []byte, size int) ([][]byte, error) {
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	if _, err := zw.Write(data); err != nil {
+		return nil, err
+	}
+	if err := zw.Close(); err != nil {
+		return nil, err
+	}
+	return split(z.Bytes(), size), nil
+}
+
 // SecretName is the name of chunk i of record k.
 func SecretName(k Key, i int) string {
 	h := sha256.Sum256([]byte(k.RunID + "/" + k.Step + "/" + string(k.Kind)))
@@ -99,16 +113,11 @@ func (s *SecretStore) Put(ctx context.Context, k Key, data []byte) error {
 	if err := k.Validate(); err != nil {
 		return err
 	}
-	var z bytes.Buffer
-	zw := gzip.NewWriter(&z)
-	if _, err := zw.Write(data); err != nil {
-		return err
-	}
-	if err := zw.Close(); err != nil {
+	chunks, err := gzipChunks(data, s.chunkSize())
+	if err != nil {
 		return err
 	}
 	sum := sha256.Sum256(data)
-	chunks := split(z.Bytes(), s.chunkSize())
 	secrets := s.Client.CoreV1().Secrets(k.Namespace)
 	for i, c := range chunks {
 		sec := &corev1.Secret{
