@@ -46,7 +46,7 @@ func (r *TerraformRunReconciler) reconcileActive(ctx context.Context, run *infra
 	st.engine, st.child, st.progress = e, child, prog
 	r.project(run, st, cur, prog)
 	if !prog.Finished {
-		r.Limiter.Hold(run.Namespace, cur.ID)
+		r.holdSlot(run, cur.ID, prog)
 		return ctrl.Result{}, nil
 	}
 	if err := r.finishRun(ctx, run, st); err != nil {
@@ -247,4 +247,26 @@ func applyStarted(steps []infrav1.StepStatus) bool {
 		}
 	}
 	return false
+}
+
+// holdSlot keeps the slot of an active child, but gives it back while the
+// child's plan waits at the gate for a decision opr8r has not made: no pod
+// runs then, and a plan may wait for days. The apply takes a slot again
+// before opr8r passes the gate (slotForApply).
+func (r *TerraformRunReconciler) holdSlot(run *infrav1.TerraformRun, child string, prog engine.Progress) {
+	if waitsForDecision(run, prog) {
+		r.Limiter.Release(run.Namespace, child)
+		return
+	}
+	r.Limiter.Hold(client.ObjectKeyFromObject(run), child)
+}
+
+// waitsForDecision says whether a child waits at its gate with no approval
+// of its plan recorded.
+func waitsForDecision(run *infrav1.TerraformRun, prog engine.Progress) bool {
+	if prog.Gate.State != engine.GatePending || prog.Plan == nil {
+		return false
+	}
+	a := run.Status.Approval
+	return a == nil || !a.Approved || a.Digest != prog.Plan.Digest
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -63,6 +64,9 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	if err != nil {
 		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
+	if !deadline.IsZero() && !r.now().Before(deadline) {
+		votes = beforeDeadline(votes, deadline)
+	}
 	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
 	run.Status.Approvals = &t
 	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && t.Needed > 0 {
@@ -74,6 +78,10 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
 	case t.Needed == 0:
+		if ok, wait := r.slotForApply(run); !ok {
+			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("plan %s is approved; its apply is queued: %s", digest, wait))
+			return ctrl.Result{RequeueAfter: queueRetry}, nil
+		}
 		err = r.approve(ctx, run, st, approver, votes, t)
 	case !deadline.IsZero() && !r.now().Before(deadline):
 		err = r.timeOut(ctx, run, st, approver, timeout)
@@ -91,6 +99,26 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// beforeDeadline keeps the votes known to be cast before the approval
+// deadline: once it passed, a late approval must not pass the gate. A vote
+// in the TerraformRun's spec has no time of its own; made in time, it was
+// counted when the spec changed.
+func beforeDeadline(votes []vote, deadline time.Time) []vote {
+	var out []vote
+	for _, v := range votes {
+		if !v.at.IsZero() && !v.at.After(deadline) {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// slotForApply takes a slot for the apply of an approved plan before
+// opr8r passes the gate: the plan gave its slot back while it waited.
+func (r *TerraformRunReconciler) slotForApply(run *infrav1.TerraformRun) (bool, Wait) {
+	return r.Limiter.Claim(client.ObjectKeyFromObject(run), run.Status.Run.ID, prioRun)
 }
 
 // approvalTimeout is how long a plan may wait for approval: the run's

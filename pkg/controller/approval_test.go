@@ -7,6 +7,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -148,6 +149,16 @@ func TestReconcileApproval(t *testing.T) {
 			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByEngine, wantBy: "opr8r", wantMessage: "rejected in the engine",
 			wantLabel: infrav1.ApprovalLabelRejected,
 		},
+		"an approval cast after the deadline does not count: the plan times out": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{castAt(approval("late", "a", digest, "alice", true), t0.Add(-time.Minute))},
+			wantApproved: "False/ApprovalTimeout", wantSource: infrav1.ApprovalTimedOut, wantReject: 1,
+		},
+		"an approval cast before the deadline counts though it is seen after it": {
+			spec: infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}, gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute))},
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantBy: "alice", wantApprove: 1,
+		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
 			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
@@ -222,6 +233,72 @@ func approval(name, run, digest, user string, approve bool) *infrav1.TerraformRu
 	return &infrav1.TerraformRunApproval{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: aRun(run).Namespace},
 		Spec:       infrav1.TerraformRunApprovalSpec{RunName: run, PlanDigest: digest, Decision: d, User: user, Reason: "because " + user},
+	}
+}
+
+// castAt is a TerraformRunApproval created at when.
+func castAt(a *infrav1.TerraformRunApproval, when time.Time) *infrav1.TerraformRunApproval {
+	a.CreationTimestamp = metav1.NewTime(when)
+	return a
+}
+
+// A plan waiting for approval gives its slot back (no pod runs while it
+// waits), and its apply takes one again before opr8r passes the gate: with
+// every slot taken, an approved plan waits, Queued, and the gate stays.
+func TestAWaitingPlanHoldsNoSlot(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-time.Minute))
+	f := &fakeEngine{progress: map[string]engine.Progress{}}
+	run := aRun("a")
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	r, _ = newReconciler(t, f, child)
+	r.Limiter = NewLimiter(1, 0, nil)
+	r.Limiter.Warm()
+	key := client.ObjectKeyFromObject(run)
+	if ok, _ := r.Limiter.Claim(key, run.Status.Run.ID, prioRun); !ok {
+		t.Fatal("no slot for the run")
+	}
+	prog := engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: engine.Gate{State: engine.GatePending, Since: &since}, Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest}}
+	r.holdSlot(run, run.Status.Run.ID, prog)
+	if got := r.Limiter.Active(); got != 0 {
+		t.Fatalf("a plan waiting at its gate holds %d slots, want 0", got)
+	}
+	other := types.NamespacedName{Namespace: run.Namespace, Name: "other"}
+	if ok, _ := r.Limiter.Claim(other, "other-1", prioRun); !ok {
+		t.Fatal("another run got no slot beside a plan that waits for approval")
+	}
+
+	run.Spec.Approval = infrav1.ApprovalSpec{ApprovedPlan: digest}
+	st := r.newPassState(run)
+	st.engine, st.child, st.progress = f, child, prog
+	res, err := r.reconcileApproval(ctx(), run, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.approved) != 0 || st.outcome.reason != infrav1.ReasonQueued || res.RequeueAfter != queueRetry {
+		t.Fatalf("approved with every slot taken: engine approved %d times, outcome %+v, requeue %s; want the gate kept, Queued, a look again in %s",
+			len(f.approved), st.outcome, res.RequeueAfter, queueRetry)
+	}
+	if !strings.Contains(st.outcome.message, "its apply is queued") {
+		t.Errorf("outcome %q, want it to say the apply is queued", st.outcome.message)
+	}
+
+	r.Limiter.Release(run.Namespace, "other-1")
+	st = r.newPassState(run)
+	st.engine, st.child, st.progress = f, child, prog
+	if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.approved) != 1 || r.Limiter.Active() != 1 {
+		t.Fatalf("with a slot free: engine approved %d times, %d slots taken; want the gate passed holding the one slot", len(f.approved), r.Limiter.Active())
+	}
+	// The gate still shows Pending until the engine moves on: the approved
+	// plan keeps its slot.
+	r.holdSlot(run, run.Status.Run.ID, prog)
+	if got := r.Limiter.Active(); got != 1 {
+		t.Fatalf("an approved plan still at its gate holds %d slots, want 1", got)
 	}
 }
 

@@ -189,7 +189,7 @@ func mayHaveResources(run *infrav1.TerraformRun) bool {
 }
 
 func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
-	r.Limiter.Forget(client.ObjectKeyFromObject(run))
+	r.Limiter.ReleaseRun(client.ObjectKeyFromObject(run))
 	r.forgetRecords(ctx, run)
 	if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return childOfRun(run.Name, n) }); err != nil {
 		return err

@@ -113,6 +113,11 @@ func TestDeleteFlow(t *testing.T) {
 			now := metav1.NewTime(t0)
 			run.DeletionTimestamp = &now
 			r, c := newReconciler(t, f, append(objs, run.DeepCopy())...)
+			r.Limiter = NewLimiter(1, 0, nil)
+			r.Limiter.Warm()
+			if tc.run != "" && !isTerminal(tc.phase) {
+				r.Limiter.Hold(client.ObjectKeyFromObject(run), run.Status.Run.ID)
+			}
 			st := r.newPassState(run)
 			res, err := runFlow(ctx(), run, st, r.deleteFlow())
 			if _, err := r.summarize(run, st, res, err); err != nil {
@@ -123,6 +128,12 @@ func TestDeleteFlow(t *testing.T) {
 			hasFinalizer := err == nil && len(stored.Finalizers) > 0
 			if hasFinalizer != tc.wantFinalizer {
 				t.Errorf("finalizer kept: %v, want %v", hasFinalizer, tc.wantFinalizer)
+			}
+			// Whatever the run left behind (a plan waiting for approval, a
+			// child stopped on the way out), its slot is free once the
+			// finalizer is gone: nothing else would ever release it.
+			if !hasFinalizer && r.Limiter.Active() != 0 {
+				t.Errorf("the finalizer is gone but the run still holds %d of --max-active-runs", r.Limiter.Active())
 			}
 			id := ""
 			if run.Status.Run != nil {

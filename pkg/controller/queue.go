@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -39,9 +40,9 @@ type Limiter struct {
 	max   int
 	share int
 	warm  bool
-	// active are the child keys holding a slot; held counts them by
-	// namespace.
-	active  map[string]bool
+	// active are the child keys holding a slot, each with the TerraformRun
+	// that holds it; held counts them by namespace.
+	active  map[string]types.NamespacedName
 	held    map[string]int
 	waiting map[types.NamespacedName]waiter
 	// wake receives the TerraformRuns to reconcile when a slot frees.
@@ -64,7 +65,7 @@ const staleWaiter = 3 * queueRetry
 // most share of them in one namespace (0: no share), that sends the
 // TerraformRuns it wakes to wake.
 func NewLimiter(max, share int, wake chan<- event.GenericEvent) *Limiter {
-	return &Limiter{max: max, share: share, active: map[string]bool{}, held: map[string]int{},
+	return &Limiter{max: max, share: share, active: map[string]types.NamespacedName{}, held: map[string]int{},
 		waiting: map[types.NamespacedName]waiter{}, wake: wake, now: time.Now}
 }
 
@@ -126,7 +127,7 @@ func (l *Limiter) Claim(run types.NamespacedName, child string, prio int) (bool,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	key := childKey(run.Namespace, child)
-	if l.active[key] {
+	if l.holds(key) {
 		return true, Wait{}
 	}
 	w, ok := l.waiting[run]
@@ -139,7 +140,7 @@ func (l *Limiter) Claim(run types.NamespacedName, child string, prio int) (bool,
 	pos := slices.Index(q.order, run) + 1
 	if l.warm && pos > 0 && pos <= q.eligible && pos <= l.free(q.eligible) {
 		delete(l.waiting, run)
-		l.active[key] = true
+		l.active[key] = run
 		l.held[run.Namespace]++
 		queueWait.WithLabelValues(prioName(prio)).Observe(l.now().Sub(w.since).Seconds())
 		l.gauges(&q)
@@ -161,16 +162,16 @@ func (l *Limiter) free(n int) int {
 	return max(l.max-len(l.active), 0)
 }
 
-// Hold records a child seen active (after a restart, or adopted).
-func (l *Limiter) Hold(ns, child string) {
+// Hold records a child of run seen active (after a restart, or adopted).
+func (l *Limiter) Hold(run types.NamespacedName, child string) {
 	if !l.enabled() {
 		return
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if key := childKey(ns, child); !l.active[key] {
-		l.active[key] = true
-		l.held[ns]++
+	if key := childKey(run.Namespace, child); !l.holds(key) {
+		l.active[key] = run
+		l.held[run.Namespace]++
 	}
 	l.gauges(nil)
 }
@@ -182,16 +183,53 @@ func (l *Limiter) Release(ns, child string) {
 		return
 	}
 	l.mu.Lock()
-	key := childKey(ns, child)
-	if !l.active[key] {
+	if !l.drop(childKey(ns, child), ns) {
 		l.mu.Unlock()
 		return
+	}
+	next := l.head()
+	l.mu.Unlock()
+	l.notify(next)
+}
+
+func (l *Limiter) holds(key string) bool {
+	_, ok := l.active[key]
+	return ok
+}
+
+// drop frees key's slot, reporting whether it held one.
+func (l *Limiter) drop(key, ns string) bool {
+	if !l.holds(key) {
+		return false
 	}
 	delete(l.active, key)
 	if l.held[ns]--; l.held[ns] <= 0 {
 		delete(l.held, ns)
 	}
-	next := l.head()
+	return true
+}
+
+// ReleaseRun gives back every slot run holds and drops it from the queue:
+// the TerraformRun is gone, or leaves without waiting for its children (a
+// plan waiting for approval, Retain, planOnly, a check nobody recorded), so
+// no finish will ever release them.
+func (l *Limiter) ReleaseRun(run types.NamespacedName) {
+	if !l.enabled() {
+		return
+	}
+	l.mu.Lock()
+	delete(l.waiting, run)
+	freed := false
+	for key, owner := range l.active {
+		if owner == run {
+			freed = l.drop(key, run.Namespace) || freed
+		}
+	}
+	var next []types.NamespacedName
+	if freed {
+		next = l.head()
+	}
+	l.gauges(nil)
 	l.mu.Unlock()
 	l.notify(next)
 }
@@ -431,14 +469,14 @@ func (w *LimiterWarmer) Start(ctx context.Context) error {
 func (w *LimiterWarmer) hold(ctx context.Context, run *infrav1.TerraformRun) {
 	r := w.Reconciler
 	if cur := run.Status.Run; cur != nil && !isTerminal(cur.Phase) {
-		r.Limiter.Hold(run.Namespace, cur.ID)
+		r.Limiter.Hold(client.ObjectKeyFromObject(run), cur.ID)
 	}
 	e, ok := r.Engines.Get(pipelineEngine(run, r))
 	if !ok || !r.Available.IsAvailable(e.Name()) || run.Spec.Interval == nil {
 		return
 	}
 	if check, prog, err := r.unrecordedCheck(ctx, run, e); err == nil && check != nil && !prog.Finished {
-		r.Limiter.Hold(run.Namespace, check.GetName())
+		r.Limiter.Hold(client.ObjectKeyFromObject(run), check.GetName())
 	}
 }
 

@@ -91,7 +91,8 @@ func TestNoLimit(t *testing.T) {
 			t.Fatal("a limiter without a cap held a run back")
 		}
 		l.Release("", "a-1")
-		l.Hold("", "a-1")
+		l.Hold(types.NamespacedName{Name: "a"}, "a-1")
+		l.ReleaseRun(types.NamespacedName{Name: "a"})
 		l.Forget(types.NamespacedName{Name: "a"})
 	}
 }

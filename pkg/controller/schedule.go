@@ -43,7 +43,7 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 		}
 	}
 	if check != nil && !prog.Finished {
-		r.Limiter.Hold(run.Namespace, check.GetName())
+		r.Limiter.Hold(client.ObjectKeyFromObject(run), check.GetName())
 		return r.supersedeCheck(ctx, run, st, e, check)
 	}
 	if check != nil {

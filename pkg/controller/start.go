@@ -119,7 +119,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 			return ctrl.Result{}, err
 		}
 	} else {
-		r.Limiter.Hold(run.Namespace, name)
+		r.Limiter.Hold(client.ObjectKeyFromObject(run), name)
 	}
 	if err := r.createInputs(ctx, st.eff, child); err != nil {
 		return ctrl.Result{}, err

@@ -170,6 +170,11 @@ func (r *TerraformRunReconciler) deleteFlow() []subReconciler {
 func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request) (res ctrl.Result, retErr error) {
 	run := &infrav1.TerraformRun{}
 	if err := r.Get(ctx, req.NamespacedName, run); err != nil {
+		if apierrors.IsNotFound(err) {
+			// Gone without our finalizer's pass (it was removed by hand):
+			// what it held would never be released.
+			r.Limiter.ReleaseRun(req.NamespacedName)
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 	if err := r.ensureFinalizer(ctx, run); err != nil {
