@@ -119,11 +119,15 @@ type Approvers struct {
 	// them, e.g. alice@example.com or system:serviceaccount:ns:name).
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	Users []string `json:"users,omitempty"`
 	// Groups are Kubernetes group names.
 	// +listType=set
 	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=253
 	// +optional
 	Groups []string `json:"groups,omitempty"`
 }

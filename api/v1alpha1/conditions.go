@@ -70,6 +70,9 @@ const (
 	ReasonDriftDetected         = "DriftDetected"
 	ReasonNoDrift               = "NoDrift"
 	ReasonSourceChanged         = "SourceChanged"
+	// ReasonNotApplied: Drifted is False on a planOnly TerraformRun whose
+	// check plans changes: nothing was applied to drift from.
+	ReasonNotApplied = "NotApplied"
 	ReasonQueued                = "Queued"
 	ReasonPlannedOnly           = "PlannedOnly"
 	// ReasonDependencyNotReady: a dependency is not Ready for its current
@@ -101,6 +104,9 @@ const (
 	CheckSourceChanged = "SourceChanged"
 	CheckSuperseded    = "Superseded"
 	CheckFailed        = "Failed"
+	// CheckNotApplied: a check of a planOnly TerraformRun whose plan shows
+	// the changes its preview shows, not applied by design: not drift.
+	CheckNotApplied = "NotApplied"
 )
 
 // Labels and annotations opr8r reads or writes.

@@ -65,6 +65,7 @@ type BackendType string
 // run, with what inputs, where its state lives and how its plans are approved.
 //
 // +kubebuilder:validation:XValidation:rule="!has(self.approval) || !has(self.approval.approvedPlan) || !has(self.approval.rejectedPlan) || self.approval.approvedPlan != self.approval.rejectedPlan",message="spec.approval.approvedPlan and spec.approval.rejectedPlan name the same plan; set only one"
+// +kubebuilder:validation:XValidation:rule="!(has(self.planOnly) && self.planOnly && has(self.driftRemediation) && self.driftRemediation == 'Apply')",message="spec.planOnly never applies, so spec.driftRemediation: Apply contradicts it; set driftRemediation: Report (or leave it out), or drop planOnly"
 type TerraformRunSpec struct {
 	// Engine is the workflow engine that runs the pipeline: argo, tekton or job.
 	// When empty, the manager's --default-engine is used.
@@ -453,8 +454,12 @@ type TerraformSpec struct {
 
 	// VarsFrom reads variables from Secrets or ConfigMaps: each key is a
 	// variable name and each value its (HCL or JSON) value. They are mounted
-	// as files. Later entries win over earlier ones and over vars.
+	// as files. Later entries win over earlier ones and over vars. Each
+	// Secret or ConfigMap is listed once.
 	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=kind
+	// +listMapKey=name
 	// +optional
 	VarsFrom []VarsFromSource `json:"varsFrom,omitempty"`
 
@@ -468,7 +473,10 @@ type TerraformSpec struct {
 	Env []SecretEnvVar `json:"env,omitempty"`
 
 	// Files mounts Secrets as files, for example a cloud credentials file.
+	// Each entry has its own mountPath (two at one path are refused).
 	// +kubebuilder:validation:MaxItems=16
+	// +listType=map
+	// +listMapKey=mountPath
 	// +optional
 	Files []SecretFile `json:"files,omitempty"`
 }
@@ -565,8 +573,12 @@ type BackendSpec struct {
 
 // KubernetesBackend configures Terraform's kubernetes backend.
 type KubernetesBackend struct {
-	// SecretSuffix names the state Secret. It defaults to the run's name.
+	// SecretSuffix names the state Secret, tfstate-<workspace>-<suffix>. It
+	// defaults to the run's name, with "-state" added when the name ends in
+	// -<number> (db-1 keeps its state in tfstate-default-db-1-state), since
+	// the kubernetes backend refuses a suffix that ends in -<number>.
 	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:XValidation:rule="!self.matches('-[0-9]+$')",messageExpression="'spec.backend.kubernetes.secretSuffix ' + self + ' ends in -<number>, which the kubernetes backend of Terraform refuses (its secret_suffix must not end in -<number>); add a word, for example ' + self + '-state'"
 	// +kubebuilder:validation:MaxLength=200
 	// +optional
 	SecretSuffix string `json:"secretSuffix,omitempty"`
@@ -584,6 +596,9 @@ type BackendConfigRef struct {
 
 // ApprovalSpec says how plans are approved. A plan is named by its digest,
 // "sha256:<hex>", which status.plan.digest shows.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.approvers) || (has(self.approvers.users) && size(self.approvers.users) > 0) || (has(self.approvers.groups) && size(self.approvers.groups) > 0)",message="spec.approval.approvers lists no user and no group, so nobody could ever approve a plan, not even a cluster admin; name the users or groups who may approve, or leave approvers out to let anyone RBAC allows approve"
+// +kubebuilder:validation:XValidation:rule="!has(self.approvers) || (has(self.approvers.groups) && size(self.approvers.groups) > 0) || !has(self.requiredApprovals) || self.requiredApprovals <= (has(self.approvers.users) ? size(self.approvers.users) : 0)",message="spec.approval.requiredApprovals is more than the number of users spec.approval.approvers names (and it names no group), so no plan could ever be approved; lower requiredApprovals or name more approvers"
 type ApprovalSpec struct {
 	// Mode is Manual (the default), which waits at the approval gate, or Auto.
 	// +kubebuilder:default=Manual
@@ -1170,7 +1185,8 @@ type DriftStatus struct {
 	LastCheckID string `json:"lastCheckID"`
 	// LastCheckedAt is when it finished.
 	LastCheckedAt metav1.Time `json:"lastCheckedAt"`
-	// Result is NoDrift, Drifted, SourceChanged, Superseded or Failed.
+	// Result is NoDrift, Drifted, SourceChanged, NotApplied (planOnly: the
+	// preview's changes, pending by design), Superseded or Failed.
 	Result string `json:"result"`
 	// Plan is the check's plan when it found drift: what applying would
 	// change back.

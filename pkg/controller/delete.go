@@ -18,14 +18,15 @@ import (
 )
 
 // reconcileRelease removes the finalizer without destroying anything when
-// spec.deletionPolicy is Retain, spec.planOnly is set (a planOnly
-// TerraformRun never applies, a destroy included) or the skip-destroy
-// annotation is set, after
-// asking an active run to stop. It runs first, so the escape hatch works
+// spec.deletionPolicy is Retain or the skip-destroy annotation is set, after
+// asking an active run to stop. A planOnly TerraformRun is not released
+// here: one that never applied loses its finalizer in reconcileDelete (no
+// apply step ever ran), and one switched to planOnly after an apply is
+// destroyed like any other, since its resources exist. It runs first, so the escape hatch works
 // whatever state the run is in. Sets nothing; ends the pass when it acted.
 func (r *TerraformRunReconciler) reconcileRelease(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	skip := run.Annotations[infrav1.SkipDestroyAnnotation] == "true"
-	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) || (!skip && !run.Spec.PlanOnly && st.eff.Spec.DeletionPolicy != infrav1.DeletionRetain) {
+	if !controllerutil.ContainsFinalizer(run, infrav1.Finalizer) || (!skip && st.eff.Spec.DeletionPolicy != infrav1.DeletionRetain) {
 		return ctrl.Result{}, nil
 	}
 	r.stopActiveQuietly(ctx, run, st)
@@ -190,6 +191,7 @@ func mayHaveResources(run *infrav1.TerraformRun) bool {
 
 func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infrav1.TerraformRun) error {
 	r.Limiter.ReleaseRun(client.ObjectKeyFromObject(run))
+	driftDetected.DeleteLabelValues(run.Namespace, run.Name)
 	r.forgetRecords(ctx, run)
 	if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return childOfRun(run.Name, n) }); err != nil {
 		return err

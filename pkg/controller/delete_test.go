@@ -16,6 +16,7 @@ func TestDeleteFlow(t *testing.T) {
 	cases := map[string]struct {
 		annotations   map[string]string
 		retain        bool
+		planOnly      bool
 		run           infrav1.RunType // the current run's type; "" for none
 		phase         infrav1.RunPhase
 		mayExist      bool
@@ -37,6 +38,16 @@ func TestDeleteFlow(t *testing.T) {
 		"skip-destroy while a run is active: stopped, finalizer removed": {
 			annotations: map[string]string{infrav1.SkipDestroyAnnotation: "true"}, run: infrav1.RunApply, phase: infrav1.RunRunning, mayExist: true,
 			progress: engine.Progress{Phase: infrav1.RunRunning}, wantRun: "a-1", wantCancel: true,
+		},
+		"planOnly, a preview running, nothing ever applied: stopped, finalizer removed": {
+			planOnly: true, run: infrav1.RunPlan, phase: infrav1.RunRunning, wantRun: "a-plan-1",
+			progress: engine.Progress{Phase: infrav1.RunRunning, Steps: steps("plan", "Running")}, wantCancel: true,
+		},
+		"planOnly, a preview waiting for nothing, never applied: finalizer removed": {
+			planOnly: true, run: infrav1.RunPlan, phase: infrav1.RunSucceeded, wantRun: "a-plan-1",
+		},
+		"switched to planOnly after an apply: its resources are destroyed": {
+			planOnly: true, run: infrav1.RunApply, phase: infrav1.RunSucceeded, mayExist: true, wantFinalizer: true, wantRun: "a-destroy-2",
 		},
 		"applied before: the destroy run starts": {
 			run: infrav1.RunApply, phase: infrav1.RunSucceeded, mayExist: true, wantFinalizer: true, wantRun: "a-destroy-2",
@@ -93,6 +104,7 @@ func TestDeleteFlow(t *testing.T) {
 			if tc.retain {
 				run.Spec.DeletionPolicy = infrav1.DeletionRetain
 			}
+			run.Spec.PlanOnly = tc.planOnly
 			r, _ := newReconciler(t, f)
 			var objs []client.Object
 			if tc.run != "" {
@@ -118,6 +130,7 @@ func TestDeleteFlow(t *testing.T) {
 			if tc.run != "" && !isTerminal(tc.phase) {
 				r.Limiter.Hold(client.ObjectKeyFromObject(run), run.Status.Run.ID)
 			}
+			driftDetected.WithLabelValues(run.Namespace, run.Name).Inc()
 			st := r.newPassState(run)
 			res, err := runFlow(ctx(), run, st, r.deleteFlow())
 			if _, err := r.summarize(run, st, res, err); err != nil {
@@ -134,6 +147,9 @@ func TestDeleteFlow(t *testing.T) {
 			// finalizer is gone: nothing else would ever release it.
 			if !hasFinalizer && r.Limiter.Active() != 0 {
 				t.Errorf("the finalizer is gone but the run still holds %d of --max-active-runs", r.Limiter.Active())
+			}
+			if gone := !driftDetected.DeleteLabelValues(run.Namespace, run.Name); gone == hasFinalizer {
+				t.Errorf("opr8r_drift_detected_total{%s,%s} deleted: %v, want it to go with the finalizer", run.Namespace, run.Name, gone)
 			}
 			id := ""
 			if run.Status.Run != nil {

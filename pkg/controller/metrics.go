@@ -21,11 +21,11 @@ var (
 	})
 	checksFinished = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opr8r_checks_total",
-		Help: "Scheduled checks finished, by result (NoDrift, Drifted, SourceChanged, Superseded, Failed).",
+		Help: "Scheduled checks finished, by result (NoDrift, Drifted, SourceChanged, NotApplied, Superseded, Failed).",
 	}, []string{"result"})
 	driftDetected = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opr8r_drift_detected_total",
-		Help: "Checks that found drift, by namespace and TerraformRun.",
+		Help: "Checks that found drift, by namespace and TerraformRun (the series goes with the TerraformRun).",
 	}, []string{"namespace", "name"})
 	activeRuns = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "opr8r_active_runs",

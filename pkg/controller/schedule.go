@@ -161,25 +161,54 @@ func (r *TerraformRunReconciler) startCheck(ctx context.Context, run *infrav1.Te
 	return ctrl.Result{}, r.createInputs(ctx, st.eff, child)
 }
 
-// judgeCheck decides what a finished check found, sets Drifted and asks
-// for the apply run the finding calls for.
+// judgeCheck decides what a finished check found, from its plan alone (not
+// from Ready, which a rerun or a rejected repair may have just changed),
+// sets Drifted and asks for the run the finding calls for. A check opr8r
+// stopped for a new run, or planned for an older spec, is superseded, not
+// judged. A planOnly TerraformRun compares with its latest preview: a new
+// source asks for a new preview, and changes the preview shows too are not
+// drift (nothing was applied), so they never start an apply.
 func (r *TerraformRunReconciler) judgeCheck(run *infrav1.TerraformRun, st *passState, check client.Object, prog engine.Progress, rec infrav1.RunRecord) string {
 	switch {
-	case rec.SpecHash != st.hash:
+	case rec.SpecHash != st.hash || check.GetAnnotations()[engine.CancelledAnnotation] != "":
 		return infrav1.CheckSuperseded
 	case prog.Phase != infrav1.RunSucceeded || prog.Plan == nil:
 		return infrav1.CheckFailed
-	case sourceMoved(run.Status.LastApplied, rec):
-		setStatus(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonSourceChanged, fmt.Sprintf("check %s found a new source revision %s; an apply run plans it", check.GetName(), shortRev(rec.Revision, rec.Inputs)))
+	case sourceMoved(checkBaseline(run), rec):
+		setStatus(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonSourceChanged, fmt.Sprintf("check %s found a new source revision %s; %s plans it", check.GetName(), shortRev(rec.Revision, rec.Inputs), runNoun(run)))
 		st.requested = &newRun{typ: desiredType(run), trigger: infrav1.TriggerSourceChange, detail: "check " + check.GetName() + " saw " + shortRev(rec.Revision, rec.Inputs)}
 		return infrav1.CheckSourceChanged
-	case prog.Plan.HasChanges && isReady(run):
+	case prog.Plan.HasChanges && run.Spec.PlanOnly:
+		r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNotApplied,
+			fmt.Sprintf("check %s planned %s: the changes are not applied, by design (spec.planOnly)", check.GetName(), prog.Plan.Short()))
+		return infrav1.CheckNotApplied
+	case prog.Plan.HasChanges:
 		r.reportDrift(run, st, check.GetName(), prog.Plan)
 		return infrav1.CheckDrifted
 	}
 	// Ready follows from Drifted (summarize).
 	r.transition(run, infrav1.DriftedCondition, metav1False, infrav1.ReasonNoDrift, fmt.Sprintf("check %s found no drift", check.GetName()))
 	return infrav1.CheckNoDrift
+}
+
+// checkBaseline is what a check's source is compared with: the last
+// successful apply, or, for a planOnly TerraformRun, its latest preview.
+func checkBaseline(run *infrav1.TerraformRun) *infrav1.AppliedRevision {
+	if !run.Spec.PlanOnly {
+		return run.Status.LastApplied
+	}
+	if cur := run.Status.Run; cur != nil && cur.Type == infrav1.RunPlan {
+		return &infrav1.AppliedRevision{Revision: cur.Commit, Inputs: cur.Inputs, RunID: cur.ID}
+	}
+	return nil
+}
+
+// runNoun names the run a changed source calls for.
+func runNoun(run *infrav1.TerraformRun) string {
+	if run.Spec.PlanOnly {
+		return "a new preview (planOnly)"
+	}
+	return "an apply run"
 }
 
 // reportDrift sets Drifted (and so Ready False, summarize), emits the
@@ -214,11 +243,6 @@ func shortRev(rev, inputs string) string {
 		inputs = inputs[:19]
 	}
 	return "revision " + rev + ", inputs " + inputs
-}
-
-func isReady(run *infrav1.TerraformRun) bool {
-	c := findCondition(run, infrav1.ReadyCondition)
-	return c != nil && (c.Status == metav1True || c.Reason == infrav1.ReasonDriftDetected)
 }
 
 func findCondition(run *infrav1.TerraformRun, t string) *metav1.Condition {

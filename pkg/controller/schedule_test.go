@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -22,6 +23,9 @@ func TestReconcileScheduleJudgesAFinishedCheck(t *testing.T) {
 		plan        engine.PlanResult
 		phase       infrav1.RunPhase
 		otherSpec   bool
+		planOnly    bool   // the TerraformRun previews only; its latest preview saw rev and inputs
+		ready       string // Ready's status when the check finishes ("": True)
+		cancelled   bool   // opr8r stopped the check for a new run
 		want        string
 		wantDrifted string
 		wantReady   string
@@ -50,6 +54,30 @@ func TestReconcileScheduleJudgesAFinishedCheck(t *testing.T) {
 		"the check failed": {
 			checkRev: rev, phase: infrav1.RunFailed, want: infrav1.CheckFailed, wantReady: "True/Succeeded",
 		},
+		"changes while Ready is Unknown (a rerun has just superseded): still drift": {
+			checkRev: rev, checkInputs: inputs, plan: engine.PlanResult{Change: 1, HasChanges: true, Digest: "sha256:d"}, phase: infrav1.RunSucceeded, ready: "Unknown",
+			want: infrav1.CheckDrifted, wantDrifted: "True/DriftDetected", wantReady: "Unknown/Progressing",
+		},
+		"changes after a rejected repair (Ready False): still drift": {
+			checkRev: rev, checkInputs: inputs, plan: engine.PlanResult{Change: 1, HasChanges: true, Digest: "sha256:d"}, phase: infrav1.RunSucceeded, ready: "False",
+			want: infrav1.CheckDrifted, wantDrifted: "True/DriftDetected", wantReady: "False/Rejected",
+		},
+		"stopped by opr8r for a new run: superseded, not judged": {
+			checkRev: rev, checkInputs: inputs, phase: infrav1.RunFailed, cancelled: true,
+			want: infrav1.CheckSuperseded, wantReady: "True/Succeeded",
+		},
+		"planOnly, the preview's changes again: not applied, not drift": {
+			planOnly: true, checkRev: rev, checkInputs: inputs, plan: engine.PlanResult{Add: 1, HasChanges: true, Digest: "sha256:d"}, phase: infrav1.RunSucceeded,
+			want: infrav1.CheckNotApplied, wantDrifted: "False/NotApplied", wantReady: "True/Succeeded",
+		},
+		"planOnly with driftRemediation Apply: never an apply run": {
+			planOnly: true, remediation: infrav1.DriftApply, checkRev: rev, checkInputs: inputs, plan: engine.PlanResult{Add: 1, HasChanges: true, Digest: "sha256:d"}, phase: infrav1.RunSucceeded,
+			want: infrav1.CheckNotApplied, wantDrifted: "False/NotApplied", wantReady: "True/Succeeded",
+		},
+		"planOnly, a new commit: a new preview, not drift": {
+			planOnly: true, checkRev: "rev-2", checkInputs: inputs, plan: engine.PlanResult{Add: 2, HasChanges: true}, phase: infrav1.RunSucceeded,
+			want: infrav1.CheckSourceChanged, wantDrifted: "False/SourceChanged", wantReady: "True/Succeeded", wantRun: infrav1.TriggerSourceChange,
+		},
 		"the spec changed while it ran: superseded": {
 			checkRev: rev, checkInputs: inputs, plan: engine.PlanResult{Change: 1, HasChanges: true}, phase: infrav1.RunSucceeded, otherSpec: true,
 			want: infrav1.CheckSuperseded, wantReady: "True/Succeeded",
@@ -61,15 +89,30 @@ func TestReconcileScheduleJudgesAFinishedCheck(t *testing.T) {
 			run := aRun("a")
 			run.Spec.Interval = &metav1.Duration{Duration: time.Hour}
 			run.Spec.DriftRemediation = tc.remediation
+			run.Spec.PlanOnly = tc.planOnly
 			r, _ := newReconciler(t, f)
-			run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
-			run.Status.LastApplied = &infrav1.AppliedRevision{Revision: rev, Inputs: inputs, RunID: "a-1"}
+			if tc.planOnly {
+				run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunPlan)
+				run.Status.Run.Commit, run.Status.Run.Inputs = rev, inputs
+			} else {
+				run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
+				run.Status.LastApplied = &infrav1.AppliedRevision{Revision: rev, Inputs: inputs, RunID: "a-1"}
+			}
 			setStatus(run, infrav1.ReadyCondition, metav1True, infrav1.ReasonSucceeded, "run a-1 succeeded")
+			switch tc.ready {
+			case "Unknown":
+				setStatus(run, infrav1.ReadyCondition, metav1.ConditionUnknown, infrav1.ReasonProgressing, "a rerun supersedes the check")
+			case "False":
+				setStatus(run, infrav1.ReadyCondition, metav1.ConditionFalse, infrav1.ReasonRejected, "the repair's plan was rejected")
+			}
 			hash := run.Status.Run.SpecHash
 			if tc.otherSpec {
 				hash = "0000000000000000"
 			}
 			check := childOf(t, run, infrav1.RunDrift, 2, hash)
+			if tc.cancelled {
+				check.Annotations = map[string]string{engine.CancelledAnnotation: "superseded by a new run"}
+			}
 			plan := tc.plan
 			plan.Inputs = tc.checkInputs
 			done := metav1.NewTime(t0)
@@ -98,6 +141,11 @@ func TestReconcileScheduleJudgesAFinishedCheck(t *testing.T) {
 			if asked != tc.wantRun {
 				t.Errorf("asked for a run triggered by %q, want %q", asked, tc.wantRun)
 			}
+			drift := testutil.ToFloat64(driftDetected.WithLabelValues(run.Namespace, run.Name))
+			if want := map[bool]float64{true: 1}[tc.want == infrav1.CheckDrifted]; drift != want {
+				t.Errorf("opr8r_drift_detected_total{%s,%s} = %v, want %v", run.Namespace, run.Name, drift, want)
+			}
+			driftDetected.DeleteLabelValues(run.Namespace, run.Name)
 			if h := run.Status.History; len(h) != 1 || h[0].ID != "a-drift-2" || h[0].Type != infrav1.RunDrift || h[0].Trigger != infrav1.TriggerSchedule || run.Status.LastRunNumber != 2 {
 				t.Errorf("history %+v, lastRunNumber %d", h, run.Status.LastRunNumber)
 			}

@@ -41,6 +41,32 @@ func ChildName(runName string, t infrav1.RunType, number int64) string {
 	return fmt.Sprintf("%s-%s-%d", runName, t, number)
 }
 
+// StateSecretSuffix is the kubernetes backend's secret_suffix for a
+// TerraformRun that does not set spec.backend.kubernetes.secretSuffix: its
+// name, with "-state" added when the name ends in -<number> (db-1,
+// cluster-2), which the backend refuses as a suffix. The state Secret is
+// tfstate-<workspace>-<suffix>.
+func StateSecretSuffix(runName string) string {
+	if endsInNumber(runName) {
+		return runName + "-state"
+	}
+	return runName
+}
+
+// endsInNumber says whether a name ends in -<digits>.
+func endsInNumber(name string) bool {
+	i := strings.LastIndexByte(name, '-')
+	if i < 0 || i == len(name)-1 {
+		return false
+	}
+	for _, c := range name[i+1:] {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 // InputsConfigMapName is the one ConfigMap a child's inputs live in when
 // they are too large to travel in the child: the run's vars and an inline
 // source's files.

@@ -102,7 +102,7 @@ func (b *builder) backendArgs() ([]string, []corev1.VolumeMount) {
 			"--backend-config-file=" + BackendConfigFile,
 		}, []corev1.VolumeMount{*b.backendMount}
 	}
-	suffix := b.run.Name
+	suffix := names.StateSecretSuffix(b.run.Name)
 	if be != nil && be.Kubernetes != nil && be.Kubernetes.SecretSuffix != "" {
 		suffix = be.Kubernetes.SecretSuffix
 	}

@@ -430,6 +430,27 @@ func malformed() []malformedCase {
 		{"no approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = -1 }, "spec.approval.requiredApprovals"},
 		{"too many approvals required", func(r *infrav1.TerraformRun) { r.Spec.Approval.RequiredApprovals = 11 }, "spec.approval.requiredApprovals"},
 		{"selfApproval typo", func(r *infrav1.TerraformRun) { r.Spec.Approval.SelfApproval = "Never" }, "spec.approval.selfApproval"},
+		{"approvers that name nobody", func(r *infrav1.TerraformRun) { r.Spec.Approval.Approvers = &infrav1.Approvers{} }, "spec.approval.approvers lists no user and no group"},
+		{"approvers with empty lists", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.Approvers = &infrav1.Approvers{Users: []string{}, Groups: []string{}}
+		}, "spec.approval.approvers lists no user and no group"},
+		{"an empty approver user", func(r *infrav1.TerraformRun) { r.Spec.Approval.Approvers = &infrav1.Approvers{Users: []string{""}} }, "spec.approval.approvers.users"},
+		{"an empty approver group", func(r *infrav1.TerraformRun) { r.Spec.Approval.Approvers = &infrav1.Approvers{Groups: []string{""}} }, "spec.approval.approvers.groups"},
+		{"more approvals required than approvers named", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.RequiredApprovals, r.Spec.Approval.Approvers = 3, &infrav1.Approvers{Users: []string{"alice"}}
+		}, "spec.approval.requiredApprovals is more than the number of users spec.approval.approvers names"},
+		{"planOnly with driftRemediation Apply", func(r *infrav1.TerraformRun) {
+			r.Spec.PlanOnly, r.Spec.DriftRemediation = true, infrav1.DriftApply
+		}, "spec.planOnly never applies, so spec.driftRemediation: Apply contradicts it"},
+		{"a state secretSuffix ending in -<number>", func(r *infrav1.TerraformRun) {
+			r.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: "db-1"}}
+		}, "spec.backend.kubernetes.secretSuffix db-1 ends in -<number>"},
+		{"two files at one mountPath", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "a", MountPath: "/secrets/x"}, {SecretName: "b", MountPath: "/secrets/x"}}
+		}, `spec.terraform.files[1]: Duplicate value: {"mountPath":"/secrets/x"}`},
+		{"one Secret twice in varsFrom", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.VarsFrom = []infrav1.VarsFromSource{{Kind: "Secret", Name: "v"}, {Kind: "ConfigMap", Name: "v"}, {Kind: "Secret", Name: "v"}}
+		}, `spec.terraform.varsFrom[2]: Duplicate value: {"kind":"Secret","name":"v"}`},
 		{"rejection typo", func(r *infrav1.TerraformRun) { r.Spec.Approval.Rejection = "All" }, "spec.approval.rejection"},
 		{"a spec-author stamp typed by hand", func(r *infrav1.TerraformRun) {
 			r.Annotations = map[string]string{infrav1.SpecAuthorAnnotation: "someone-else"}
