@@ -72,9 +72,9 @@ const (
 	ReasonSourceChanged         = "SourceChanged"
 	// ReasonNotApplied: Drifted is False on a planOnly TerraformRun whose
 	// check plans changes: nothing was applied to drift from.
-	ReasonNotApplied = "NotApplied"
-	ReasonQueued                = "Queued"
-	ReasonPlannedOnly           = "PlannedOnly"
+	ReasonNotApplied  = "NotApplied"
+	ReasonQueued      = "Queued"
+	ReasonPlannedOnly = "PlannedOnly"
 	// ReasonDependencyNotReady: a dependency is not Ready for its current
 	// spec; no run starts until it is.
 	ReasonDependencyNotReady = "DependencyNotReady"
