@@ -6,7 +6,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -107,17 +109,66 @@ func (r *Runner) cloneOCI(ctx context.Context, o CloneOptions) (string, error) {
 	if err != nil {
 		return "", r.registryError(ref, err)
 	}
-	rc, err := blob.Compressed() // verifies the blob's digest as it is read
+	verified, err := r.fetchLayer(ref, blob, layer, filepath.Dir(o.Dest))
 	if err != nil {
-		return "", r.registryError(ref, err)
+		return "", err
 	}
-	defer rc.Close()
-	n, err := unpackModule(io.LimitReader(rc, MaxModuleLayer+1), o.Dest)
+	defer func() { _ = verified.Close(); _ = os.Remove(verified.Name()) }()
+	n, err := unpackModule(verified, o.Dest)
 	if err != nil {
 		return "", fmt.Errorf("unpacking %s (layer %s): %w", ref, layer.Digest, err)
 	}
 	r.logf("unpacked %d files of %s (%s, layer %s)", n, ref, m.Config.MediaType, layer.MediaType)
 	return desc.Digest.String(), nil
+}
+
+// fetchLayer reads the whole layer into a file in dir and checks its
+// digest and size against the manifest's before anything is unpacked: a tar
+// ends at its end marker, so a reader that verifies the digest at EOF would
+// let other bytes be unpacked before it ever checked them.
+func (r *Runner) fetchLayer(ref name.Reference, blob v1.Layer, layer v1.Descriptor, dir string) (*os.File, error) {
+	refuse := func(format string, a ...any) (*os.File, error) {
+		return nil, fmt.Errorf("layer %s of %s: %s; nothing was unpacked", layer.Digest, ref, fmt.Sprintf(format, a...))
+	}
+	if layer.Digest.Algorithm != "sha256" {
+		return refuse("digest algorithm %s is not sha256", layer.Digest.Algorithm)
+	}
+	if layer.Size > MaxModuleLayer {
+		return refuse("the manifest says it is %d bytes, more than the %d a module layer may be", layer.Size, MaxModuleLayer)
+	}
+	rc, err := blob.Compressed()
+	if err != nil {
+		return nil, r.registryError(ref, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp(dir, ".opr8r-layer-*")
+	if err != nil {
+		return nil, err
+	}
+	keep := false
+	defer func() {
+		if !keep {
+			_ = f.Close()
+			_ = os.Remove(f.Name())
+		}
+	}()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(rc, MaxModuleLayer+1))
+	switch got := "sha256:" + hex.EncodeToString(h.Sum(nil)); {
+	case n > MaxModuleLayer:
+		return refuse("the registry sent more than the %d bytes a module layer may be", MaxModuleLayer)
+	case got != layer.Digest.String():
+		return refuse("the registry served %d bytes whose digest is %s", n, got)
+	case n != layer.Size:
+		return refuse("the registry served %d bytes, the manifest says %d", n, layer.Size)
+	case err != nil:
+		return refuse("reading it: %v", err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return nil, err
+	}
+	keep = true
+	return f, nil
 }
 
 const publishHint = "publish the module with `flux push artifact`, or as an artifact whose one layer is a tar or tar+gzip of the module (" + OCILayerTarGzipMediaType + ")"

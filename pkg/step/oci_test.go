@@ -39,6 +39,9 @@ import (
 // carries user:password.
 type testRegistry struct {
 	host, user, password string
+	// swap serves other bytes for the blobs of these digests, as a
+	// compromised or broken registry would.
+	swap map[string][]byte
 }
 
 func newTestRegistry(t *testing.T, user, password string) *testRegistry {
@@ -53,6 +56,13 @@ func newTestRegistry(t *testing.T, user, password string) *testRegistry {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusUnauthorized)
 				fmt.Fprint(w, `{"errors":[{"code":"UNAUTHORIZED","message":"authentication required"}]}`)
+				return
+			}
+		}
+		for d, b := range tr.swap {
+			if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+d) {
+				w.Header().Set("Content-Type", "application/octet-stream")
+				_, _ = w.Write(b)
 				return
 			}
 		}
@@ -216,6 +226,52 @@ func TestCloneOCIMovedTagAndDigestPinning(t *testing.T) {
 	got, pinned, err := cloneOCI(t, step.CloneOptions{URL: reg.url("modules/net"), Ref: d1})
 	if err != nil || got != "# v1\n" || pinned != d1 {
 		t.Fatalf("pinned to %s: file %q, commit %q, err %v; want # v1", d1, got, pinned, err)
+	}
+}
+
+// A registry that serves other bytes for the layer of a digest-pinned
+// artifact gets nothing unpacked: the layer's digest is checked before the
+// first file is written (a tar ends at its end marker, before the reader
+// that verifies the digest at EOF is drained).
+func TestCloneOCIVerifiesTheLayerBeforeUnpacking(t *testing.T) {
+	reg := newTestRegistry(t, "", "")
+	img := fluxArtifact(t, map[string]string{"stacks/net/main.tf": "# v1\n"})
+	pinned := reg.push(t, "modules/net", "v1", img)
+	layers, err := img.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layer, err := layers[0].Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := tarball(t, true, map[string]string{"stacks/net/main.tf": "# evil\n", "stacks/net/evil.tf": "resource \"x\" \"y\" {}\n"})
+	for name, body := range map[string][]byte{
+		"other bytes":                   evil,
+		"other bytes, then the padding": append(evil, make([]byte, 4096)...),
+	} {
+		t.Run(name, func(t *testing.T) {
+			reg.swap = map[string][]byte{layer.String(): body}
+			dest := filepath.Join(t.TempDir(), "src")
+			_, _, err := cloneOCI(t, step.CloneOptions{URL: reg.url("modules/net"), Ref: pinned, Dest: dest})
+			if err == nil || !strings.Contains(err.Error(), layer.String()) || !strings.Contains(err.Error(), "nothing was unpacked") {
+				t.Fatalf("clone of a layer served with other bytes: %v; want an error naming layer %s that says nothing was unpacked", err, layer)
+			}
+			var files []string
+			_ = filepath.Walk(dest, func(p string, info os.FileInfo, err error) error {
+				if err == nil && !info.IsDir() {
+					files = append(files, p)
+				}
+				return nil
+			})
+			if len(files) > 0 {
+				t.Fatalf("unpacked %v from bytes that are not the pinned layer", files)
+			}
+		})
+	}
+	reg.swap = nil
+	if got, _, err := cloneOCI(t, step.CloneOptions{URL: reg.url("modules/net"), Ref: pinned}); err != nil || got != "# v1\n" {
+		t.Fatalf("the right bytes: file %q, err %v", got, err)
 	}
 }
 
