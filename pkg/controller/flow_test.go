@@ -157,11 +157,15 @@ func TestReconcileProgress(t *testing.T) {
 	cases := map[string]struct {
 		gate        engine.GateState
 		idle        time.Duration
+		step        string // the last step and its phase
+		phase       infrav1.StepPhase
 		wantStalled string
 	}{
-		"steps moved recently":           {idle: time.Minute},
-		"no move for the timeout":        {idle: 2 * time.Hour, wantStalled: "True/NoProgress"},
-		"waiting for approval, not idle": {idle: 2 * time.Hour, gate: engine.GatePending},
+		"steps moved recently":                 {idle: time.Minute, step: "plan", phase: infrav1.StepPending},
+		"a step pending for the timeout":       {idle: 2 * time.Hour, step: "plan", phase: infrav1.StepPending, wantStalled: "True/NoProgress"},
+		"a step done, the next never started":  {idle: 2 * time.Hour, step: "plan", phase: infrav1.StepSucceeded, wantStalled: "True/NoProgress"},
+		"waiting for approval, not idle":       {idle: 2 * time.Hour, step: "plan", phase: infrav1.StepSucceeded, gate: engine.GatePending},
+		"a long apply still running: no stall": {idle: 2 * time.Hour, step: "apply", phase: infrav1.StepRunning},
 	}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -171,7 +175,7 @@ func TestReconcileProgress(t *testing.T) {
 			run = withRun(r, run, 1, infrav1.RunRunning, infrav1.RunApply)
 			at := metav1.NewTime(t0.Add(-tc.idle))
 			run.Status.Run.StartedAt = &at
-			run.Status.Run.Steps = []infrav1.StepStatus{{Name: "plan", Phase: infrav1.StepRunning, StartedAt: &at}}
+			run.Status.Run.Steps = []infrav1.StepStatus{{Name: tc.step, Phase: tc.phase, StartedAt: &at}}
 			st := r.newPassState(run)
 			st.engine, st.child = f, childOf(t, run, infrav1.RunApply, 1, st.hash)
 			st.progress = engine.Progress{Gate: engine.Gate{State: tc.gate}}
@@ -194,7 +198,7 @@ func TestStalledMessageIsTheSameOnEveryPass(t *testing.T) {
 	run := withRun(r, aRun("a"), 1, infrav1.RunRunning, infrav1.RunApply)
 	at := metav1.NewTime(t0.Add(-2 * time.Hour))
 	run.Status.Run.StartedAt = &at
-	run.Status.Run.Steps = []infrav1.StepStatus{{Name: "plan", Phase: infrav1.StepRunning, StartedAt: &at}}
+	run.Status.Run.Steps = []infrav1.StepStatus{{Name: "plan", Phase: infrav1.StepPending, StartedAt: &at}}
 	var msgs []string
 	for _, now := range []time.Time{t0, t0.Add(17 * time.Minute)} {
 		r.Now = func() time.Time { return now }

@@ -14,14 +14,19 @@ import (
 
 // reconcileProgress sets Stalled (NoProgress) when an active run's steps
 // have not moved for ProgressTimeout: a stuck engine controller, pods that
-// never schedule. Waiting for approval is not counted. The run keeps
-// waiting; the next step that moves clears the condition (project sets
-// Reconciling again).
+// never schedule. Waiting for approval is not counted, nor is a step that
+// is running: an apply may take hours, and kstatus-based tools read
+// Stalled as failure (the step's own deadline ends one that hangs). The
+// run keeps waiting; the next step that moves clears the condition
+// (project sets Reconciling again).
 func (r *TerraformRunReconciler) reconcileProgress(_ context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	if !st.active || st.child == nil || st.progress.Gate.State == engine.GatePending || r.ProgressTimeout <= 0 {
 		return ctrl.Result{}, nil
 	}
 	cur := run.Status.Run
+	if stepRunning(cur) {
+		return ctrl.Result{}, nil
+	}
 	last, step := lastMove(cur)
 	if last == nil {
 		return ctrl.Result{}, nil
@@ -35,6 +40,16 @@ func (r *TerraformRunReconciler) reconcileProgress(_ context.Context, run *infra
 	st.report(stalled, infrav1.ReasonNoProgress, fmt.Sprintf("run %s has made no progress for over %s, since %s (%s): check the engine's controller and the step pods of %s %s; opr8r keeps waiting",
 		cur.ID, r.ProgressTimeout, last.UTC().Format(time.RFC3339), step, cur.Child.Kind, cur.ID))
 	return ctrl.Result{RequeueAfter: r.ProgressTimeout}, nil
+}
+
+// stepRunning says whether one of the run's steps is running.
+func stepRunning(cur *infrav1.RunStatus) bool {
+	for _, s := range cur.Steps {
+		if s.Phase == infrav1.StepRunning {
+			return true
+		}
+	}
+	return false
 }
 
 // lastMove returns when the run's steps last moved, and what they wait for.

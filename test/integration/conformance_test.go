@@ -439,10 +439,11 @@ func conformance(g given) {
 		run := g.run("stuck-run", ns).Obj()
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		s := g.active(ns, run.Name)
-		s.Start()
+		// The engine never starts the child (its controller is stuck).
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(Equal("True/NoProgress"))
 		msg := cond(getRun(ns, run.Name), infrav1.StalledCondition).Message
-		Expect(msg).To(And(ContainSubstring("has made no progress for over"), MatchRegexp(` since \d{4}-\d\d-\d\dT`), MatchRegexp(`\(step (plan is Running|init finished and the next has not started)\)`), ContainSubstring("opr8r keeps waiting")))
+		Expect(msg).To(And(ContainSubstring("has made no progress for over"), MatchRegexp(` since \d{4}-\d\d-\d\dT`), ContainSubstring("(the engine has not started it)"), ContainSubstring("opr8r keeps waiting")))
+		s.Start()
 		s.Plan(1, 0, 0, digestOf("stuck-run"))
 		s.Suspend(digestOf("stuck-run"))
 		Eventually(condReason(ns, run.Name, infrav1.StalledCondition), timeout, interval).Should(BeEmpty())
