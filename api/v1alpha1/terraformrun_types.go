@@ -138,11 +138,22 @@ type TerraformRunSpec struct {
 	// +optional
 	DriftRemediation DriftRemediation `json:"driftRemediation,omitempty"`
 
-	// PlanOnly makes every run stop after the plan: nothing is applied,
-	// no approval is asked for, and deletion destroys nothing. For previews
-	// of a branch or a pull request.
+	// PlanOnly makes every run stop after the plan: nothing is applied
+	// and no approval is asked for. For previews of a branch or a pull
+	// request. Deletion destroys nothing unless an earlier apply of this
+	// TerraformRun (before planOnly was set) may have created resources.
 	// +optional
 	PlanOnly bool `json:"planOnly,omitempty"`
+
+	// Timeouts bound how long each step may run, whatever the engine's
+	// defaults (Tekton's is 60 minutes): a step still running at its
+	// timeout is interrupted (terraform stops and writes its state), and
+	// the engine ends its pod a few minutes later if it has not stopped.
+	// Waiting for approval is never counted. Unset fields take the
+	// manager's defaults (--default-plan-timeout, 1h; --default-apply-timeout,
+	// 24h; a destroy takes the apply's).
+	// +optional
+	Timeouts *Timeouts `json:"timeouts,omitempty"`
 
 	// Checks run after the plan and before the approval gate, each in an
 	// image of the user's choice, with the plan as JSON (terraform show
@@ -818,6 +829,26 @@ type WorkspaceVolume struct {
 	// StorageClassName of the volume; empty means the cluster default.
 	// +optional
 	StorageClassName *string `json:"storageClassName,omitempty"`
+}
+
+// Timeouts bound how long each step of a run may run.
+type Timeouts struct {
+	// Plan bounds each step up to the plan (clone, init, plan) and the
+	// checks.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="spec.timeouts.plan must be between 1m and 168h, for example 30m or 2h"
+	// +optional
+	Plan *metav1.Duration `json:"plan,omitempty"`
+	// Apply bounds the apply step.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="spec.timeouts.apply must be between 1m and 168h, for example 2h or 24h"
+	// +optional
+	Apply *metav1.Duration `json:"apply,omitempty"`
+	// Destroy bounds the apply step of a destroy run; unset, the apply's.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) >= duration('1m') && duration(self) <= duration('168h')",message="spec.timeouts.destroy must be between 1m and 168h, for example 2h or 24h"
+	// +optional
+	Destroy *metav1.Duration `json:"destroy,omitempty"`
 }
 
 // HistorySpec configures how long finished pipelines and their records are

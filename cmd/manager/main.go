@@ -26,6 +26,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
@@ -61,6 +62,8 @@ func main() {
 	flag.StringVar(&s.cfg.PlanServiceAccount, "plan-service-account", "", "Default service account of the steps before the approval gate (clone, init, plan; every step of a run that never applies): give it a cloud identity that may read, not change, and bind it to the opr8r-runner Role (empty: the runner's).")
 	flag.StringVar(&s.cfg.CheckServiceAccount, "check-service-account", engine.DefaultCheckServiceAccount, "Service account of check steps, which run images TerraformRuns choose: bind it to the opr8r-check Role (it reads no Secret); empty: checks run as the runner.")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
+	flag.DurationVar(&s.cfg.PlanTimeout, "default-plan-timeout", pipeline.DefaultPlanTimeout, "Timeout of each step up to the plan, and of checks, for TerraformRuns without spec.timeouts.plan; every step carries its own deadline, so no engine default (Tekton's 60 minutes) applies.")
+	flag.DurationVar(&s.cfg.ApplyTimeout, "default-apply-timeout", pipeline.DefaultApplyTimeout, "Timeout of the apply step (and a destroy's) for TerraformRuns without spec.timeouts.apply or .destroy.")
 	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&s.metrics.BindAddress, "metrics-bind-address", manager.DefaultMetricsAddress, "Address of the metrics endpoint (0 disables it).")
 	flag.BoolVar(&s.metrics.Secure, "metrics-secure", true, "Serve /metrics over HTTPS, only to a bearer token whose user may get /metrics (ClusterRole opr8r-metrics-reader), checked with the API server (TokenReview, SubjectAccessReview); false: plain HTTP that anyone who reaches the port reads (local development only).")

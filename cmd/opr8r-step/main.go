@@ -67,6 +67,11 @@ func run(args []string, out io.Writer) int {
 
 	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer cancel()
+	if o.timeout > 0 {
+		var stop context.CancelFunc
+		ctx, stop = context.WithTimeout(ctx, o.timeout)
+		defer stop()
+	}
 	// Everything the step prints is also captured for its log record.
 	capture := &step.LogCapture{}
 	console := out
@@ -99,6 +104,9 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	if err := dispatch(ctx, r, cmd, &o, fs.Args(), out); err != nil {
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			err = fmt.Errorf("%s did not finish within its timeout of %s (spec.timeouts); terraform was interrupted so that it could stop and write its state: %w", cmd, o.timeout, err)
+		}
 		return fail(err)
 	}
 	return 0
@@ -275,6 +283,7 @@ var knownSteps = map[string]bool{
 
 // options are every step's flags.
 type options struct {
+	timeout                                                 time.Duration
 	dest, source, url, ref, credsDir, from                  string
 	moduleDir, workspace, backend, backendNS, backendSuffix string
 	backendConfig, planFile, varsFile, planSecret, approved string
@@ -311,6 +320,7 @@ func (s secretVarsDir) Set(v string) error {
 func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
+	fs.DurationVar(&o.timeout, "timeout", 0, "the step's budget (spec.timeouts): at it, terraform is interrupted and given a few minutes to stop and write its state; 0: none")
 	fs.StringVar(&o.source, "source", "git", "clone: git, oci, dir, or inline (the files in --inputs-env)")
 	fs.StringVar(&o.inputsEnv, "inputs-env", "", "clone: environment variable holding the run's inputs (vars.json and inline files) when the child carries them")
 	fs.StringVar(&o.varsOut, "vars-out", "", "clone: where to write vars.json from --inputs-env")

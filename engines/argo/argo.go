@@ -16,6 +16,8 @@ import (
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -248,6 +250,10 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 	c := s.Container("main", p, replacer)
 	c.VolumeMounts = append([]corev1.VolumeMount{s.WorkspaceMount()}, c.VolumeMounts...)
 	t.Container = &c
+	if d := pipeline.Deadline(s); d > 0 {
+		// The step's own deadline: Argo sets none by default.
+		t.ActiveDeadlineSeconds = ptr.To(intstr.FromInt32(int32(d.Seconds())))
+	}
 	if s.Name == names.StepApply {
 		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
 	}

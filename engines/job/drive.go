@@ -217,7 +217,7 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 			Name: stepJobName(child.Name, step), Namespace: child.Namespace, Labels: jobLabels(p, child.Name, step),
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(child, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
-		Spec: jobSpec(tmpl),
+		Spec: jobSpec(tmpl, pipeline.Deadline(steps...)),
 	}
 	err := c.Create(ctx, j)
 	if apierrors.IsAlreadyExists(err) {

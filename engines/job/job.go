@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -156,6 +157,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	ini, _ := p.StepNamed(names.StepInit)
 	plan, _ := p.StepNamed(names.StepPlan)
 	tmpl := podTemplate(p, r, names.StepPlan, req.Config.StepImage, clone, ini, plan)
+	deadline := pipeline.Deadline(clone, ini, plan)
 	ownerFromLabel(&tmpl.Spec)
 	ws, err := json.Marshal(workspace{Size: p.WorkspaceSize.String(), StorageClassName: p.StorageClassName})
 	if err != nil {
@@ -181,7 +183,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},
-		Spec: jobSpec(tmpl),
+		Spec: jobSpec(tmpl, deadline),
 	}
 	return j, nil
 }
@@ -267,8 +269,13 @@ func jobLabels(p *pipeline.Pipeline, child, step string) map[string]string {
 
 // jobSpec runs a pod once: a failed step is not retried (Terraform steps
 // are not idempotent), and nothing deletes the Job before opr8r has read it.
-func jobSpec(tmpl corev1.PodTemplateSpec) batchv1.JobSpec {
-	return batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: tmpl}
+// The Job ends its pod at the steps' deadline (pipeline.Deadline), if any.
+func jobSpec(tmpl corev1.PodTemplateSpec, deadline time.Duration) batchv1.JobSpec {
+	spec := batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: tmpl}
+	if deadline > 0 {
+		spec.ActiveDeadlineSeconds = ptr.To(int64(deadline.Seconds()))
+	}
+	return spec
 }
 
 // podTemplate is the pod of one Job: the steps' containers (the last one is

@@ -125,7 +125,15 @@ func planTask(p *pipeline.Pipeline, req engine.Request) tektonv1.PipelineTask {
 		Description: "One pod: " + pipeline.StepDescription(names.StepClone) + " " + pipeline.StepDescription(names.StepInit) + " " + pipeline.StepDescription(names.StepPlan),
 		Workspaces:  workspaceBinding(),
 		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(clone, plan), clone, init, plan),
+		Timeout:     taskTimeout(clone, init, plan),
 	}
+}
+
+// taskTimeout is a task's deadline (pipeline.Deadline): set on every task,
+// so that Tekton's default (60 minutes, default-timeout-minutes) never
+// cuts a step short.
+func taskTimeout(steps ...pipeline.Step) *metav1.Duration {
+	return &metav1.Duration{Duration: pipeline.Deadline(steps...)}
 }
 
 // checkTasks run side by side after a plan with changes, a pod each; the
@@ -138,6 +146,7 @@ func checkTasks(p *pipeline.Pipeline, req engine.Request) []tektonv1.PipelineTas
 			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: workspaceBinding(),
 			DisplayName: "Check " + strings.TrimPrefix(c.Name, names.CheckPrefix), Description: pipeline.StepDescription(c.Name),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
+			Timeout:  taskTimeout(c),
 			When:     tektonv1.WhenExpressions{hasChanges()},
 		})
 	}
@@ -151,6 +160,7 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 		Name: taskCleanup, Workspaces: workspaceBinding(),
 		DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
 		TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
+		Timeout:  taskTimeout(p.Cleanup),
 	}}
 	return &tektonv1.PipelineRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: tektonv1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
@@ -173,7 +183,7 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 				Finally:     finally,
 			},
 			// The default pipeline timeout (60m) would count time spent
-			// waiting for approval; each TaskRun keeps Tekton's default.
+			// waiting for approval; each task has its own (taskTimeout).
 			Timeouts: &tektonv1.TimeoutFields{Pipeline: &metav1.Duration{}},
 			// No service account for the run as a whole: Tekton's affinity
 			// assistant pod takes it, and a runner account is only for the
@@ -278,6 +288,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		Description: pipeline.StepDescription(names.StepApply),
 		Workspaces:  ws,
 		TaskSpec:    taskSpec(p, req.Config.StepImage, nil, steps[names.StepApply]),
+		Timeout:     taskTimeout(steps[names.StepApply]),
 		When:        tektonv1.WhenExpressions{hasChanges},
 	}
 	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
@@ -314,6 +325,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
 			DisplayName: "Export outputs", Description: pipeline.StepDescription(names.StepExport),
 			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[names.StepExport]),
+			Timeout:  taskTimeout(steps[names.StepExport]),
 		})
 	}
 	return tasks

@@ -112,6 +112,9 @@ func (r *TerraformRunReconciler) followDestroy(ctx context.Context, run *infrav1
 	if timeout == 0 {
 		timeout = DefaultDestroyTimeout
 	}
+	// Never before the destroy's own steps may end (spec.timeouts.destroy):
+	// a long destroy is not stuck.
+	timeout = max(timeout, pipeline.RunDeadline(st.eff, r.Config, infrav1.RunDestroy))
 	if cur.StartedAt != nil && r.now().Sub(cur.StartedAt.Time) > timeout {
 		return ctrl.Result{}, stalling(infrav1.ReasonDestroyTimeout, "destroy run %s has run for more than %s; check its steps%s", cur.ID, timeout, escape)
 	}

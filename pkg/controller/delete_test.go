@@ -184,19 +184,35 @@ func TestDeleteFlow(t *testing.T) {
 	}
 }
 
+// A destroy is stalled (DestroyTimeout) only once its own steps could no
+// longer be running: a long destroy within spec.timeouts is not stuck.
 func TestDestroyTimesOut(t *testing.T) {
-	f := &fakeEngine{progress: map[string]engine.Progress{"a-destroy-1": {Phase: infrav1.RunRunning}}}
-	run := aRun("a")
-	r, _ := newReconciler(t, f)
-	run = withRun(r, run, 1, infrav1.RunRunning, infrav1.RunDestroy)
-	run.Status.Run.StartedAt = &metav1.Time{Time: t0.Add(-2 * time.Hour)}
-	now := metav1.NewTime(t0)
-	run.DeletionTimestamp = &now
-	r, _ = newReconciler(t, f, childOf(t, run, infrav1.RunDestroy, 1, run.Status.Run.SpecHash), run.DeepCopy())
-	st := r.newPassState(run)
-	res, err := runFlow(ctx(), run, st, r.deleteFlow())
-	_, _ = r.summarize(run, st, res, err)
-	if got := condOf(run, infrav1.StalledCondition); got != "True/DestroyTimeout" {
-		t.Fatalf("Stalled = %s, want True/DestroyTimeout", got)
+	for name, tc := range map[string]struct {
+		timeouts    *infrav1.Timeouts
+		wantStalled string
+	}{
+		"short timeouts, running for 2h: stalled": {
+			timeouts:    &infrav1.Timeouts{Plan: &metav1.Duration{Duration: time.Minute}, Destroy: &metav1.Duration{Duration: 10 * time.Minute}},
+			wantStalled: "True/DestroyTimeout",
+		},
+		"the default timeouts (a 24h destroy), running for 2h: still destroying": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{"a-destroy-1": {Phase: infrav1.RunRunning}}}
+			run := aRun("a")
+			run.Spec.Timeouts = tc.timeouts
+			r, _ := newReconciler(t, f)
+			run = withRun(r, run, 1, infrav1.RunRunning, infrav1.RunDestroy)
+			run.Status.Run.StartedAt = &metav1.Time{Time: t0.Add(-2 * time.Hour)}
+			now := metav1.NewTime(t0)
+			run.DeletionTimestamp = &now
+			r, _ = newReconciler(t, f, childOf(t, run, infrav1.RunDestroy, 1, run.Status.Run.SpecHash), run.DeepCopy())
+			st := r.newPassState(run)
+			res, err := runFlow(ctx(), run, st, r.deleteFlow())
+			_, _ = r.summarize(run, st, res, err)
+			if got := condOf(run, infrav1.StalledCondition); got != tc.wantStalled {
+				t.Fatalf("Stalled = %q, want %q", got, tc.wantStalled)
+			}
+		})
 	}
 }

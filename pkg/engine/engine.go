@@ -279,6 +279,10 @@ type Config struct {
 	CheckServiceAccount string
 	// ImagePullPolicy of every step container; empty means the cluster default.
 	ImagePullPolicy string
+	// PlanTimeout and ApplyTimeout bound the steps of a run that sets no
+	// spec.timeouts of its own (--default-plan-timeout,
+	// --default-apply-timeout); zero: pipeline's defaults.
+	PlanTimeout, ApplyTimeout time.Duration
 }
 
 // Request asks an engine to build the child of one run.

@@ -2,6 +2,7 @@ package pipeline
 
 import (
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -75,6 +76,94 @@ type Step struct {
 	// pod instead of the pipeline's (checks: Config.CheckServiceAccount,
 	// which reads no Secret and holds no cloud identity).
 	ServiceAccountName string `json:",omitempty"`
+	// Timeout is the step's budget (spec.timeouts): opr8r-step interrupts
+	// terraform at it (--timeout), and the engine ends the pod StopGrace
+	// later (Deadline).
+	Timeout time.Duration `json:",omitempty"`
+}
+
+// Timeouts of steps when neither the TerraformRun (spec.timeouts) nor the
+// manager (--default-plan-timeout, --default-apply-timeout) sets one. No
+// engine default applies: every step carries its own deadline.
+const (
+	DefaultPlanTimeout  = time.Hour
+	DefaultApplyTimeout = 24 * time.Hour
+	// StopGrace is how long after a step's timeout its engine ends the
+	// pod: opr8r-step interrupts terraform at the timeout and gives it
+	// InterruptGrace to stop and write its state.
+	StopGrace = 5 * time.Minute
+	// InterruptGrace is how long opr8r-step waits for an interrupted
+	// terraform to stop before it kills it.
+	InterruptGrace = 4 * time.Minute
+)
+
+// Deadline is how long the engine lets a pod that runs these steps live:
+// their timeouts, plus StopGrace; zero when no step has a timeout.
+func Deadline(steps ...Step) time.Duration {
+	var d time.Duration
+	for _, s := range steps {
+		d += s.Timeout
+	}
+	if d == 0 {
+		return 0
+	}
+	return d + StopGrace
+}
+
+// stepTimeouts are the plan-side and apply timeouts of a run of type t:
+// spec.timeouts, else the manager's defaults, else the package's; a
+// destroy's apply takes spec.timeouts.destroy, else the apply's.
+func stepTimeouts(run *infrav1.TerraformRun, cfg engine.Config, t infrav1.RunType) (plan, apply time.Duration) {
+	plan, apply = cmpDuration(cfg.PlanTimeout, DefaultPlanTimeout), cmpDuration(cfg.ApplyTimeout, DefaultApplyTimeout)
+	to := run.Spec.Timeouts
+	if to == nil {
+		return plan, apply
+	}
+	if to.Plan != nil {
+		plan = to.Plan.Duration
+	}
+	if to.Apply != nil {
+		apply = to.Apply.Duration
+	}
+	if t == infrav1.RunDestroy && to.Destroy != nil {
+		apply = to.Destroy.Duration
+	}
+	return plan, apply
+}
+
+func cmpDuration(d, def time.Duration) time.Duration {
+	if d > 0 {
+		return d
+	}
+	return def
+}
+
+// RunDeadline is how long a run of type t may take on its engine, waiting
+// for approval aside: its plan-side steps' and its apply's timeouts, and a
+// StopGrace for each, on top of which the cleanup runs.
+func RunDeadline(run *infrav1.TerraformRun, cfg engine.Config, t infrav1.RunType) time.Duration {
+	plan, apply := stepTimeouts(run, cfg, t)
+	return 3*plan + apply + 4*StopGrace
+}
+
+// setTimeouts gives every step its timeout and tells opr8r-step
+// (--timeout, right after the step's name, before a check's own command).
+func setTimeouts(p *Pipeline, run *infrav1.TerraformRun, cfg engine.Config) {
+	plan, apply := stepTimeouts(run, cfg, p.Type)
+	set := func(s *Step) {
+		if s.Gate || len(s.Args) == 0 {
+			return
+		}
+		s.Timeout = plan
+		if s.Name == names.StepApply {
+			s.Timeout = apply
+		}
+		s.Args = append([]string{s.Args[0], "--timeout=" + s.Timeout.String()}, s.Args[1:]...)
+	}
+	for i := range p.Steps {
+		set(&p.Steps[i])
+	}
+	set(&p.Cleanup)
 }
 
 // Build describes the pipeline of one run. The run must have defaults applied.
@@ -123,6 +212,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 	if PlanOnly(req.Type) {
 		p.Cleanup = b.cleanup()
 		splitIdentities(p, run)
+		setTimeouts(p, run, req.Config)
 		return p, nil
 	}
 	if p.ManualApproval {
@@ -134,6 +224,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 	}
 	p.Cleanup = b.cleanup()
 	splitIdentities(p, run)
+	setTimeouts(p, run, req.Config)
 	return p, nil
 }
 

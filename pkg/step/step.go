@@ -14,6 +14,7 @@ package step
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -29,6 +30,11 @@ import (
 
 	"github.com/opr8r/opr8r/pkg/records"
 )
+
+// DefaultInterruptGrace is how long an interrupted terraform may take to
+// stop before it is killed; the engines end a step's pod a minute after it
+// (pipeline.StopGrace).
+const DefaultInterruptGrace = 4 * time.Minute
 
 // Runner holds what every step needs.
 type Runner struct {
@@ -54,6 +60,13 @@ type Runner struct {
 	// StateRetry is how long apply keeps trying to save a state its
 	// backend did not take (0: DefaultStateRetry).
 	StateRetry time.Duration
+	// InterruptGrace is how long an interrupted terraform (its step's
+	// --timeout, or the pod stopped) is given to stop and write its state
+	// before it is killed (0: DefaultInterruptGrace).
+	InterruptGrace time.Duration
+	// StopSignal is what a stopped terraform is sent first (nil: SIGINT);
+	// tests send SIGKILL to play a pod that dies at once.
+	StopSignal os.Signal
 
 	// secrets are the registered secrets and their forms (AddSecret),
 	// known the same as a set; replacers redact them, by replacement,
@@ -177,6 +190,12 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 		}
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
+	// Stopped (the step's timeout, the pod ending), terraform is
+	// interrupted as at a terminal: it stops what it runs, writes its state
+	// and releases its lock. Killing it would lose the state of resources
+	// it just created.
+	cmd.Cancel = func() error { return cmd.Process.Signal(cmp.Or(r.StopSignal, os.Interrupt)) }
+	cmd.WaitDelay = cmp.Or(r.InterruptGrace, DefaultInterruptGrace)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
 	for k, v := range r.Env {

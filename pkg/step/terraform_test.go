@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -399,7 +400,10 @@ resource "terraform_data" "slow" {
 		t.Fatal(err)
 	}
 
-	// Start apply, and kill it (SIGKILL, as when a pod dies) while it holds the lock.
+	// Start apply, and kill it (SIGKILL, as when a pod dies at once; a
+	// stopped step interrupts terraform, which releases its lock) while it
+	// holds the lock.
+	r.StopSignal = syscall.SIGKILL
 	applyCtx, kill := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- r.Apply(applyCtx, mod, planFile, sum.Digest) }()
@@ -417,6 +421,7 @@ resource "terraform_data" "slow" {
 	}
 	kill()
 	<-done
+	r.StopSignal = nil
 	if l, _ := leases.Get(ctx, "lock-tfstate-default-locked", metav1.GetOptions{}); l.Spec.HolderIdentity == nil {
 		t.Fatal("the killed apply left no lock; the test proves nothing")
 	}
