@@ -866,18 +866,32 @@ type HistorySpec struct {
 	TTLAfterFinished *metav1.Duration `json:"ttlAfterFinished,omitempty"`
 
 	// KeepFinished is how many finished pipelines to keep per TerraformRun.
+	// The last successful apply's is kept besides (it holds the raw
+	// outputs the outputs Secret is restored from), whatever
+	// ttlAfterFinished says.
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	KeepFinished *int32 `json:"keepFinished,omitempty"`
 
-	// KeepRecords is how many runs status.history records, newest first.
+	// KeepRecords is how many runs (applies, destroys, previews) status.history
+	// records, newest first, with their records (logs, plans, approvals).
+	// Scheduled checks are counted apart (keepChecks), so checks never push
+	// an apply out; and the last successful apply is always kept.
 	// +kubebuilder:default=10
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100
 	// +optional
 	KeepRecords *int32 `json:"keepRecords,omitempty"`
+
+	// KeepChecks is how many scheduled checks status.history records,
+	// newest first, with their records, besides keepRecords' runs.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	KeepChecks *int32 `json:"keepChecks,omitempty"`
 }
 
 // RunType is what a pipeline does.

@@ -104,8 +104,17 @@ func mergeChildren(cached, recorded []client.Object) []client.Object {
 func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, children []client.Object, st *passState) (time.Duration, error) {
 	ttl := st.eff.Spec.History.TTLAfterFinished
 	sort.Slice(children, func(i, j int) bool { return childNumber(children[i]) > childNumber(children[j]) })
+	var pinned string
+	if a := st.persisted.LastApplied; a != nil {
+		// The last successful apply's child owns the raw outputs the
+		// outputs Secret is restored from: kept, whatever its age.
+		pinned = a.RunID
+	}
 	var next time.Duration
 	for i, c := range children {
+		if c.GetName() == pinned {
+			continue
+		}
 		if !storedIn(c, st.persisted) {
 			if ttl != nil {
 				// Finished in this pass or not yet: look again once its

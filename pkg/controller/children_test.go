@@ -25,6 +25,7 @@ func TestReconcileChildren(t *testing.T) {
 		keep        int32
 		ttl         *time.Duration
 		finishedAgo time.Duration // when every run finished
+		lastApplied string        // status.lastApplied's run
 		want        []string      // children left
 		wantLabel   []string      // children left labelled settled
 		wantRequeue time.Duration
@@ -50,6 +51,12 @@ func TestReconcileChildren(t *testing.T) {
 		"ttl 0s, latest not yet stored: looks again in a second": {
 			runs: 1, lastPhase: infrav1.RunRunning, finishedNow: true, keep: 3, ttl: ptr.To(time.Duration(0)), want: []string{"a-1"}, wantRequeue: time.Second,
 		},
+		"keepFinished 1: the last successful apply's child stays besides (its raw outputs)": {
+			runs: 4, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 1, lastApplied: "a-2", want: []string{"a-2", "a-4"}, wantLabel: []string{"a-2", "a-4"}, wantRequeue: recordRetry,
+		},
+		"ttl expired: the last successful apply's child stays": {
+			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(time.Minute), finishedAgo: 2 * time.Minute, lastApplied: "a-1", want: []string{"a-1"}, wantLabel: []string{"a-1"},
+		},
 		"ttl not yet expired: requeued for it": {
 			runs: 1, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(10 * time.Minute), finishedAgo: 4 * time.Minute, want: []string{"a-1"}, wantLabel: []string{"a-1"}, wantRequeue: 6 * time.Minute,
 		},
@@ -66,6 +73,9 @@ func TestReconcileChildren(t *testing.T) {
 			run = withRun(r, run, tc.runs, tc.lastPhase, infrav1.RunApply)
 			finished := metav1.NewTime(t0.Add(-tc.finishedAgo))
 			run.Status.Run.FinishedAt = &finished
+			if tc.lastApplied != "" {
+				run.Status.LastApplied = &infrav1.AppliedRevision{RunID: tc.lastApplied}
+			}
 			var objs []client.Object
 			for n := int64(1); n <= tc.runs; n++ {
 				c := childOf(t, run, infrav1.RunApply, n, run.Status.Run.SpecHash)
@@ -114,8 +124,8 @@ func TestRecordHistory(t *testing.T) {
 		cur := &infrav1.RunStatus{ID: names.ChildName("a", infrav1.RunApply, n), Number: n, Type: infrav1.RunApply, Phase: infrav1.RunSucceeded, Commit: "c" + itoa(n)}
 		run.Status.Plan = &infrav1.PlanStatus{RunID: cur.ID, Digest: "d" + itoa(n)}
 		run.Status.Approval = &infrav1.ApprovalStatus{Digest: "d" + itoa(n), Approved: true, Source: infrav1.ApprovedBySpec}
-		appendHistory(run, cur, 3)
-		appendHistory(run, cur, 3) // a retried pass records it once
+		appendHistory(run, cur, historyLimits{runs: 3, checks: 3})
+		appendHistory(run, cur, historyLimits{runs: 3, checks: 3}) // a retried pass records it once
 	}
 	var got []string
 	for _, h := range run.Status.History {

@@ -38,7 +38,7 @@ func (r *TerraformRunReconciler) finishRun(ctx context.Context, run *infrav1.Ter
 	if cur.SpecHash == st.hash {
 		run.Status.ObservedGeneration = run.Generation
 	}
-	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	appendHistory(run, cur, limitsOf(run, st.eff.Spec))
 	st.active, st.finished = false, true
 	runsFinished.WithLabelValues(string(cur.Engine), string(cur.Type), string(cur.Phase)).Inc()
 	return nil
@@ -151,7 +151,7 @@ func (r *TerraformRunReconciler) childDeleted(run *infrav1.TerraformRun, st *pas
 		run.Status.ResourcesMayExist = true
 	}
 	r.Limiter.Release(run.Namespace, cur.ID)
-	appendHistory(run, cur, *st.eff.Spec.History.KeepRecords)
+	appendHistory(run, cur, limitsOf(run, st.eff.Spec))
 	st.active, st.finished, st.childGone = false, true, true
 	st.report(stalled, infrav1.ReasonChildDeleted, cur.Message+fmt.Sprintf("; request a new run with kubectl tfrun rerun %s (annotation %s)", run.Name, infrav1.RunRequestAnnotation))
 }
@@ -170,7 +170,7 @@ func (r *TerraformRunReconciler) finishCheck(run *infrav1.TerraformRun, st *pass
 	if n := childNumber(check); n > run.Status.LastRunNumber {
 		run.Status.LastRunNumber = n
 	}
-	run.Status.History = historyWith(run.Status.History, rec, *st.eff.Spec.History.KeepRecords)
+	run.Status.History = historyWith(run.Status.History, rec, limitsOf(run, st.eff.Spec))
 	run.Status.Drift = &infrav1.DriftStatus{LastCheckID: check.GetName(), LastCheckedAt: *rec.FinishedAt, Result: result, Revision: prog.Commit}
 	if result == infrav1.CheckDrifted {
 		run.Status.Drift.Plan = rec.Plan

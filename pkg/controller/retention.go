@@ -33,21 +33,23 @@ func (r *TerraformRunReconciler) reconcileRetention(ctx context.Context, run *in
 		res = r.reconcileObjectStore(ctx, run, st)
 	}
 	h := st.persisted.History
-	if len(h) == 0 || int32(len(h)) < *st.eff.Spec.History.KeepRecords {
+	if !historyFull(h, limitsOf(run, st.eff.Spec)) {
 		return res, nil // nothing has left a history that is not full
 	}
-	oldest := h[0].Number
+	kept := map[string]bool{}
+	newest := h[0].Number
 	for _, rec := range h {
-		oldest = min(oldest, rec.Number)
+		kept[rec.ID] = true
+		newest = max(newest, rec.Number)
 	}
-	if done, ok := r.recordsPruned.Load(run.UID); ok && done.(int64) >= oldest {
+	if done, ok := r.recordsPruned.Load(run.UID); ok && done.(int64) >= newest {
 		return res, nil
 	}
 	for _, s := range []records.Store{r.Records, r.ObjectStore} {
 		if s == nil {
 			continue
 		}
-		gone, err := records.Prune(ctx, s, run.Namespace, run.Name, oldest)
+		gone, err := records.Prune(ctx, s, run.Namespace, run.Name, newest, kept)
 		if err != nil {
 			ctrl.LoggerFrom(ctx).Error(err, "pruning the records of runs that left the history; trying again later")
 			return res, nil
@@ -56,8 +58,22 @@ func (r *TerraformRunReconciler) reconcileRetention(ctx context.Context, run *in
 			ctrl.LoggerFrom(ctx).V(1).Info("pruned the records of runs that left the history", "runs", gone)
 		}
 	}
-	r.recordsPruned.Store(run.UID, oldest)
+	r.recordsPruned.Store(run.UID, newest)
 	return res, nil
+}
+
+// historyFull says whether runs or checks may have left the history: it
+// holds as many of either as it keeps.
+func historyFull(h []infrav1.RunRecord, keep historyLimits) bool {
+	var runs, checks int32
+	for _, rec := range h {
+		if rec.Type == infrav1.RunDrift {
+			checks++
+		} else {
+			runs++
+		}
+	}
+	return runs >= keep.runs || checks >= keep.checks
 }
 
 // forgetRecords deletes every record of a TerraformRun that is going away.

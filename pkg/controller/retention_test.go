@@ -222,3 +222,60 @@ func TestRetentionMovesAndRestoresByKind(t *testing.T) {
 		t.Errorf("after the restore's time: %s; want the copies gone", got)
 	}
 }
+
+// Checks are counted apart from runs: a hundred checks after an apply
+// leave its history record and its records (log, plans) where they are,
+// and the records of the checks that left the history are pruned.
+func TestChecksNeverPushTheLastApplyOut(t *testing.T) {
+	keep := historyLimits{runs: 2, checks: 3, pinned: "c-1"}
+	var h []infrav1.RunRecord
+	h = historyWith(h, infrav1.RunRecord{ID: "c-1", Number: 1, Type: infrav1.RunApply, Result: infrav1.RunSucceeded}, keep)
+	for n := int64(2); n <= 101; n++ {
+		h = historyWith(h, infrav1.RunRecord{ID: fmt.Sprintf("c-drift-%d", n), Number: n, Type: infrav1.RunDrift}, keep)
+	}
+	var ids []string
+	for _, r := range h {
+		ids = append(ids, r.ID)
+	}
+	if got := strings.Join(ids, ","); got != "c-drift-101,c-drift-100,c-drift-99,c-1" {
+		t.Fatalf("after 100 checks the history is %s; want the 3 newest checks and the apply", got)
+	}
+	// Runs are counted apart too; the pinned apply is the newest one again.
+	keep.pinned = "c-103"
+	for n := int64(102); n <= 103; n++ {
+		h = historyWith(h, infrav1.RunRecord{ID: fmt.Sprintf("c-%d", n), Number: n, Type: infrav1.RunApply}, keep)
+	}
+	ids = nil
+	for _, r := range h {
+		ids = append(ids, r.ID)
+	}
+	if got := strings.Join(ids, ","); got != "c-103,c-102,c-drift-101,c-drift-100,c-drift-99" {
+		t.Fatalf("after two more applies the history is %s; want 2 applies and 3 checks", got)
+	}
+
+	r, _ := newReconciler(t, &fakeEngine{})
+	now := func() time.Time { return t0 }
+	resources, secrets := newMemStore(now), newMemStore(now)
+	r.Records = &records.Router{Resources: resources, Secrets: secrets}
+	putRun(t, r.Records, "c", "c-1")
+	for n := 2; n <= 5; n++ {
+		putRun(t, r.Records, "c", fmt.Sprintf("c-drift-%d", n))
+	}
+	run := aRun("c")
+	run.Spec.History.KeepRecords, run.Spec.History.KeepChecks = ptr.To[int32](2), ptr.To[int32](3)
+	run.Status.LastApplied = &infrav1.AppliedRevision{RunID: "c-1"}
+	run.Status.History = []infrav1.RunRecord{
+		{ID: "c-drift-5", Number: 5, Type: infrav1.RunDrift}, {ID: "c-drift-4", Number: 4, Type: infrav1.RunDrift},
+		{ID: "c-drift-3", Number: 3, Type: infrav1.RunDrift}, {ID: "c-1", Number: 1, Type: infrav1.RunApply},
+	}
+	if _, err := r.reconcileRetention(context.Background(), run, r.newPassState(run)); err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	for _, k := range append(resources.keys(), secrets.keys()...) {
+		left[strings.Split(k, "/")[0]] = true
+	}
+	if !left["c-1"] || left["c-drift-2"] || !left["c-drift-3"] || !left["c-drift-5"] {
+		t.Fatalf("records left: %v; want the apply's and the three newest checks', not c-drift-2's", left)
+	}
+}

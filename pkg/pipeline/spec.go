@@ -58,6 +58,9 @@ func Defaults(run *infrav1.TerraformRun, defaultEngine infrav1.EngineName, cfg e
 	if s.History.KeepRecords == nil {
 		s.History.KeepRecords = ptr.To[int32](10)
 	}
+	if s.History.KeepChecks == nil {
+		s.History.KeepChecks = ptr.To[int32](10)
+	}
 	if s.Outputs.SecretName == "" {
 		s.Outputs.SecretName = r.Name + "-outputs"
 	}

@@ -149,11 +149,12 @@ func RunNumber(runID string) int64 {
 	return -1
 }
 
-// Prune deletes the records of a TerraformRun's runs that are older than
-// its oldest kept run: those numbered below oldest. A run being written
-// now always has a higher number than every recorded one, so it is never
-// touched. It returns the run ids it deleted.
-func Prune(ctx context.Context, s Store, namespace, run string, oldest int64) ([]string, error) {
+// Prune deletes the records of a TerraformRun's runs that left its
+// history: those numbered up to newest (its newest recorded run) that keep
+// does not hold. A run being written now always has a higher number than
+// every recorded one, so it is never touched. It returns the run ids it
+// deleted.
+func Prune(ctx context.Context, s Store, namespace, run string, newest int64, keep map[string]bool) ([]string, error) {
 	recs, err := s.List(ctx, namespace, run)
 	if err != nil {
 		return nil, err
@@ -161,7 +162,7 @@ func Prune(ctx context.Context, s Store, namespace, run string, oldest int64) ([
 	seen := map[string]bool{}
 	var gone []string
 	for _, r := range recs {
-		if n := RunNumber(r.RunID); n >= 0 && n < oldest && !seen[r.RunID] {
+		if n := RunNumber(r.RunID); n >= 0 && n <= newest && !keep[r.RunID] && !seen[r.RunID] {
 			seen[r.RunID] = true
 			gone = append(gone, r.RunID)
 		}

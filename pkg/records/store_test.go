@@ -172,9 +172,15 @@ func storeCases(t *testing.T, newStore func(t *testing.T) (records.Store, string
 		if _, err := s.Get(ctx, records.Key{Namespace: ns, Run: "h", RunID: "h-9", Step: "plan", Kind: records.KindLog}); !errors.Is(err, records.ErrNotFound) {
 			t.Fatalf("a record never written: err %v, want ErrNotFound", err)
 		}
-		gone, err := records.Prune(ctx, s, ns, "h", 3)
-		if err != nil || strings.Join(gone, ",") != "h-1,h-2" {
-			t.Fatalf("prune below 3 deleted %v (%v), want h-1,h-2", gone, err)
+		// h-1 is pinned (the last successful apply, older than checks
+		// h-2 and h-3); h-4 runs now, past the newest recorded run.
+		gone, err := records.Prune(ctx, s, ns, "h", 3, map[string]bool{"h-1": true, "h-3": true})
+		if err != nil || strings.Join(gone, ",") != "h-2" {
+			t.Fatalf("prune up to 3, keeping h-1 and h-3, deleted %v (%v), want h-2", gone, err)
+		}
+		gone, err = records.Prune(ctx, s, ns, "h", 3, map[string]bool{"h-3": true})
+		if err != nil || strings.Join(gone, ",") != "h-1" {
+			t.Fatalf("prune up to 3, keeping h-3, deleted %v (%v), want h-1", gone, err)
 		}
 		if err := s.Delete(ctx, ns, "h", "h-4"); err != nil {
 			t.Fatal(err)
