@@ -33,18 +33,18 @@ func (r *TerraformRunReconciler) reconcileSchedule(ctx context.Context, run *inf
 	if !ok || !r.Available.IsAvailable(e.Name()) || (run.Spec.Interval == nil && run.Status.Drift == nil && !r.mayHaveChecks(run)) {
 		return ctrl.Result{}, nil
 	}
-	check, prog, err := r.unrecordedCheck(ctx, run, e)
+	ce, check, prog, err := r.unrecordedCheckOfAnyEngine(ctx, run, e)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if d, ok := e.(engine.Driver); ok && check != nil {
-		if err := r.drive(ctx, d, e, check, prog, nil); err != nil {
+	if d, ok := ce.(engine.Driver); ok && check != nil {
+		if err := r.drive(ctx, d, ce, check, prog, nil); err != nil {
 			return ctrl.Result{}, err
 		}
 	}
 	if check != nil && !prog.Finished {
 		r.Limiter.Hold(client.ObjectKeyFromObject(run), check.GetName())
-		return r.supersedeCheck(ctx, run, st, e, check)
+		return r.supersedeCheck(ctx, run, st, ce, check)
 	}
 	if check != nil {
 		r.finishCheck(run, st, check, prog)
@@ -109,6 +109,25 @@ func (r *TerraformRunReconciler) unrecordedCheck(ctx context.Context, run *infra
 		return c, prog, err
 	}
 	return nil, engine.Progress{}, nil
+}
+
+// unrecordedCheckOfAnyEngine is unrecordedCheck in the run's engine, then
+// in the others: spec.engine may have changed while a check of the old
+// engine ran. It returns the engine the check is in.
+func (r *TerraformRunReconciler) unrecordedCheckOfAnyEngine(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine) (engine.Engine, client.Object, engine.Progress, error) {
+	check, prog, err := r.unrecordedCheck(ctx, run, e)
+	if err != nil || check != nil {
+		return e, check, prog, err
+	}
+	for _, other := range r.availableEngines() {
+		if other.Name() == e.Name() {
+			continue
+		}
+		if check, prog, err := r.unrecordedCheck(ctx, run, other); err != nil || check != nil {
+			return other, check, prog, err
+		}
+	}
+	return e, nil, engine.Progress{}, nil
 }
 
 // nextCheck is when the run's next check is due (see NextCheck).

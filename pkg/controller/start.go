@@ -325,10 +325,33 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 // run of a TerraformRun (number 1) has no other child: checks come after a
 // run, and claimChild adopts an unrecorded child of number 1 or skips its
 // number. So starting new TerraformRuns in bulk lists nothing.
-func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string, number int64) (string, error) {
+func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, _ engine.Engine, name string, number int64) (string, error) {
 	if number == 1 {
 		return "", nil
 	}
+	// Every engine's: spec.engine may have changed while a check of the
+	// old engine runs (admission only holds it while status.run is active).
+	for _, e := range r.availableEngines() {
+		if other, err := r.activeChildIn(ctx, run, e, name); err != nil || other != "" {
+			return other, err
+		}
+	}
+	return "", nil
+}
+
+// availableEngines are the registered engines whose CRDs the cluster serves.
+func (r *TerraformRunReconciler) availableEngines() []engine.Engine {
+	var out []engine.Engine
+	for _, e := range r.Engines.All() {
+		if r.Available.IsAvailable(e.Name()) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// activeChildIn is otherActiveChild within one engine.
+func (r *TerraformRunReconciler) activeChildIn(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string) (string, error) {
 	children, err := r.listChildrenFrom(ctx, r.APIReader, run, e)
 	if err != nil {
 		return "", err

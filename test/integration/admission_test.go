@@ -201,6 +201,23 @@ var _ = Describe("admission", func() {
 		})).To(Succeed())
 	})
 
+	It("stops a check of the old engine before a run of the new one starts, once spec.engine changed", func() {
+		ns := newNamespace()
+		from, to := given{engineCases[0]}, given{engineCases[1]}
+		from.appliedWithChecks(ns, "moved", func(r *infrav1.TerraformRun) { r.Spec.Terraform.Vars = nil })
+		c := from.checkChild(ns, "moved", map[string]bool{})
+		c.Start()
+		// Admission lets the engine change: no run is active, only a check.
+		patchRun(ns, "moved", func(r *infrav1.TerraformRun) { r.Spec.Engine = to.e.name })
+		Eventually(c.CancelRequested, timeout, interval).Should(BeTrue(), "the old engine's check is stopped")
+		Consistently(func() int { return applyRuns(to, ns) }, 2*time.Second, interval).Should(BeZero(), "no run of the new engine starts beside the check")
+		c.CompleteAfterGate()
+		s := to.nextRun(ns, "moved", "moved-1")
+		Expect(s.Key().Name).NotTo(Equal(c.Key().Name))
+		Expect(lastCheck(ns, "moved", c.Key().Name).Message).To(HavePrefix(infrav1.CheckSuperseded))
+		Expect(getRun(ns, "moved").Status.Run.Engine).To(Equal(to.e.name))
+	})
+
 	It("stalls a run whose inputs are too large for their one ConfigMap, naming the limit", func() {
 		ns := newNamespace()
 		run := testutil.MakeRun("toolarge", ns).Obj()
