@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/results"
 )
@@ -168,14 +169,8 @@ func (r *TerraformRunReconciler) runAuthors(run *infrav1.TerraformRun) []string 
 	if r.UntrustedIdentity {
 		return nil
 	}
-	if cur := run.Status.Run; cur != nil {
-		if len(cur.Authors) > 0 {
-			return cur.Authors
-		}
-		if cur.Author != "" {
-			return []string{cur.Author}
-		}
-		return nil
+	if run.Status.Run != nil {
+		return approvalpolicy.Authors(run)
 	}
 	return authors(run)
 }

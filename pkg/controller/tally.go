@@ -3,7 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 )
 
 // ApprovalRunIndex indexes TerraformRunApprovals by spec.runName.
@@ -60,31 +60,7 @@ func (r *TerraformRunReconciler) votes(ctx context.Context, run *infrav1.Terrafo
 	return out, nil
 }
 
-// needsIdentity is true when the policy can only be checked knowing who
-// decided: a quorum, a list of approvers, or no self-approval.
-func needsIdentity(ap infrav1.ApprovalSpec) bool {
-	return required(ap) > 1 || ap.Approvers != nil || ap.SelfApproval == infrav1.SelfApprovalForbidden
-}
-
-func required(ap infrav1.ApprovalSpec) int32 {
-	return max(ap.RequiredApprovals, 1)
-}
-
-// allowed says whether spec.approval.approvers lets a user decide.
-func allowed(a *infrav1.Approvers, user string, groups []string) bool {
-	if a == nil {
-		return true
-	}
-	if slices.Contains(a.Users, user) {
-		return true
-	}
-	for _, g := range groups {
-		if slices.Contains(a.Groups, g) {
-			return true
-		}
-	}
-	return false
-}
+func required(ap infrav1.ApprovalSpec) int32 { return approvalpolicy.Required(ap) }
 
 // tally counts votes about digest under the policy ap, for a change by
 // authors. A user's newest decision counts; a plan is approved when
@@ -141,17 +117,7 @@ func tally(ap infrav1.ApprovalSpec, authors []string, digest string, votes []vot
 
 // ignoreReason says why the policy does not count a vote ("" if it does).
 func ignoreReason(ap infrav1.ApprovalSpec, authors []string, v vote) string {
-	switch {
-	case v.user == "" && needsIdentity(ap):
-		return "no user was stamped at admission (opr8r's admission policies are not installed?), and spec.approval needs to know who decided"
-	case !allowed(ap.Approvers, v.user, v.groups):
-		return "not in spec.approval.approvers (users or groups)"
-	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && len(authors) == 0:
-		return "the change has no stamped author, so spec.approval.selfApproval Forbidden cannot be checked"
-	case v.approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && slices.Contains(authors, v.user):
-		return "an author of the change may not approve it (spec.approval.selfApproval: Forbidden; status.run.authors lists who changed the spec since the last apply)"
-	}
-	return ""
+	return approvalpolicy.Why(ap, authors, v.user, v.groups, v.approve)
 }
 
 // tallyMessage says where a waiting plan's approvals stand.

@@ -37,6 +37,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/records"
 )
@@ -572,12 +573,36 @@ func (o *Options) approve(ctx context.Context, name, pin string) error {
 	if pin != "" && pin != digest {
 		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
 	}
+	if user, groups := whoAmI(ctx, cs); user != "" {
+		if why := approvalpolicy.Why(run.Spec.Approval, approvalpolicy.Authors(run), user, groups, true); why != "" {
+			return fmt.Errorf("%w: an approval of plan %s of TerraformRun %s by %s would not count: %s; nothing was recorded (kubectl tfrun list shows who has approved)",
+				ErrNotCounted, digest, name, user, why)
+		}
+	}
 	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionApprove, "")
 	if err != nil {
 		return err
 	}
 	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s as %s (TerraformRunApproval %s)%s\n", digest, run.Status.Plan.Summary, name, who(a), a.Name, policyNote(run))
 	return nil
+}
+
+// ErrNotCounted is returned by approve when the run's approval policy would
+// not count the caller's approval (spec.approval.approvers,
+// selfApproval): nothing is recorded, and the command exits non-zero.
+var ErrNotCounted = errors.New("not counted")
+
+// whoAmI is the caller as the API server authenticates them (a
+// SelfSubjectReview); empty when it cannot tell.
+func whoAmI(ctx context.Context, cs kubernetes.Interface) (string, []string) {
+	if cs == nil {
+		return "", nil
+	}
+	r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+	if err != nil {
+		return "", nil
+	}
+	return r.Status.UserInfo.Username, r.Status.UserInfo.Groups
 }
 
 func (o *Options) reject(ctx context.Context, name, reason string) error {
@@ -610,11 +635,7 @@ func (o *Options) decide(ctx context.Context, c client.Client, cs kubernetes.Int
 		},
 		Spec: infrav1.TerraformRunApprovalSpec{RunName: run.Name, PlanDigest: digest, Decision: d, Reason: reason},
 	}
-	if cs != nil {
-		if r, err := cs.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{}); err == nil {
-			a.Spec.User, a.Spec.Groups = r.Status.UserInfo.Username, r.Status.UserInfo.Groups
-		}
-	}
+	a.Spec.User, a.Spec.Groups = whoAmI(ctx, cs)
 	if err := c.Create(ctx, a, client.FieldOwner(FieldManager)); err != nil {
 		if apierrors.IsForbidden(err) {
 			return nil, fmt.Errorf("%w (deciding a plan needs the right to create terraformrunapprovals in namespace %s: the opr8r-approver role, see docs/approvals.md)", err, run.Namespace)

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -282,6 +283,32 @@ func TestPluginCommands(t *testing.T) {
 		js, _, _ := tfrun(ns, "outputs", "done", "-o", "json")
 		if strings.Contains(js, "hunter2-marker") || !strings.Contains(js, `"sensitive": true`) {
 			t.Errorf("-o json leaks or lacks sensitivity:\n%s", js)
+		}
+	})
+
+	t.Run("an approval the policy would not count is refused, and nothing recorded", func(t *testing.T) {
+		ctx := context.Background()
+		w := get(t, ns, "waiting")
+		g := w.DeepCopy()
+		g.ObjectMeta = metav1.ObjectMeta{Name: "guarded", Namespace: ns}
+		g.Spec.Approval.Approvers = &infrav1.Approvers{Users: []string{"alice"}}
+		if err := k8s.Create(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		g.Status = w.Status
+		if err := k8s.Status().Update(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		before := len(decisions(t, ns))
+		out, _, err := tfrun(ns, "approve", "guarded")
+		if !errors.Is(err, plugin.ErrNotCounted) || !strings.Contains(err.Error(), "would not count: not in spec.approval.approvers") || strings.Contains(out, "approved plan") {
+			t.Fatalf("approve by someone not in approvers: %v; out %q; want ErrNotCounted naming spec.approval.approvers, and no 'approved'", err, out)
+		}
+		if got := len(decisions(t, ns)); got != before {
+			t.Fatalf("%d TerraformRunApprovals after a refused approval, want %d", got, before)
+		}
+		if err := k8s.Delete(ctx, g); err != nil {
+			t.Fatal(err)
 		}
 	})
 
