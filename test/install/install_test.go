@@ -434,6 +434,22 @@ func TestHelmChart(t *testing.T) {
 		helmFails(t, h, "needs clusterWide=true set explicitly")
 		helmFails(t, h, "set either watchNamespaces", "--set", "watchNamespaces={team-a}", "--set", "clusterWide=true")
 	})
+	t.Run("values of the wrong kind: refused by values.schema.json, naming the value", func(t *testing.T) {
+		ns := []string{"--set", "watchNamespaces={team-a}"}
+		for value, want := range map[string]string{
+			"records.objectStore.retention=banana": "at '/records/objectStore/retention': 'banana' does not match pattern",
+			"applyTimeout=forever":                 "at '/applyTimeout': 'forever' does not match pattern",
+			"planTimeout=0s":                       "at '/planTimeout': '0s' does not match pattern",
+			"maxActiveRuns=-1":                     "at '/maxActiveRuns'",
+			"image.pullPolicy=Sometimes":           "at '/image/pullPolicy'",
+			"memoryLimitRatio=2":                   "at '/memoryLimitRatio'",
+			"leaderElection=maybe":                 "at '/leaderElection'",
+		} {
+			helmFails(t, h, want, append(ns, "--set", value)...)
+		}
+		// The chart's own values, and durations in every form, pass.
+		run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "applyTimeout=1h30m", "--set", "records.objectStore.retention=72h", "--set", "logLevel=2")
+	})
 	t.Run("a namespace's share of the active runs", func(t *testing.T) {
 		for value, want := range map[string]string{"0": "--max-active-runs-per-namespace=0", "7": "--max-active-runs-per-namespace=7"} {
 			objs := objects(t, run(t, h, "template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}", "--set", "maxActiveRunsPerNamespace="+value))
