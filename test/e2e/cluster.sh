@@ -382,6 +382,12 @@ tekton_up() {
     | sed -e "s#ko://github.com/tektoncd/pipeline/cmd/\([a-z]*\)#localhost/tekton/\1:v${TEKTON_VERSION}#g" \
           -e "s#cgr.dev/chainguard/busybox@sha256:[0-9a-f]*#${SHELL_IMAGE}#g" \
     | kc apply --server-side --force-conflicts -f - >/dev/null
+  # Tekton's default timeout of a TaskRun and a PipelineRun (60 minutes)
+  # lowered to 1: TestEngines/long-apply's apply runs past it, which only
+  # the deadlines opr8r gives every task (spec.timeouts) allow; a task
+  # opr8r built without one would fail every Tekton scenario.
+  kc patch configmap config-defaults -n tekton-pipelines --type merge \
+    -p '{"data":{"default-timeout-minutes":"1"}}' >/dev/null
 }
 
 # The namespaces whose TerraformRuns the e2e scenarios and make dev create:

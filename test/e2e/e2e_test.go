@@ -39,6 +39,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 const ns = "e2e"
@@ -228,7 +229,7 @@ func awaiting(prev string) func(*infrav1.TerraformRun) bool {
 func (e *env) state(t *testing.T, name string) (outputs map[string]any, resources int) {
 	t.Helper()
 	sec := &corev1.Secret{}
-	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "tfstate-default-" + name}, sec); err != nil {
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "tfstate-default-" + names.StateSecretSuffix(name)}, sec); err != nil {
 		t.Fatalf("state Secret: %v", err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(sec.Data["tfstate"]))
@@ -278,9 +279,11 @@ func (e *env) checkOutputs(t *testing.T, name, greeting string) {
 	}
 }
 
-// lifecycle is the scenario list for one engine.
+// lifecycle is the scenario list for one engine. The run's name ends in
+// -<number>, which the kubernetes backend refuses as a state suffix: opr8r
+// adds -state to the default one.
 func lifecycle(t *testing.T, e *env, engine string) {
-	name := "hello-" + engine
+	name := "hello-" + engine + "-1"
 	t.Cleanup(func() {
 		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
 	})
@@ -448,11 +451,55 @@ func TestEngines(t *testing.T) {
 			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
 			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
 			t.Run("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
+			t.Run("long-apply", func(t *testing.T) { longApply(t, e, engine) })
 			if engine == "argo" {
 				t.Run("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
 			}
 		})
 	}
+}
+
+// longApply: an apply that runs past Tekton's default timeout, lowered to
+// one minute on the e2e cluster (cluster.sh), applies on every engine: every
+// step carries its own deadline (spec.timeouts), which the engines enforce.
+func longApply(t *testing.T, e *env, engine string) {
+	const seconds = 75
+	name := "long-" + engine + "-1"
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
+	})
+	files, _ := json.Marshal(map[string]string{"main.tf": slowModule(seconds)})
+	e.sh(t, fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: %s, namespace: %s}
+spec:
+  engine: %s
+  source: {inline: {files: %s}}
+  terraform:
+    vars: [{name: v, value: "long"}]
+  approval: {mode: Auto}
+  timeouts: {apply: 15m}
+  deletionPolicy: Retain
+  runner: {workspace: {size: 64Mi}}
+`, name, ns, engine, files), e.kubectl, "apply", "-f", "-")
+	run := e.waitFor(t, name, "applied and Ready", 10*time.Minute, ready)
+	var apply *infrav1.StepStatus
+	for i, s := range run.Status.Run.Steps {
+		if s.Name == names.StepApply {
+			apply = &run.Status.Run.Steps[i]
+		}
+	}
+	if apply == nil || apply.StartedAt == nil || apply.FinishedAt == nil {
+		t.Fatalf("no finished apply step in %+v", run.Status.Run.Steps)
+	}
+	took := apply.FinishedAt.Sub(apply.StartedAt.Time)
+	if took < seconds*time.Second {
+		t.Fatalf("the apply step took %s, less than the %ds its provisioner sleeps: the test proves nothing", took, seconds)
+	}
+	if _, resources := e.state(t, name); resources != 1 {
+		t.Fatalf("state holds %d resources after the long apply, want 1", resources)
+	}
+	t.Logf("%s: the apply ran %s, past Tekton's lowered default of 1m", name, took.Round(time.Second))
 }
 
 func objMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }

@@ -310,10 +310,12 @@ kind: PipelineRun
 metadata: {name: %s, namespace: %s}
 spec:
   taskRunTemplate: {serviceAccountName: %s}
+  timeouts: {pipeline: 10m}
   pipelineSpec:
     tasks:
     - name: plan
       displayName: "Plan (clone, init, plan)"
+      timeout: 10m
       taskSpec:
         steps:
         - {name: all, image: localhost/opr8r/busybox:e2e, script: "echo planned"}
