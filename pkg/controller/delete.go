@@ -2,6 +2,7 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -82,7 +83,11 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 	request := run.Annotations[infrav1.RunRequestAnnotation]
 	switch {
 	case cur == nil || cur.Type != infrav1.RunDestroy:
-		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion})
+		res, err := r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion})
+		if namespaceTerminating(err) {
+			return ctrl.Result{}, r.releaseInDeletedNamespace(ctx, run, st)
+		}
+		return res, err
 	case cur.Phase == infrav1.RunSucceeded:
 		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
 		return ctrl.Result{}, r.removeFinalizer(ctx, run)
@@ -90,8 +95,13 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 		// Stopped at its gate: a platform admin let it go without approval.
 		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: infrav1.DestroyWithoutApprovalAnnotation + " was set"})
 	case st.childGone:
-		// The destroy child was deleted by hand: destroy again.
-		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: "the previous destroy's " + cur.Child.Kind + " was deleted"})
+		// The destroy child was deleted (by hand, or with its namespace):
+		// destroy again.
+		res, err := r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerDeletion, detail: "the previous destroy's " + cur.Child.Kind + " was deleted"})
+		if namespaceTerminating(err) {
+			return ctrl.Result{}, r.releaseInDeletedNamespace(ctx, run, st)
+		}
+		return res, err
 	case request != "" && request != run.Status.LastHandledRunRequest:
 		return r.startRun(ctx, run, st, e, newRun{typ: infrav1.RunDestroy, trigger: infrav1.TriggerRerunRequest, detail: request})
 	}
@@ -205,4 +215,35 @@ func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infra
 		return generic("RemoveFinalizer", err, "removing finalizer")
 	}
 	return nil
+}
+
+// namespaceTerminating says whether an API error is the refusal to create
+// anything in a namespace that is being deleted.
+func namespaceTerminating(err error) bool {
+	var s apierrors.APIStatus
+	if err == nil || !errors.As(err, &s) {
+		return false
+	}
+	if d := s.Status().Details; d != nil {
+		for _, c := range d.Causes {
+			if c.Type == corev1.NamespaceTerminatingCause {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// releaseInDeletedNamespace ends the deletion of a TerraformRun whose
+// namespace is being deleted: no destroy run can start there, and the
+// namespace's deletion takes the state Secret (the kubernetes backend's)
+// with it. Holding the finalizer would only hold the namespace in
+// Terminating for ever, so opr8r says so, loudly, and lets go.
+func (r *TerraformRunReconciler) releaseInDeletedNamespace(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
+	msg := fmt.Sprintf("namespace %s is being deleted: the destroy run cannot start there, so nothing was destroyed; resources the state recorded may remain in their provider, and a state kept in the namespace (the kubernetes backend's tfstate Secret) goes with it. Delete a TerraformRun and let its destroy finish before deleting its namespace (docs/long-lived-runs.md)", run.Namespace)
+	r.event(run, corev1.EventTypeWarning, infrav1.ReasonDestroyFailed, "Destroy", msg)
+	ctrl.LoggerFrom(ctx).Info("removing finalizer without destroy: the namespace is being deleted", "namespace", run.Namespace)
+	st.report(deleting, infrav1.ReasonDestroyFailed, msg)
+	st.stop = true
+	return r.removeFinalizer(ctx, run)
 }

@@ -1,12 +1,19 @@
 package controller
 
 import (
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/events"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
@@ -214,5 +221,46 @@ func TestDestroyTimesOut(t *testing.T) {
 				t.Fatalf("Stalled = %q, want %q", got, tc.wantStalled)
 			}
 		})
+	}
+}
+
+// A TerraformRun whose namespace is being deleted cannot start its destroy
+// (the API server refuses new objects there): it lets its finalizer go,
+// with a Warning that says what may remain, rather than holding the
+// namespace in Terminating for ever.
+func TestDeletionInADeletedNamespace(t *testing.T) {
+	f := &fakeEngine{progress: map[string]engine.Progress{"a-1": {Finished: true, Phase: infrav1.RunSucceeded}}}
+	run := aRun("a")
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunSucceeded, infrav1.RunApply)
+	run.Status.ResourcesMayExist = true
+	now := metav1.NewTime(t0)
+	run.DeletionTimestamp = &now
+	r, c := newReconciler(t, f, childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash), run.DeepCopy())
+	terminating := apierrors.NewForbidden(batchv1.Resource("jobs"), "a-destroy-2", errors.New("unable to create new content in namespace ns because it is being terminated"))
+	terminating.ErrStatus.Details.Causes = []metav1.StatusCause{{Type: corev1.NamespaceTerminatingCause, Message: "namespace ns is being terminated", Field: "metadata.namespace"}}
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			return terminating
+		},
+	})
+	rec := events.NewFakeRecorder(4)
+	r.Recorder = rec
+	st := r.newPassState(run)
+	res, err := runFlow(ctx(), run, st, r.deleteFlow())
+	if _, err := r.summarize(run, st, res, err); err != nil {
+		t.Fatal(err)
+	}
+	stored := &infrav1.TerraformRun{}
+	if err := c.Get(ctx(), client.ObjectKeyFromObject(run), stored); err == nil && len(stored.Finalizers) > 0 {
+		t.Fatal("the finalizer holds a TerraformRun whose namespace is being deleted")
+	}
+	select {
+	case e := <-rec.Events:
+		if !strings.Contains(e, "Warning") || !strings.Contains(e, "namespace ns is being deleted") || !strings.Contains(e, "may remain") {
+			t.Fatalf("event %q, want a Warning saying the namespace is being deleted and what may remain", e)
+		}
+	default:
+		t.Fatal("no event says why nothing was destroyed")
 	}
 }
