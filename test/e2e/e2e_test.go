@@ -183,10 +183,36 @@ func (e *env) waitFor(t *testing.T, name, what string, timeout time.Duration, ok
 		}
 		if time.Now().After(deadline) {
 			st, _ := json.MarshalIndent(run.Status, "", "  ")
+			t.Logf("%s: diagnostics at the timeout:\n%s", name, e.diagnostics(run))
 			t.Fatalf("%s: timed out after %s waiting for %s; status:\n%s", name, timeout, what, st)
 		}
 		time.Sleep(time.Second)
 	}
+}
+
+// diagnostics is what a scenario that timed out prints besides the run's
+// status: its child's status (the gate node, the tasks), the pods of the
+// namespace with their phases, the namespace's recent events and the node's
+// allocated resources (a node whose CPU requests are full leaves pods
+// Pending).
+func (e *env) diagnostics(run *infrav1.TerraformRun) string {
+	var b strings.Builder
+	show := func(args ...string) {
+		cmd := exec.Command(e.kubectl, append([]string{"--kubeconfig", e.kubeconfig}, args...)...)
+		out, err := cmd.CombinedOutput()
+		fmt.Fprintf(&b, "$ kubectl %s\n%s", strings.Join(args, " "), out)
+		if err != nil {
+			fmt.Fprintf(&b, "(%v)\n", err)
+		}
+	}
+	if cur := run.Status.Run; cur != nil {
+		show("get", strings.ToLower(cur.Child.Kind)+"."+strings.Split(cur.Child.APIVersion, "/")[0], cur.Child.Name, "-n", run.Namespace, "-o", "jsonpath={.status}")
+		b.WriteString("\n")
+	}
+	show("get", "pods", "-n", run.Namespace, "-o", "wide")
+	show("get", "events", "-n", run.Namespace, "--sort-by=.lastTimestamp")
+	show("describe", "nodes")
+	return b.String()
 }
 
 func runPhase(run *infrav1.TerraformRun) infrav1.RunPhase {
