@@ -150,6 +150,11 @@ func connect(r *step.Runner, cmd string, o *options) error {
 	store := records.NewRouter(r.Kube.Client, owner)
 	store.Warn = func(msg string) { fmt.Fprintln(r.Out, "opr8r-step: warning: "+r.Redact(msg)) }
 	r.Records = store
+	if (cmd == "init" || cmd == "apply") && owner != nil {
+		// A state the backend does not take is kept in a Secret of the
+		// TerraformRun (apply), which the next run's init pushes.
+		r.KeptStates = &step.StateKeeper{Kube: r.Kube, Run: o.recordsRun, Owner: owner, Child: o.recordsRunID}
+	}
 	return nil
 }
 

@@ -56,7 +56,7 @@ func (r *Runner) recoverState(ctx context.Context, m Module, applyErr error) err
 	}
 	if kept {
 		if err := r.pushState(ctx, m, errored); err != nil {
-			return fmt.Errorf("%w; and the state terraform kept in %s could not be saved to the backend: %v (push it with terraform state push %s once the backend answers)", applyErr, ErroredStateFile, err, ErroredStateFile)
+			return r.keepErrored(ctx, errored, fmt.Errorf("%w; and the state terraform kept in %s could not be saved to the backend: %v", applyErr, ErroredStateFile, err))
 		}
 	}
 	if !onlyBackendErrors(te.Errors) {
@@ -72,6 +72,26 @@ func (r *Runner) recoverState(ctx context.Context, m Module, applyErr error) err
 		r.logf("the apply succeeded and its state is saved, but the state lock could not be released (%s); the cleanup step releases it", te.Summary)
 	}
 	return nil
+}
+
+// keepErrored keeps a state the backend did not take where it outlives
+// the pod (KeptStates), and says where it is and how it gets to the
+// backend.
+func (r *Runner) keepErrored(ctx context.Context, file string, err error) error {
+	k := r.KeptStates
+	if k == nil || k.Kube == nil {
+		return fmt.Errorf("%w (push it with terraform state push %s once the backend answers: it is on this run's workspace, which goes when the run ends)", err, ErroredStateFile)
+	}
+	// Not with the step's context: a step stopped at its timeout still
+	// keeps the state.
+	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
+	defer cancel()
+	name, kerr := k.keep(kctx, file)
+	if kerr != nil {
+		return fmt.Errorf("%w; and keeping it failed too: %v (push %s with terraform state push before the run's workspace goes)", err, kerr, ErroredStateFile)
+	}
+	return fmt.Errorf("%w; the state is kept in Secret %s/%s: the next run of %s pushes it to the backend before it plans (kubectl tfrun rerun %s), or push it yourself: kubectl get secret %s -n %s -o jsonpath='{.data.errored\\.tfstate}' | base64 -d > %s && terraform state push %s",
+		err, k.Kube.Namespace, name, k.Run, k.Run, name, k.Kube.Namespace, ErroredStateFile, ErroredStateFile)
 }
 
 // onlyBackendErrors says whether every error terraform reported is about

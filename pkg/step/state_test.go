@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
 	"github.com/opr8r/opr8r/pkg/step"
 )
 
@@ -182,3 +184,81 @@ resource "terraform_data" "thing" {
   input = "v"
   provisioner "local-exec" { command = "exit 3" }
 }`
+
+// TestAStateTheBackendDidNotTakeOutlivesTheRun: a backend away longer than
+// the apply's retry leaves the state in errored.tfstate, on a workspace the
+// engines delete when the run ends. The apply step keeps it in a Secret of
+// the TerraformRun and says so; the next run's init pushes it to the
+// backend before anything plans, and deletes the Secret. Real terraform
+// and OpenTofu, a real http backend, a real API server.
+func TestAStateTheBackendDidNotTakeOutlivesTheRun(t *testing.T) {
+	needKube(t)
+	for bin, path := range binaries(t) {
+		t.Run(bin, func(t *testing.T) {
+			ctx := context.Background()
+			ns := namespace(t)
+			server := &stateServer{downFor: time.Hour}
+			srv := httptest.NewServer(server)
+			defer srv.Close()
+			cfg := filepath.Join(t.TempDir(), "backend.hcl")
+			write(t, cfg, "address = \""+srv.URL+"/state\"\nretry_max = 0\n")
+			be := step.Backend{Type: "http", ConfigFile: cfg}
+			keeper := &step.StateKeeper{Kube: &step.Kube{Client: kube, Namespace: ns}, Run: "keeper", Child: "keeper-1"}
+
+			var out bytes.Buffer
+			r := &step.Runner{Terraform: path, Out: &out, ResultsDir: t.TempDir(), StateRetry: 2 * time.Second, KeptStates: keeper}
+			dir := t.TempDir()
+			write(t, filepath.Join(dir, "main.tf"), okModule)
+			mod := step.Module{Dir: dir, Workspace: "default"}
+			if err := r.Init(ctx, mod, be); err != nil {
+				t.Fatalf("init: %v\n%s", err, out.String())
+			}
+			planFile := filepath.Join(t.TempDir(), "tfplan")
+			if _, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: planFile}); err != nil {
+				t.Fatalf("plan: %v\n%s", err, out.String())
+			}
+			digest, err := step.FileDigest(planFile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = r.Apply(ctx, mod, planFile, digest)
+			if err == nil || !strings.Contains(err.Error(), "the state is kept in Secret "+ns+"/keeper-1-errored-state") || !strings.Contains(err.Error(), "kubectl tfrun rerun keeper") {
+				t.Fatalf("apply with the backend away: %v; want it to say the state is kept in Secret %s/keeper-1-errored-state and how it gets back", err, ns)
+			}
+			kept, err := kube.CoreV1().Secrets(ns).Get(ctx, "keeper-1-errored-state", metav1.GetOptions{})
+			if err != nil || len(kept.Data["errored.tfstate"]) == 0 || kept.Labels["infra.opr8r.io/errored-state-of"] != "keeper" {
+				t.Fatalf("kept state Secret: %v, %+v", err, kept)
+			}
+			if server.resources() != 0 {
+				t.Fatal("the backend took the state while it was away: the case did not happen")
+			}
+
+			// The backend is back; the run's workspace is gone. The next
+			// run's init pushes the kept state before it plans.
+			server.mu.Lock()
+			server.downFor, server.downUntil = 0, time.Now()
+			server.mu.Unlock()
+			out.Reset()
+			next := t.TempDir()
+			write(t, filepath.Join(next, "main.tf"), okModule)
+			r2 := &step.Runner{Terraform: path, Out: &out, ResultsDir: t.TempDir(), KeptStates: keeper}
+			if err := r2.Init(ctx, step.Module{Dir: next, Workspace: "default"}, be); err != nil {
+				t.Fatalf("the next init: %v\n%s", err, out.String())
+			}
+			if got := server.resources(); got != 1 {
+				t.Fatalf("after the next init the backend's state holds %d resources, want the 1 the apply made\n%s", got, out.String())
+			}
+			if !strings.Contains(out.String(), "pushed the state an earlier run kept in Secret "+ns+"/keeper-1-errored-state") {
+				t.Errorf("the init's log does not say it pushed the kept state:\n%s", out.String())
+			}
+			if _, err := kube.CoreV1().Secrets(ns).Get(ctx, "keeper-1-errored-state", metav1.GetOptions{}); err == nil {
+				t.Error("the kept state's Secret is still there after its state was pushed")
+			}
+			// The plan after it sees the resource: nothing to add.
+			sum, err := r2.Plan(ctx, step.Module{Dir: next, Workspace: "default"}, step.PlanOptions{PlanFile: filepath.Join(t.TempDir(), "p")})
+			if err != nil || sum.HasChanges {
+				t.Fatalf("the plan after the push: %+v, %v; want no changes (the state holds the resource)", sum, err)
+			}
+		})
+	}
+}

@@ -71,7 +71,7 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 			return err
 		}
 	}
-	return nil
+	return r.pushKept(ctx, m)
 }
 
 func writeBackendOverride(dir string, b Backend) error {
