@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/names"
@@ -79,6 +80,10 @@ func (r *Runner) pushKept(ctx context.Context, m Module) error {
 		return items[i].Name < items[j].Name
 	})
 	for _, s := range items {
+		if k.Owner != nil && !ownedBy(s.OwnerReferences, k.Owner.UID) {
+			r.logf("warning: Secret %s/%s is labelled as a state of %s that an earlier run kept, but that TerraformRun does not own it: not pushed", k.Kube.Namespace, s.Name, k.Run)
+			continue
+		}
 		file := filepath.Join(m.Dir, ErroredStateFile)
 		if err := os.WriteFile(file, s.Data[names.ErroredStateKey], 0o600); err != nil {
 			return err
@@ -94,4 +99,13 @@ func (r *Runner) pushKept(ctx context.Context, m Module) error {
 		r.logf("pushed the state an earlier run kept in Secret %s/%s to the backend, and deleted the Secret", k.Kube.Namespace, s.Name)
 	}
 	return nil
+}
+
+func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
+	for _, o := range refs {
+		if o.UID == uid {
+			return true
+		}
+	}
+	return false
 }

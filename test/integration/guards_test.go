@@ -841,6 +841,17 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runnerSA, Namespace: bare}}})).To(Succeed())
 			refused(runnerIn(bare, "net-1-plan-1").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-1-plan", Namespace: bare}}),
 				"ConfigMap opr8r-guard lists no runnerServiceAccounts: opr8r's manager must copy them there from opr8r-identities")
+			By("a kept errored state, which the next init pushes to the backend: only a run's pod writes one, active run or not")
+			kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-0-errored-state", Namespace: ns, Labels: map[string]string{"infra.opr8r.io/errored-state-of": "net"}},
+				StringData: map[string]string{"errored.tfstate": "{}"}}
+			refused(tenant.Create(ctx, kept.DeepCopy()), guardTenant+" may not create secrets net-0-errored-state: a Secret labelled infra.opr8r.io/errored-state-of holds a state an apply kept")
+			refused(runnerIn(ns, "").Create(ctx, kept.DeepCopy()), "may not create secrets net-0-errored-state")
+			own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}
+			admitted(tenant.Create(ctx, own))
+			refused(update(tenant, own, func(s *corev1.Secret) { s.Labels = map[string]string{"infra.opr8r.io/errored-state-of": "net"} }), "may not update secrets mine")
+			admitted(runnerIn(ns, "net-0-apply-1").Create(ctx, kept))
+			refused(update(tenant, kept, func(s *corev1.Secret) { s.StringData = map[string]string{"errored.tfstate": `{"serial": 99}`} }), "may not update secrets net-0-errored-state")
+			admitted(tenant.Delete(ctx, kept))
 			By("the tenant's own Secrets, and everything once no run is active")
 			admitted(tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git-credentials", Namespace: ns}}))
 			admitted(tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-1-plan", Namespace: free}}))
