@@ -867,8 +867,8 @@ type HistorySpec struct {
 
 	// KeepFinished is how many finished pipelines to keep per TerraformRun.
 	// The last successful apply's is kept besides (it holds the raw
-	// outputs the outputs Secret is restored from), whatever
-	// ttlAfterFinished says.
+	// outputs the outputs Secret is restored from), until ttlAfterFinished
+	// if set.
 	// +kubebuilder:default=3
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=100

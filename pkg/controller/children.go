@@ -107,14 +107,12 @@ func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, chi
 	var pinned string
 	if a := st.persisted.LastApplied; a != nil {
 		// The last successful apply's child owns the raw outputs the
-		// outputs Secret is restored from: kept, whatever its age.
+		// outputs Secret is restored from: keepFinished never prunes it
+		// (ttlAfterFinished, the user's explicit choice, still does).
 		pinned = a.RunID
 	}
 	var next time.Duration
 	for i, c := range children {
-		if c.GetName() == pinned {
-			continue
-		}
 		if !storedIn(c, st.persisted) {
 			if ttl != nil {
 				// Finished in this pass or not yet: look again once its
@@ -127,7 +125,7 @@ func (r *TerraformRunReconciler) prune(ctx context.Context, e engine.Engine, chi
 		if ttl != nil {
 			due = r.ttlLeft(c, st.persisted, ttl.Duration)
 		}
-		if i < int(*st.eff.Spec.History.KeepFinished) && due > 0 {
+		if (i < int(*st.eff.Spec.History.KeepFinished) || c.GetName() == pinned) && due > 0 {
 			if ttl != nil {
 				next = soonest(next, due)
 			}

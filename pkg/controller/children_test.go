@@ -54,8 +54,8 @@ func TestReconcileChildren(t *testing.T) {
 		"keepFinished 1: the last successful apply's child stays besides (its raw outputs)": {
 			runs: 4, lastPhase: infrav1.RunSucceeded, finishedNow: true, keep: 1, lastApplied: "a-2", want: []string{"a-2", "a-4"}, wantLabel: []string{"a-2", "a-4"}, wantRequeue: recordRetry,
 		},
-		"ttl expired: the last successful apply's child stays": {
-			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(time.Minute), finishedAgo: 2 * time.Minute, lastApplied: "a-1", want: []string{"a-1"}, wantLabel: []string{"a-1"},
+		"ttl expired: the last successful apply's child goes too (ttlAfterFinished is the user's choice)": {
+			runs: 2, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(time.Minute), finishedAgo: 2 * time.Minute, lastApplied: "a-1", want: nil,
 		},
 		"ttl not yet expired: requeued for it": {
 			runs: 1, lastPhase: infrav1.RunSucceeded, keep: 3, ttl: ptr.To(10 * time.Minute), finishedAgo: 4 * time.Minute, want: []string{"a-1"}, wantLabel: []string{"a-1"}, wantRequeue: 6 * time.Minute,

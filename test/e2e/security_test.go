@@ -293,7 +293,27 @@ func (e *env) tenantAttacks(t *testing.T, engine string) {
 	if got := strings.Join(run.Status.Run.Authors, ","); got != "opr8r-e2e-mallory,"+trentUser {
 		t.Fatalf("the run's authors are %q, want mallory's and trent's", got)
 	}
-	e.shAs(t, trent, e.tfrun, "approve", name, "-n", ns)
+	// kubectl tfrun approve tells trent his approval would not count, and
+	// records nothing.
+	if out, err := e.as(trent, "", e.tfrun, "approve", name, "-n", ns); err == nil ||
+		!strings.Contains(out, "would not count: an author of the change may not approve it") || !strings.Contains(out, "nothing was recorded") {
+		t.Fatalf("(as trent) kubectl tfrun approve %s: %v\n%s\nwant a non-zero exit saying his approval would not count, and why", name, err, out)
+	} else {
+		recordAttack(engine, "an author approves with kubectl tfrun after a colleague's unrelated edit (selfApproval Forbidden)", "refused by the plugin, nothing recorded: "+oneLine(out, 100))
+	}
+	// The API is not the plugin: an approval trent makes without it is
+	// stamped with his name, and the manager does not count it.
+	approval := fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunApproval
+metadata:
+  generateName: %s-
+  namespace: %s
+  ownerReferences: [{apiVersion: infra.opr8r.io/v1alpha1, kind: TerraformRun, name: %s, uid: %s}]
+spec: {runName: %s, planDigest: %q, decision: Approve}
+`, name, ns, name, run.UID, name, run.Status.Plan.Digest)
+	if out, err := e.as(trent, approval, e.kubectl, "create", "-f", "-"); err != nil {
+		t.Fatalf("(as trent) kubectl create TerraformRunApproval: %v\n%s", err, out)
+	}
 	run = e.waitFor(t, name, "trent's approval ignored", time.Minute, func(r *infrav1.TerraformRun) bool {
 		a := r.Status.Approvals
 		return a != nil && len(a.Ignored) > 0 && a.Ignored[0].User == trentUser
