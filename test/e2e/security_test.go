@@ -3,6 +3,7 @@
 package e2e
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -72,6 +73,45 @@ func writeAttackTable(t *testing.T) {
 
 // as runs a command as one of the cluster's people, with stdin; it returns
 // the output and whether it failed, without failing the test.
+// approveNotCounted: user's kubectl tfrun approve (user "": the admin) is
+// refused by the plugin, since the run's approval policy would not count it
+// (want says why), and records nothing; the same approval made without the
+// plugin is stamped with the user's name, for the manager to ignore. It
+// returns what the plugin printed.
+func (e *env) approveNotCounted(t *testing.T, user, name, want string, run *infrav1.TerraformRun) string {
+	t.Helper()
+	kubeconfig := e.kubeconfig
+	if user != "" {
+		kubeconfig = filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig")
+	}
+	as := func(stdin, bin string, args ...string) (string, error) {
+		cmd := exec.Command(bin, args...)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
+		if stdin != "" {
+			cmd.Stdin = strings.NewReader(stdin)
+		}
+		out, err := cmd.CombinedOutput()
+		t.Logf("$ (as %s) %s %s\n%s", cmp.Or(user, "the admin"), filepath.Base(bin), strings.Join(args, " "), out)
+		return string(out), err
+	}
+	out, err := as("", e.tfrun, "approve", name, "-n", ns)
+	if err == nil || !strings.Contains(out, "would not count: "+want) || !strings.Contains(out, "nothing was recorded") {
+		t.Fatalf("kubectl tfrun approve %s as %s: %v\n%s\nwant a non-zero exit saying the approval would not count (%s), and that nothing was recorded", name, cmp.Or(user, "the admin"), err, out, want)
+	}
+	approval := fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunApproval
+metadata:
+  generateName: %s-
+  namespace: %s
+  ownerReferences: [{apiVersion: infra.opr8r.io/v1alpha1, kind: TerraformRun, name: %s, uid: %s}]
+spec: {runName: %s, planDigest: %q, decision: Approve}
+`, name, ns, name, run.UID, name, run.Status.Plan.Digest)
+	if created, err := as(approval, e.kubectl, "create", "-f", "-"); err != nil {
+		t.Fatalf("creating a TerraformRunApproval of %s without the plugin: %v\n%s", name, err, created)
+	}
+	return out
+}
+
 func (e *env) as(user, stdin, name string, args ...string) (string, error) {
 	cmd := exec.Command(name, args...)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig"))
@@ -294,26 +334,9 @@ func (e *env) tenantAttacks(t *testing.T, engine string) {
 		t.Fatalf("the run's authors are %q, want mallory's and trent's", got)
 	}
 	// kubectl tfrun approve tells trent his approval would not count, and
-	// records nothing.
-	if out, err := e.as(trent, "", e.tfrun, "approve", name, "-n", ns); err == nil ||
-		!strings.Contains(out, "would not count: an author of the change may not approve it") || !strings.Contains(out, "nothing was recorded") {
-		t.Fatalf("(as trent) kubectl tfrun approve %s: %v\n%s\nwant a non-zero exit saying his approval would not count, and why", name, err, out)
-	} else {
-		recordAttack(engine, "an author approves with kubectl tfrun after a colleague's unrelated edit (selfApproval Forbidden)", "refused by the plugin, nothing recorded: "+oneLine(out, 100))
-	}
-	// The API is not the plugin: an approval trent makes without it is
-	// stamped with his name, and the manager does not count it.
-	approval := fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
-kind: TerraformRunApproval
-metadata:
-  generateName: %s-
-  namespace: %s
-  ownerReferences: [{apiVersion: infra.opr8r.io/v1alpha1, kind: TerraformRun, name: %s, uid: %s}]
-spec: {runName: %s, planDigest: %q, decision: Approve}
-`, name, ns, name, run.UID, name, run.Status.Plan.Digest)
-	if out, err := e.as(trent, approval, e.kubectl, "create", "-f", "-"); err != nil {
-		t.Fatalf("(as trent) kubectl create TerraformRunApproval: %v\n%s", err, out)
-	}
+	// records nothing; one he makes without the plugin is ignored.
+	out := e.approveNotCounted(t, trent, name, "an author of the change may not approve it", run)
+	recordAttack(engine, "an author approves with kubectl tfrun after a colleague's unrelated edit (selfApproval Forbidden)", "refused by the plugin, nothing recorded: "+oneLine(out, 100))
 	run = e.waitFor(t, name, "trent's approval ignored", time.Minute, func(r *infrav1.TerraformRun) bool {
 		a := r.Status.Approvals
 		return a != nil && len(a.Ignored) > 0 && a.Ignored[0].User == trentUser
