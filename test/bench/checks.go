@@ -11,6 +11,8 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -18,6 +20,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // checksResult is the scheduled-checks bench (BENCH_CHECKS=1): N runs with
@@ -45,6 +48,13 @@ type checksResult struct {
 	MinPerRun    int // checks per run in the window
 	MaxPerRun    int
 	Errors       int
+	// The survivor: one more run, checked every second, whose first
+	// apply's records and history record must outlive SurvivorWant checks.
+	SurvivorWant    int
+	SurvivorChecks  int    // its checks the player finished
+	SurvivorApply   string // its apply's run id
+	SurvivorHistory string // its status.history ids at the end, newest first
+	SurvivorRecords int    // the apply's records left at the end
 }
 
 func envInt(name string, def int) int {
@@ -80,10 +90,14 @@ type player struct {
 	counting  bool // inside the window
 	waits     []time.Duration
 	perRun    map[string]int
-	checks    int
-	started   int
-	applies   int
-	errors    int
+	// skip is a run whose checks the figures leave out (the survivor's);
+	// skipped counts its finished checks.
+	skip    string
+	skipped int
+	checks  int
+	started int
+	applies int
+	errors  int
 }
 
 func (p *player) add(obj any) {
@@ -99,12 +113,17 @@ func (p *player) add(obj any) {
 	}
 	p.seen[wf.GetName()] = true
 	check := wf.GetLabels()[infrav1.RunTypeLabel] == string(infrav1.RunDrift)
-	if p.counting && check {
+	skipped := wf.GetLabels()[infrav1.RunNameLabel] == p.skip
+	if skipped {
+		// The survivor's children: finished, not counted.
+	} else if p.counting && check {
 		p.started++
 	} else if p.counting {
 		p.applies++
 	}
-	p.active++
+	if !skipped {
+		p.active++
+	}
 	if p.active > p.maxActive {
 		p.maxActive = p.active
 	}
@@ -130,7 +149,9 @@ func (p *player) add(obj any) {
 			logf("finishing %s: %v", wf.GetName(), err)
 			return
 		}
-		if check && p.counting {
+		if check && skipped {
+			p.skipped++
+		} else if check && p.counting {
 			p.checks++
 			p.waits = append(p.waits, wait)
 			p.perRun[runName]++
@@ -145,7 +166,7 @@ func (p *player) add(obj any) {
 func (p *player) update(oldObj, newObj any) {
 	o, ok1 := oldObj.(client.Object)
 	n, ok2 := newObj.(client.Object)
-	if ok1 && ok2 && !p.eng.Finished(o) && p.eng.Finished(n) {
+	if ok1 && ok2 && !p.eng.Finished(o) && p.eng.Finished(n) && n.GetLabels()[infrav1.RunNameLabel] != p.skip {
 		p.mu.Lock()
 		p.active--
 		p.mu.Unlock()
@@ -154,7 +175,7 @@ func (p *player) update(oldObj, newObj any) {
 
 // remove counts an unfinished child that was deleted as finished.
 func (p *player) remove(obj any) {
-	if o, ok := obj.(client.Object); ok && !p.eng.Finished(o) {
+	if o, ok := obj.(client.Object); ok && !p.eng.Finished(o) && o.GetLabels()[infrav1.RunNameLabel] != p.skip {
 		p.mu.Lock()
 		p.active--
 		p.mu.Unlock()
@@ -168,6 +189,8 @@ func benchChecks() (checksResult, error) {
 		Window:   envDuration("BENCH_CHECK_WINDOW", 15*time.Minute),
 		Hold:     envDuration("BENCH_CHECK_HOLD", 5*time.Second),
 		Cap:      envInt("BENCH_CHECK_CAP", 50),
+		// 0 leaves the survivor out.
+		SurvivorWant: envInt("BENCH_CHECK_SURVIVOR", 100),
 	}
 	eng, err := benchEngine()
 	if err != nil {
@@ -194,7 +217,7 @@ func benchChecks() (checksResult, error) {
 	if err != nil {
 		return res, err
 	}
-	p := &player{eng: eng, ctx: ctx, c: c, runs: ca, hold: res.Hold, minInt: controller.DefaultMinCheckInterval, seen: map[string]bool{}, perRun: map[string]int{}}
+	p := &player{eng: eng, ctx: ctx, c: c, runs: ca, hold: res.Hold, minInt: controller.DefaultMinCheckInterval, seen: map[string]bool{}, perRun: map[string]int{}, skip: survivorName}
 	wfs, err := ca.GetInformer(ctx, eng.eng.NewChild())
 	if err != nil {
 		return res, err
@@ -217,7 +240,9 @@ func benchChecks() (checksResult, error) {
 	kc, _ := user.KubeConfig()
 	kcPath := tmp + "/manager.kubeconfig"
 	_ = os.WriteFile(kcPath, kc, 0o600)
-	mgr, _, err := startManager(kcPath, []string{fmt.Sprintf("--max-active-runs=%d", res.Cap)})
+	// --min-check-interval=1s lets the survivor be checked every second;
+	// the other runs' 5m interval is above it anyway.
+	mgr, _, err := startManager(kcPath, []string{fmt.Sprintf("--max-active-runs=%d", res.Cap), "--min-check-interval=1s"})
 	if err != nil {
 		return res, err
 	}
@@ -253,6 +278,11 @@ func benchChecks() (checksResult, error) {
 	res.Setup = time.Since(start)
 	logf("checks: every first apply Ready after %s; observing for %s", res.Setup.Round(time.Second), res.Window)
 
+	if res.SurvivorWant > 0 {
+		if err := startSurvivor(ctx, c, bcfg, eng, ns, &res); err != nil {
+			return res, err
+		}
+	}
 	writes0 := settled(auditLog, countWrites)
 	_, skip := auditSummary(auditLog, 1<<62)
 	cpu0 := usage(mgr.Process.Pid)
@@ -288,6 +318,11 @@ func benchChecks() (checksResult, error) {
 		}
 		res.MaxPerRun = max(res.MaxPerRun, n)
 	}
+	p.mu.Unlock()
+	if err := judgeSurvivor(ctx, c, bcfg, ns, p, &res); err != nil {
+		return res, err
+	}
+	p.mu.Lock()
 	if res.MaxActive > res.Cap {
 		return res, fmt.Errorf("the cap was not respected: %d children unfinished at once, --max-active-runs=%d", res.MaxActive, res.Cap)
 	}
@@ -304,11 +339,13 @@ func printChecks(r checksResult) {
 	// Per check: the window's totals over the checks started in it (each
 	// costs its writes when it starts and when it is recorded; the window's
 	// edges cut as many of one as of the other).
+	// The survivor's checks cost the manager too: they count in the
+	// denominator of the per-check figures.
 	per := func(x float64) float64 {
-		if r.Started == 0 {
+		if r.Started+r.SurvivorChecks == 0 {
 			return 0
 		}
-		return x / float64(r.Started)
+		return x / float64(r.Started+r.SurvivorChecks)
 	}
 	fmt.Printf("checks started in the window: %d; finished: %d (%.2f per run; per run min %d, max %d); apply runs started: %d\n",
 		r.Started, r.Checks, float64(r.Checks)/float64(r.Runs), r.MinPerRun, r.MaxPerRun, r.Applies)
@@ -327,4 +364,90 @@ func printChecks(r checksResult) {
 	}
 	fmt.Printf("cap: at most %d children unfinished at once (--max-active-runs=%d)\n", r.MaxActive, r.Cap)
 	fmt.Printf("wait from due to started: p50 %.1fs, p99 %.1fs, longest %.1fs\n", pct(r.Waits, .5).Seconds(), pct(r.Waits, .99).Seconds(), pct(r.Waits, 1).Seconds())
+	if r.SurvivorWant > 0 {
+		fmt.Printf("survivor (checked every second): %d checks after its apply %s; the apply's history record kept: %v; its records left: %d of 2; history now %s\n",
+			r.SurvivorChecks, r.SurvivorApply, strings.Contains(","+r.SurvivorHistory+",", ","+r.SurvivorApply+","), r.SurvivorRecords, r.SurvivorHistory)
+	}
+}
+
+// survivorName is the run the checks bench checks every second.
+const survivorName = "survivor"
+
+// startSurvivor creates the survivor, checked every second, waits for its
+// first apply, and keeps records for that apply as its steps would (a log
+// and the readable plan, owned by the TerraformRun).
+func startSurvivor(ctx context.Context, c client.Client, cfg *rest.Config, eng enginePlayer, ns string, res *checksResult) error {
+	run := eng.run(survivorName, ns).Obj()
+	run.UID = ""
+	run.Spec.Interval = &metav1.Duration{Duration: time.Second}
+	if err := c.Create(ctx, run); err != nil {
+		return err
+	}
+	got := &infrav1.TerraformRun{}
+	if err := waitFor(5*time.Minute, func() (bool, error) {
+		time.Sleep(time.Second)
+		if err := c.Get(ctx, client.ObjectKeyFromObject(run), got); err != nil {
+			return false, err
+		}
+		return got.Status.Run != nil && got.Status.Run.Type == infrav1.RunApply && got.Status.Run.Phase == infrav1.RunSucceeded, nil
+	}); err != nil {
+		return fmt.Errorf("the survivor's first apply: %w", err)
+	}
+	res.SurvivorApply = got.Status.Run.ID
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	store := records.NewRouter(cs, &metav1.OwnerReference{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: got.Name, UID: got.UID})
+	for _, kind := range []records.Kind{records.KindLog, records.KindPlanText} {
+		key := records.Key{Namespace: ns, Run: got.Name, RunID: res.SurvivorApply, Step: "apply", Kind: kind}
+		if err := store.Put(ctx, key, []byte(res.SurvivorApply+" "+string(kind))); err != nil {
+			return fmt.Errorf("keeping the survivor's apply records: %w", err)
+		}
+	}
+	logf("checks: the survivor's apply %s is Ready and its records kept; it is checked every second", res.SurvivorApply)
+	return nil
+}
+
+// judgeSurvivor reads what is left of the survivor's apply after the
+// window: it fails the bench when the survivor went through its checks and
+// lost the apply's history record or records.
+func judgeSurvivor(ctx context.Context, c client.Client, cfg *rest.Config, ns string, p *player, res *checksResult) error {
+	if res.SurvivorWant == 0 {
+		return nil
+	}
+	p.mu.Lock()
+	res.SurvivorChecks = p.skipped
+	p.mu.Unlock()
+	got := &infrav1.TerraformRun{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: survivorName}, got); err != nil {
+		return err
+	}
+	var ids []string
+	kept := false
+	for _, h := range got.Status.History {
+		ids = append(ids, h.ID)
+		kept = kept || h.ID == res.SurvivorApply
+	}
+	res.SurvivorHistory = strings.Join(ids, ",")
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	recs, err := records.NewRouter(cs, nil).List(ctx, ns, survivorName)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if r.RunID == res.SurvivorApply {
+			res.SurvivorRecords++
+		}
+	}
+	switch {
+	case res.SurvivorChecks < res.SurvivorWant:
+		return fmt.Errorf("the survivor went through %d checks in the window, fewer than the %d asked (BENCH_CHECK_SURVIVOR): lengthen BENCH_CHECK_WINDOW", res.SurvivorChecks, res.SurvivorWant)
+	case !kept || res.SurvivorRecords < 2:
+		return fmt.Errorf("after %d checks the survivor's apply %s is gone: history %s, %d of its 2 records left", res.SurvivorChecks, res.SurvivorApply, res.SurvivorHistory, res.SurvivorRecords)
+	}
+	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -20,6 +21,7 @@ import (
 	"github.com/opr8r/opr8r/engines/enginestest"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/engine/enginetest"
+	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/testutil"
@@ -131,8 +133,10 @@ func (p *plane) setUp(cfg *rest.Config, policies bool, namespaces []string) erro
 	if p.c, err = client.New(p.cfg, client.Options{Scheme: scheme}); err != nil {
 		return err
 	}
-	for _, ns := range namespaces {
-		if err := p.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+	// The manager's own namespace too: it keeps its seal key there
+	// (without it, every bench's manager failed at start since the seal).
+	for _, ns := range append(namespaces, manager.OwnNamespace("opr8r-system")) {
+		if err := p.c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 	}
