@@ -325,18 +325,31 @@ func (r *TerraformRunReconciler) createInputs(ctx context.Context, eff *infrav1.
 // run of a TerraformRun (number 1) has no other child: checks come after a
 // run, and claimChild adopts an unrecorded child of number 1 or skips its
 // number. So starting new TerraformRuns in bulk lists nothing.
-func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, _ engine.Engine, name string, number int64) (string, error) {
+func (r *TerraformRunReconciler) otherActiveChild(ctx context.Context, run *infrav1.TerraformRun, e engine.Engine, name string, number int64) (string, error) {
 	if number == 1 {
 		return "", nil
 	}
-	// Every engine's: spec.engine may have changed while a check of the
-	// old engine runs (admission only holds it while status.run is active).
-	for _, e := range r.availableEngines() {
-		if other, err := r.activeChildIn(ctx, run, e, name); err != nil || other != "" {
+	if other, err := r.activeChildIn(ctx, run, e, name); err != nil || other != "" || !r.mayCheck(run) {
+		return other, err
+	}
+	// The other engines' too, for a run with checks: spec.engine may have
+	// changed while a check of the old engine runs (admission holds it only
+	// while status.run is active). Each is a read past the cache, so runs
+	// without checks, most starts, skip them.
+	for _, o := range r.availableEngines() {
+		if o.Name() == e.Name() {
+			continue
+		}
+		if other, err := r.activeChildIn(ctx, run, o, name); err != nil || other != "" {
 			return other, err
 		}
 	}
 	return "", nil
+}
+
+// mayCheck says whether a run has or may have had scheduled checks.
+func (r *TerraformRunReconciler) mayCheck(run *infrav1.TerraformRun) bool {
+	return run.Spec.Interval != nil || run.Status.Drift != nil || r.mayHaveChecks(run)
 }
 
 // availableEngines are the registered engines whose CRDs the cluster serves.
