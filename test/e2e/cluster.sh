@@ -202,7 +202,9 @@ start() { # start NAME CMD...: background, logs in $S/logs/NAME.log, pid in $S/p
   local name="$1"; shift
   mkdir -p "${S}/logs" "${S}/pids"
   if [ -f "${S}/pids/${name}" ] && kill -0 "$(cat "${S}/pids/${name}")" 2>/dev/null; then return 0; fi
-  setsid "$@" >"${S}/logs/${name}.log" 2>&1 < /dev/null &
+  # 9>&-: not the e2e lock run.sh and dev.sh hold (a daemon that kept it
+  # would hold it for as long as a kept cluster runs: E2E_KEEP=1, make dev).
+  setsid "$@" >"${S}/logs/${name}.log" 2>&1 < /dev/null 9>&- &
   echo $! >"${S}/pids/${name}"
 }
 
@@ -403,7 +405,7 @@ opr8r_up() {
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" \
     --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
-    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s \
+    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=2m \
     --set allowCrossNamespaceDependencies=true >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
