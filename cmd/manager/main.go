@@ -64,6 +64,7 @@ func main() {
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.DurationVar(&s.cfg.PlanTimeout, "default-plan-timeout", pipeline.DefaultPlanTimeout, "Timeout of each step up to the plan, and of checks, for TerraformRuns without spec.timeouts.plan; every step carries its own deadline, so no engine default (Tekton's 60 minutes) applies.")
 	flag.DurationVar(&s.cfg.ApplyTimeout, "default-apply-timeout", pipeline.DefaultApplyTimeout, "Timeout of the apply step (and a destroy's) for TerraformRuns without spec.timeouts.apply or .destroy.")
+	flag.DurationVar(&s.cfg.StateRetry, "state-retry", 0, "How long an apply keeps saving a state its backend did not take (the backend away at the apply's end) before it keeps it in the run's <child>-errored-state Secret, which the next run pushes (0: the step's default, 10m).")
 	flag.StringVar(&s.namespaces, "watch-namespaces", "", "Comma-separated namespaces to watch (empty: all).")
 	flag.StringVar(&s.metrics.BindAddress, "metrics-bind-address", manager.DefaultMetricsAddress, "Address of the metrics endpoint (0 disables it).")
 	flag.BoolVar(&s.metrics.Secure, "metrics-secure", true, "Serve /metrics over HTTPS, only to a bearer token whose user may get /metrics (ClusterRole opr8r-metrics-reader), checked with the API server (TokenReview, SubjectAccessReview); false: plain HTTP that anyone who reaches the port reads (local development only).")

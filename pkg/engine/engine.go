@@ -283,6 +283,10 @@ type Config struct {
 	// spec.timeouts of its own (--default-plan-timeout,
 	// --default-apply-timeout); zero: pipeline's defaults.
 	PlanTimeout, ApplyTimeout time.Duration
+	// StateRetry is how long an apply keeps saving a state its backend
+	// did not take before it keeps it in the run's errored-state Secret
+	// (--state-retry); zero: the step's default.
+	StateRetry time.Duration
 }
 
 // Request asks an engine to build the child of one run.

@@ -155,10 +155,15 @@ func setTimeouts(p *Pipeline, run *infrav1.TerraformRun, cfg engine.Config) {
 			return
 		}
 		s.Timeout = plan
+		flags := []string{s.Args[0], "--timeout=" + plan.String()}
 		if s.Name == names.StepApply {
 			s.Timeout = apply
+			flags[1] = "--timeout=" + apply.String()
+			if cfg.StateRetry > 0 {
+				flags = append(flags, "--state-retry="+cfg.StateRetry.String())
+			}
 		}
-		s.Args = append([]string{s.Args[0], "--timeout=" + s.Timeout.String()}, s.Args[1:]...)
+		s.Args = append(flags, s.Args[1:]...)
 	}
 	for i := range p.Steps {
 		set(&p.Steps[i])
