@@ -405,7 +405,7 @@ opr8r_up() {
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" \
     --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
-    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=2m \
+    --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=3m \
     --set allowCrossNamespaceDependencies=true >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \

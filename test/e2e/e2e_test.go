@@ -478,6 +478,7 @@ func TestEngines(t *testing.T) {
 			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
 			t.Run("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
 			t.Run("long-apply", func(t *testing.T) { longApply(t, e, engine) })
+			t.Run("backend-outage", func(t *testing.T) { backendOutage(t, e, engine) })
 			if engine == "argo" {
 				t.Run("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
 			}

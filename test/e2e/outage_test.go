@@ -1,0 +1,150 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/types"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
+)
+
+// backendOutage: the state backend is away at the end of a real apply for
+// longer than the apply keeps saving the state (the e2e manager's
+// --state-retry is 3m, cluster.sh: three times the minute the API server takes
+// to come back in TestChaos, whose applies must save their state). The backend is the kubernetes one; its
+// outage is an admission policy that refuses every write of the run's state
+// Secret. The apply keeps the state terraform could not save in the run's
+// <child>-errored-state Secret and fails, saying so; a tenant with edit
+// cannot rewrite, relabel or plant such a Secret; once the backend is back,
+// the rerun's init pushes the kept state before it plans, so the plan sees
+// the resource the first apply made (no changes) and the Secret is gone.
+func backendOutage(t *testing.T, e *env, engine string) {
+	name := "outage-" + engine
+	policy := "e2e-outage-" + engine
+	stateSecret := "tfstate-default-" + names.StateSecretSuffix(name)
+	e.absent(t, name)
+	// A state left by an earlier run of the scenario on a kept cluster
+	// (deletionPolicy Retain) would leave the first apply nothing to do.
+	e.sh(t, "", e.kubectl, "delete", "secret", stateSecret, "-n", ns, "--ignore-not-found")
+	t.Cleanup(func() {
+		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
+		e.sh(t, "", e.kubectl, "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy, "--ignore-not-found")
+	})
+	files, _ := json.Marshal(map[string]string{"main.tf": slowModule(40)})
+	e.sh(t, fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: %s, namespace: %s}
+spec:
+  engine: %s
+  source: {inline: {files: %s}}
+  terraform:
+    vars: [{name: v, value: "kept"}]
+  approval: {mode: Auto}
+  deletionPolicy: Retain
+  runner: {workspace: {size: 64Mi}}
+`, name, ns, engine, files), e.kubectl, "apply", "-f", "-")
+	e.waitFor(t, name, "apply running", 8*time.Minute, func(r *infrav1.TerraformRun) bool { return stepOf(r, names.StepApply) == infrav1.StepRunning })
+
+	// The backend goes away while terraform runs the provisioner.
+	e.sh(t, fmt.Sprintf(`apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicy
+metadata: {name: %[1]s}
+spec:
+  failurePolicy: Fail
+  matchConstraints:
+    namespaceSelector: {matchLabels: {kubernetes.io/metadata.name: %[2]s}}
+    resourceRules:
+      - {apiGroups: [""], apiVersions: [v1], operations: [CREATE, UPDATE], resources: [secrets]}
+  validations:
+    - expression: "object.metadata.name != '%[3]s'"
+      message: "e2e: the state backend is away"
+---
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata: {name: %[1]s}
+spec:
+  policyName: %[1]s
+  validationActions: [Deny]
+`, policy, ns, stateSecret), e.kubectl, "apply", "-f", "-")
+	began := time.Now()
+
+	failed := e.waitFor(t, name, "the apply failed", 10*time.Minute, func(r *infrav1.TerraformRun) bool { return runPhase(r) == infrav1.RunFailed })
+	if stepOf(failed, names.StepApply) != infrav1.StepFailed {
+		t.Fatalf("the run failed, but not at its apply: %+v", failed.Status.Run.Steps)
+	}
+	if since := time.Since(began); since < 3*time.Minute {
+		t.Fatalf("the apply failed %s after the backend went away, before its 3m of retries: it did not retry", since.Round(time.Second))
+	}
+	kept := names.ErroredStateSecretName(failed.Status.Run.Child.Name)
+	if !strings.Contains(failed.Status.Run.Message, "kept in Secret") && !e.stepLogContains(t, name, names.StepApply, "the state is kept in Secret "+ns+"/"+kept) {
+		t.Fatalf("neither the run's message nor the apply's log says where the state is kept (Secret %s): %q", kept, failed.Status.Run.Message)
+	}
+	sec := &corev1.Secret{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: kept}, sec); err != nil {
+		t.Fatalf("the kept state's Secret %s: %v", kept, err)
+	}
+	if sec.Labels[names.ErroredStateLabel] != name {
+		t.Fatalf("Secret %s is labelled %v, want %s=%s", kept, sec.Labels, names.ErroredStateLabel, name)
+	}
+	var st struct{ Resources []json.RawMessage }
+	if err := json.Unmarshal(sec.Data["errored.tfstate"], &st); err != nil || len(st.Resources) != 1 {
+		t.Fatalf("Secret %s does not hold the state of the resource just made (%d resources, %v)", kept, len(st.Resources), err)
+	}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateSecret}, &corev1.Secret{}); err == nil {
+		if _, n := e.state(t, name); n != 0 {
+			t.Fatalf("the backend holds %d resources: it was not away", n)
+		}
+	} else if !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+
+	// A tenant who may edit the namespace may not touch a kept state.
+	for _, args := range [][]string{
+		{"label", "secret", kept, names.ErroredStateLabel + "=someone-else", "--overwrite"},
+		{"patch", "secret", kept, "--type=merge", "-p", `{"data":{"errored.tfstate":"e30="}}`},
+	} {
+		out, err := e.shAsErr(mallory, e.kubectl, append(args, "-n", ns)...)
+		// Refused by the guard of the child's objects while its run is
+		// active, by the errored-state rule after: either way by
+		// opr8r-guard-writes.
+		if err == nil || !strings.Contains(out, "opr8r-guard-writes") {
+			t.Fatalf("(as %s) kubectl %s: want a refusal by opr8r-guard-writes, got %v: %s", mallory, strings.Join(args, " "), err, out)
+		}
+		t.Logf("(as %s) kubectl %s: refused: %s", mallory, strings.Join(args[:2], " "), strings.TrimSpace(out))
+	}
+	planted := "planted-" + engine
+	e.shAs(t, mallory, e.kubectl, "create", "secret", "generic", planted, "--from-literal=errored.tfstate={}", "-n", ns)
+	out, err := e.shAsErr(mallory, e.kubectl, "label", "secret", planted, names.ErroredStateLabel+"="+name, "-n", ns)
+	if err == nil || !strings.Contains(out, "errored-state-of") {
+		t.Fatalf("(as %s) a Secret labelled as %s's kept state was admitted: %v %s", mallory, name, err, out)
+	}
+	e.sh(t, "", e.kubectl, "delete", "secret", planted, "-n", ns)
+
+	// The backend is back; the rerun pushes the kept state first.
+	e.sh(t, "", e.kubectl, "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy)
+	time.Sleep(3 * time.Second) // the API server drops the policy
+	e.sh(t, "", e.tfrun, "rerun", name, "-n", ns)
+	run := e.waitFor(t, name, "the rerun is Ready", 8*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return ready(r) && r.Status.Run != nil && r.Status.Run.Child.Name != failed.Status.Run.Child.Name
+	})
+	if run.Status.Plan == nil || run.Status.Plan.RunID != run.Status.Run.ID || run.Status.Plan.HasChanges {
+		t.Fatalf("the rerun's plan %+v has changes: the state the first apply made was lost", run.Status.Plan)
+	}
+	if _, n := e.state(t, name); n != 1 {
+		t.Fatalf("the backend holds %d resources after the rerun, want 1", n)
+	}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: kept}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Fatalf("Secret %s is still there after its state was pushed: %v", kept, err)
+	}
+	t.Logf("%s: the state kept through the outage was pushed by the rerun, whose plan is %s", name, run.Status.Plan.Summary)
+}
