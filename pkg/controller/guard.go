@@ -71,9 +71,11 @@ func appendNew(list []string, v string) []string {
 
 // editGuard changes the namespace's guard list, creating it when needed;
 // it reads past the cache (ConfigMaps are not cached) and retries on a
-// conflict with another run's pass.
+// conflict with another run's pass, and when another pass created the list
+// first (the first runs of a namespace, at once: each failed its pass with
+// AlreadyExists and waited out controller-runtime's backoff).
 func (r *TerraformRunReconciler) editGuard(ctx context.Context, ns string, edit func(guardList) guardList) error {
-	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
 		cm := &corev1.ConfigMap{}
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: GuardConfigMapName}, cm)
 		if apierrors.IsNotFound(err) {

@@ -1,10 +1,13 @@
 package controller
 
 import (
+	"context"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
@@ -54,5 +57,38 @@ func TestChildOfRun(t *testing.T) {
 		if got := childOfRun("net", name); got != want {
 			t.Errorf("childOfRun(net, %s) = %v, want %v", name, got, want)
 		}
+	}
+}
+
+// TestGuardListCreatedBesideIt: two passes add the first children of a
+// namespace at once; the one whose create of the list loses (AlreadyExists)
+// reads the list again and adds its child, in the same call, instead of
+// failing its pass.
+func TestGuardListCreatedBesideIt(t *testing.T) {
+	r, c := newReconciler(t, &fakeEngine{})
+	raced := false
+	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == GuardConfigMapName && !raced {
+				// the other pass's create lands first
+				raced = true
+				other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: GuardConfigMapName},
+					Data: map[string]string{GuardChildrenKey: "other-1", GuardRunnersKey: "opr8r-runner"}}
+				if err := cl.Create(ctx, other); err != nil {
+					return err
+				}
+			}
+			return cl.Create(ctx, obj, opts...)
+		},
+	})
+	if err := r.guardChild(ctx(), "ns", "web-1"); err != nil {
+		t.Fatalf("the pass failed when another created the guard list first: %v", err)
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cm.Data[GuardChildrenKey], "other-1\nweb-1"; !raced || got != want {
+		t.Fatalf("guard list %q (raced %v), want %q: both passes' children", got, raced, want)
 	}
 }
