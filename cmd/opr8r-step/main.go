@@ -103,12 +103,15 @@ func run(args []string, out io.Writer) int {
 	if err := connect(r, cmd, &o); err != nil {
 		return fail(err)
 	}
+	began := time.Now()
 	if err := dispatch(ctx, r, cmd, &o, fs.Args(), out); err != nil {
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 			err = fmt.Errorf("%s did not finish within its timeout of %s (spec.timeouts); terraform was interrupted so that it could stop and write its state: %w", cmd, o.timeout, err)
 		}
 		return fail(err)
 	}
+	// How long the step took, and terraform in it (make bench-e2e reads it).
+	fmt.Fprintf(out, "opr8r-step: %s done in %s (terraform %s)\n", cmd, time.Since(began).Round(time.Millisecond), r.TerraformTime().Round(time.Millisecond))
 	return 0
 }
 

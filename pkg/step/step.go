@@ -79,6 +79,16 @@ type Runner struct {
 	known     map[string]bool
 	replacers map[string]*strings.Replacer
 	mu        sync.Mutex
+	// tfTime is how long terraform itself ran in this step (TerraformTime).
+	tfTime time.Duration
+}
+
+// TerraformTime is how long terraform itself ran in this step, summed over
+// its commands: the rest of a step's time is opr8r-step's own.
+func (r *Runner) TerraformTime() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.tfTime
 }
 
 // LoadEnvFiles reads NAME=PATH pairs: each file's content becomes the
@@ -215,7 +225,11 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 		cmd.Stdout = io.MultiWriter(&stdout, outLog)
 		r.logf("%s %s", filepath.Base(bin), strings.Join(args, " "))
 	}
+	began := time.Now()
 	err = cmd.Run()
+	r.mu.Lock()
+	r.tfTime += time.Since(began)
+	r.mu.Unlock()
 	// A last line without a newline is still logged (redacted).
 	errLog.Flush()
 	if outLog != nil {
