@@ -44,10 +44,14 @@ var (
 		Help:    "Time runs waited for a --max-active-runs slot, by kind (run, check).",
 		Buckets: prometheus.ExponentialBuckets(0.1, 3, 12),
 	}, []string{"kind"})
+	ownWriteWaits = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "opr8r_stale_cache_waits_total",
+		Help: "Passes put off because the cached TerraformRun was older than the manager's own last write of it (a pass from it would be refused with 409).",
+	})
 )
 
 // RegisterMetrics adds opr8r's metrics to controller-runtime's registry,
 // which the manager serves on its metrics endpoint.
 func RegisterMetrics() {
-	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, shareHeldRuns, queueWait)
+	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, shareHeldRuns, queueWait, ownWriteWaits)
 }

@@ -106,6 +106,9 @@ type TerraformRunReconciler struct {
 	// its records were last pruned to; recordsMoved the newest run whose
 	// records moved to the object store; recordsRestores its requests.
 	recordsPruned, recordsMoved, recordsRestores sync.Map
+	// writes are the manager's own last writes of each TerraformRun: a
+	// pass waits for the cache to show them (ownwrites.go).
+	writes ownWrites
 	// Seals seals the children of engines whose driver reads back from them
 	// (engine.Sealer), under a key only the manager holds.
 	Seals engine.Seals
@@ -174,8 +177,13 @@ func (r *TerraformRunReconciler) Reconcile(ctx context.Context, req ctrl.Request
 			// Gone without our finalizer's pass (it was removed by hand):
 			// what it held would never be released.
 			r.Limiter.ReleaseRun(req.NamespacedName)
+			r.writes.forget(req.NamespacedName)
 		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if r.writes.behind(run, time.Now()) {
+		ownWriteWaits.Inc()
+		return ctrl.Result{RequeueAfter: staleCacheRetry}, nil
 	}
 	if err := r.ensureFinalizer(ctx, run); err != nil {
 		return ctrl.Result{}, err
@@ -241,7 +249,11 @@ func (r *TerraformRunReconciler) ensureFinalizer(ctx context.Context, run *infra
 	}
 	patch := client.MergeFrom(run.DeepCopy())
 	controllerutil.AddFinalizer(run, infrav1.Finalizer)
-	return generic("AddFinalizer", r.Patch(ctx, run, patch), "adding finalizer")
+	if err := r.Patch(ctx, run, patch); err != nil {
+		return generic("AddFinalizer", err, "adding finalizer")
+	}
+	r.writes.wrote(run, time.Now())
+	return nil
 }
 
 // patchStatus is the one place status is written: a merge patch of what
@@ -254,6 +266,9 @@ func (r *TerraformRunReconciler) patchStatus(ctx context.Context, base, run *inf
 	err := r.Status().Patch(ctx, run, client.MergeFromWithOptions(base, client.MergeFromWithOptimisticLock{}))
 	if apierrors.IsNotFound(err) {
 		return nil
+	}
+	if err == nil {
+		r.writes.wrote(run, time.Now())
 	}
 	return generic("PatchStatus", err, "patching status")
 }

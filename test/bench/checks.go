@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	"sort"
 	"strconv"
@@ -362,12 +363,30 @@ func printChecks(r checksResult) {
 	for _, k := range keys {
 		fmt.Printf("  %s: %d\n", k, r.WriteKinds[k])
 	}
+	patches, refused := statusPatches(r.WriteKinds)
+	fmt.Printf("status patches refused with 409: %d of %d (%.1f%%)\n", refused, patches, 100*float64(refused)/math.Max(1, float64(patches)))
 	fmt.Printf("cap: at most %d children unfinished at once (--max-active-runs=%d)\n", r.MaxActive, r.Cap)
 	fmt.Printf("wait from due to started: p50 %.1fs, p99 %.1fs, longest %.1fs\n", pct(r.Waits, .5).Seconds(), pct(r.Waits, .99).Seconds(), pct(r.Waits, 1).Seconds())
 	if r.SurvivorWant > 0 {
 		fmt.Printf("survivor (checked every second): %d checks after its apply %s; the apply's history record kept: %v; its records left: %d of 2; history now %s\n",
 			r.SurvivorChecks, r.SurvivorApply, strings.Contains(","+r.SurvivorHistory+",", ","+r.SurvivorApply+","), r.SurvivorRecords, r.SurvivorHistory)
 	}
+}
+
+// statusPatches counts the manager's TerraformRun status patches in the
+// audit summary, and those the API server refused with 409.
+func statusPatches(kinds map[string]int) (all, refused int) {
+	for k, n := range kinds {
+		f := strings.Fields(k)
+		if len(f) != 4 || f[0] != "opr8r-manager" || f[1] != "patch" || f[2] != "terraformruns/status" {
+			continue
+		}
+		all += n
+		if f[3] == "409" {
+			refused += n
+		}
+	}
+	return all, refused
 }
 
 // survivorName is the run the checks bench checks every second.
