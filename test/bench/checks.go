@@ -309,7 +309,6 @@ func benchChecks() (checksResult, error) {
 	res.WriteKinds, _ = auditSummary(auditLog, skip)
 
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	res.Checks, res.Started, res.Applies, res.Waits, res.MaxActive, res.Errors = p.checks, p.started, p.applies, p.waits, p.maxActive, p.errors
 	res.MinPerRun = -1
 	for i := 0; i < res.Runs; i++ {
@@ -320,10 +319,12 @@ func benchChecks() (checksResult, error) {
 		res.MaxPerRun = max(res.MaxPerRun, n)
 	}
 	p.mu.Unlock()
+	// res holds copies: no lock from here (judgeSurvivor takes it; a
+	// deferred unlock of a lock released here crashed the bench when the
+	// survivor failed, hiding why).
 	if err := judgeSurvivor(ctx, c, bcfg, ns, p, &res); err != nil {
 		return res, err
 	}
-	p.mu.Lock()
 	if res.MaxActive > res.Cap {
 		return res, fmt.Errorf("the cap was not respected: %d children unfinished at once, --max-active-runs=%d", res.MaxActive, res.Cap)
 	}
