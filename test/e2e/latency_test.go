@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -51,7 +52,7 @@ func TestLatencyBench(t *testing.T) {
 	}
 	var out strings.Builder
 	fmt.Fprintf(&out, "\nlatency on the from-source cluster (%d CPUs): %d runs one after another, %d at once, %d Manual runs, per engine; %d floor pods\n\n",
-		cpus(), n, burst, manual, floors)
+		runtime.NumCPU(), n, burst, manual, floors)
 	fl := e.floor(t, floors)
 	fmt.Fprintf(&out, "| engine | apply → Succeeded p50 / p95 (one at a time) | %d at once p50 / p95 | Manual: apply → plan in status p50 | p50 ÷ floor |\n| --- | --- | --- | --- | --- |\n", burst)
 	var parts strings.Builder
@@ -382,12 +383,4 @@ func envN(name string, def int) int {
 		return v
 	}
 	return def
-}
-
-func cpus() int {
-	b, err := os.ReadFile("/proc/cpuinfo")
-	if err != nil {
-		return 0
-	}
-	return strings.Count(string(b), "processor\t:")
 }
