@@ -176,28 +176,6 @@ func (e *env) locks(t *testing.T, name string) int {
 	return 0
 }
 
-// absent waits until no TerraformRun of that name is left from an earlier
-// run of the scenario on a kept cluster (E2E_KEEP=1: the cleanup deletes a
-// run and does not wait for its destroy; applying the manifest again would
-// find the old run destroying, and the scenario would follow its destroy).
-func (e *env) absent(t *testing.T, name string) {
-	t.Helper()
-	deadline := time.Now().Add(8 * time.Minute)
-	for {
-		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &infrav1.TerraformRun{})
-		if apierrors.IsNotFound(err) {
-			return
-		}
-		if err == nil {
-			_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s from an earlier run is still there after 8m: %v", name, err)
-		}
-		time.Sleep(2 * time.Second)
-	}
-}
-
 // kill deletes the pods a selector matches, as a crash would end them.
 func (e *env) kill(t *testing.T, namespace, selector string) {
 	t.Helper()
