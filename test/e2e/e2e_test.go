@@ -551,7 +551,6 @@ func (e *env) absent(t *testing.T, name string) {
 	}
 }
 
-
 func objMeta(name string) metav1.ObjectMeta { return metav1.ObjectMeta{Namespace: ns, Name: name} }
 
 // TestTektonWebhookIsLive: Tekton is installed with its admission webhook,
