@@ -6,10 +6,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -69,13 +72,31 @@ func appendNew(list []string, v string) []string {
 	return append(list, v)
 }
 
+// guardBackoff is how editGuard retries a write another manager (a shard,
+// or an old leader) got in first: 8 tries, 20 ms apart and growing by half
+// each time, about 1.3 s in all. This manager's own passes never conflict
+// with each other: they take the namespace's lock.
+var guardBackoff = wait.Backoff{Steps: 8, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.2}
+
+// guardLock is the lock of the namespace's guard list in this manager.
+func (r *TerraformRunReconciler) guardLock(ns string) *sync.Mutex {
+	l, _ := r.guardLocks.LoadOrStore(ns, &sync.Mutex{})
+	return l.(*sync.Mutex)
+}
+
 // editGuard changes the namespace's guard list, creating it when needed;
-// it reads past the cache (ConfigMaps are not cached) and retries on a
-// conflict with another run's pass, and when another pass created the list
-// first (the first runs of a namespace, at once: each failed its pass with
-// AlreadyExists and waited out controller-runtime's backoff).
+// it reads past the cache (ConfigMaps are not cached). This manager's
+// passes edit one namespace's list one at a time: with a thousand runs in
+// one namespace, passes that read and wrote it side by side lost 1,374 of
+// 6,784 updates to conflicts in make bench-checks, and a few passes failed
+// after five quick retries. A conflict with another manager's write, and a
+// create that another got in first (AlreadyExists), are read again and
+// retried (guardBackoff).
 func (r *TerraformRunReconciler) editGuard(ctx context.Context, ns string, edit func(guardList) guardList) error {
-	err := retry.OnError(retry.DefaultRetry, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
+	l := r.guardLock(ns)
+	l.Lock()
+	defer l.Unlock()
+	err := retry.OnError(guardBackoff, func(err error) bool { return apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) }, func() error {
 		cm := &corev1.ConfigMap{}
 		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: ns, Name: GuardConfigMapName}, cm)
 		if apierrors.IsNotFound(err) {
