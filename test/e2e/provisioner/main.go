@@ -71,24 +71,14 @@ type prov struct {
 }
 
 func (p *prov) ensureClass(ctx context.Context) error {
-	sc := map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
-	del := corev1.PersistentVolumeReclaimDelete
-	want := newClass(p.class, sc, del, storageBinding)
-	have, err := p.cs.StorageV1().StorageClasses().Get(ctx, p.class, metav1.GetOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	_, err := p.cs.StorageV1().StorageClasses().Get(ctx, p.class, metav1.GetOptions{})
+	if err == nil || !apierrors.IsNotFound(err) {
 		return err
 	}
-	if err == nil {
-		if have.VolumeBindingMode != nil && *have.VolumeBindingMode == storageBinding {
-			return nil
-		}
-		// a kept cluster's class from before: the mode cannot be changed in
-		// place; bound volumes keep their class by name
-		if err := p.cs.StorageV1().StorageClasses().Delete(ctx, p.class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			return err
-		}
-	}
-	_, err = p.cs.StorageV1().StorageClasses().Create(ctx, want, metav1.CreateOptions{})
+	sc := map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
+	del := corev1.PersistentVolumeReclaimDelete
+	mode := storageBindingImmediate
+	_, err = p.cs.StorageV1().StorageClasses().Create(ctx, newClass(p.class, sc, del, mode), metav1.CreateOptions{})
 	return err
 }
 
