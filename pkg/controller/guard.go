@@ -74,7 +74,7 @@ func appendNew(list []string, v string) []string {
 
 // guardBackoff is how editGuard retries a write another manager (a shard,
 // or an old leader) got in first: 8 tries, 20 ms apart and growing by half
-// each time, about 1.3 s in all. This manager's own passes never conflict
+// each time, about 0.65 s of waits in all. This manager's own passes never conflict
 // with each other: they take the namespace's lock.
 var guardBackoff = wait.Backoff{Steps: 8, Duration: 20 * time.Millisecond, Factor: 1.5, Jitter: 0.2}
 
