@@ -732,7 +732,10 @@ type RunnerSpec struct {
 	// +optional
 	PlanServiceAccountName string `json:"planServiceAccountName,omitempty"`
 
-	// Resources are the requests and limits of each step container.
+	// Resources are the requests and limits of each step container. On
+	// Tekton, whose task runs its steps one after another in one pod, the
+	// pod requests this once, not once per step: each step requests an
+	// equal share and keeps the whole limit.
 	// +optional
 	Resources *corev1.ResourceRequirements `json:"resources,omitempty"`
 

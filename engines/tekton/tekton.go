@@ -23,6 +23,7 @@ import (
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	tektonv1beta1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1beta1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/selection"
@@ -254,6 +255,7 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 		st.DisplayName = stepDisplayName(s.Name)
 		ts.Steps = append(ts.Steps, st)
 	}
+	shareRequests(ts.Steps)
 	return &tektonv1.EmbeddedTask{
 		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{infrav1.StepLabel: steps[len(steps)-1].Name}},
 		TaskSpec: ts,
@@ -261,6 +263,47 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 }
 
 // step is a container as a Tekton step.
+// shareRequests makes the task's pod request what one step requests, not
+// that times its steps. Kubernetes sums the requests of a pod's containers,
+// as if they ran side by side, but Tekton runs a task's steps one after
+// another: a plan task of four steps at 100m each reserved 400m of the node,
+// and on a small node pods waited for CPU nothing used. Each step requests
+// an equal share of the largest step's request (what Tekton's task-level
+// computeResources does, a beta field this needs no feature flag for);
+// limits stay per step. The pod's cgroup weighs its requests' sum, and the
+// one step running gets all of it.
+func shareRequests(steps []tektonv1.Step) {
+	most := corev1.ResourceList{}
+	for _, s := range steps {
+		// A limit without a request is the request (Kubernetes' default).
+		req := maps.Clone(s.ComputeResources.Limits)
+		if req == nil {
+			req = corev1.ResourceList{}
+		}
+		maps.Copy(req, s.ComputeResources.Requests)
+		for k, v := range req {
+			if m, ok := most[k]; !ok || v.Cmp(m) > 0 {
+				most[k] = v
+			}
+		}
+	}
+	n := int64(len(steps))
+	if n < 2 || len(most) == 0 {
+		return
+	}
+	share := corev1.ResourceList{}
+	for k, v := range most {
+		if k == corev1.ResourceCPU {
+			share[k] = *resource.NewMilliQuantity(v.MilliValue()/n, v.Format)
+		} else {
+			share[k] = *resource.NewQuantity(v.Value()/n, v.Format)
+		}
+	}
+	for i := range steps {
+		steps[i].ComputeResources.Requests = share.DeepCopy()
+	}
+}
+
 func step(c corev1.Container) tektonv1.Step {
 	return tektonv1.Step{
 		Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy, Command: c.Command, Args: c.Args,

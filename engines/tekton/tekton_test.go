@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -135,6 +137,66 @@ func TestStepPodsAreHardened(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// A task's pod requests what one step requests, however many steps it has
+// (Kubernetes sums a pod's containers' requests; Tekton runs them one after
+// another), and every step keeps the whole limit; a limit without a request
+// counts as the request, as Kubernetes would default it.
+func TestTaskPodsRequestOneStep(t *testing.T) {
+	cases := map[string]struct {
+		res              *corev1.ResourceRequirements
+		wantCPU, wantMem string // the pod's summed requests
+		limitCPU         string
+	}{
+		"defaults": {nil, "100m", "256Mi", "2"},
+		"requests": {&corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("1Gi")},
+			Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("3"), corev1.ResourceMemory: resource.MustParse("4Gi")},
+		}, "1", "1Gi", "3"},
+		"limits-only": {&corev1.ResourceRequirements{
+			Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("512Mi")},
+		}, "500m", "512Mi", "500m"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := testutil.MakeRun("res", "team-a").Var("name", `"x"`).Engine(infrav1.EngineTekton).Obj()
+			run.Spec.Runner.Resources = tc.res
+			pr := build(t, run, infrav1.RunApply)
+			if err := validate(pr); err != nil {
+				t.Fatal(err)
+			}
+			multi := 0
+			for _, pt := range append(pr.Spec.PipelineSpec.Tasks, pr.Spec.PipelineSpec.Finally...) {
+				if pt.TaskSpec == nil || len(pt.TaskSpec.Steps) == 0 {
+					continue
+				}
+				if len(pt.TaskSpec.Steps) > 1 {
+					multi++
+				}
+				var cpu, mem resource.Quantity
+				for _, s := range pt.TaskSpec.Steps {
+					cpu.Add(*s.ComputeResources.Requests.Cpu())
+					mem.Add(*s.ComputeResources.Requests.Memory())
+					if got := s.ComputeResources.Limits.Cpu(); got.Cmp(resource.MustParse(tc.limitCPU)) != 0 {
+						t.Errorf("task %s step %s: cpu limit %s, want %s", pt.Name, s.Name, got, tc.limitCPU)
+					}
+				}
+				// Shares are rounded down: within a step's rounding of the request.
+				n := int64(len(pt.TaskSpec.Steps))
+				wantCPU, wantMem := resource.MustParse(tc.wantCPU), resource.MustParse(tc.wantMem)
+				if d := wantCPU.MilliValue() - cpu.MilliValue(); d < 0 || d >= n {
+					t.Errorf("task %s (%d steps) requests %s CPU, want %s", pt.Name, n, cpu.String(), tc.wantCPU)
+				}
+				if d := wantMem.Value() - mem.Value(); d < 0 || d >= n {
+					t.Errorf("task %s (%d steps) requests %s memory, want %s", pt.Name, n, mem.String(), tc.wantMem)
+				}
+			}
+			if multi == 0 {
+				t.Fatal("no task with several steps: the test proves nothing")
+			}
+		})
 	}
 }
 
