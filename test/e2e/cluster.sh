@@ -30,6 +30,18 @@ CACHE="${OPR8R_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/opr8r}"
 EBIN="${CACHE}/e2e/etcd-${ETCD_VERSION}"
 ARGO_VERSION="$(awk '$1=="github.com/argoproj/argo-workflows/v3"{print substr($2,2)}' "${ROOT}/go.mod")"
 TEKTON_VERSION="$(awk '$1=="github.com/tektoncd/pipeline"{print substr($2,2)}' "${ROOT}/go.mod")"
+# Argo's controller looks at one Workflow at most once per
+# DEFAULT_REQUEUE_TIME (10s unless set), and every hand-off from one step's
+# pod to the next waits for it: 2s takes a trivial Argo run from about 60 s
+# to about 43 s (docs/install.md, "The engines, for short runs").
+ARGO_REQUEUE_TIME="${ARGO_REQUEUE_TIME:-2s}"
+# The longest a pod the scheduler refused stays parked before it is tried
+# again without an event that could make it fit (5m unless set; flushed
+# every 30 s). On two cores the scenarios' pods are often refused for CPU
+# and then wait for an event (a pod's end) to be requeued; a missed requeue
+# cost TestTektonDashboard its 5-minute wait once. 30s bounds such a miss to
+# about a minute. The flag is deprecated but served by kube-scheduler 1.36.
+SCHEDULER_PARK_MAX="${SCHEDULER_PARK_MAX:-30s}"
 KBIN="${CACHE}/e2e/kube-${KUBE_VERSION}"
 CBIN="${CACHE}/e2e/containerd-${CONTAINERD_VERSION}"
 ABIN="${CACHE}/e2e/argo-${ARGO_VERSION}"
@@ -299,7 +311,8 @@ control_plane_up() {
     --leader-elect=false --bind-address 127.0.0.1 --secure-port 10257 --controllers '*'
   start kube-scheduler "${KBIN}/kube-scheduler" --kubeconfig "${S}/scheduler.kubeconfig" \
     --authentication-kubeconfig "${S}/scheduler.kubeconfig" --authorization-kubeconfig "${S}/scheduler.kubeconfig" \
-    --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259
+    --leader-elect=false --bind-address 127.0.0.1 --secure-port 10259 \
+    --pod-max-in-unschedulable-pods-duration "${SCHEDULER_PARK_MAX}"
 }
 
 start_node() {
@@ -365,6 +378,12 @@ namespace: argo
 resources: [workflow-controller, workflow-controller-rbac]
 images:
 - {name: quay.io/argoproj/workflow-controller, newTag: v${ARGO_VERSION}}
+patches:
+- target: {kind: Deployment, name: workflow-controller}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/env/-
+      value: {name: DEFAULT_REQUEUE_TIME, value: "${ARGO_REQUEUE_TIME}"}
 YAML
   kc create namespace argo --dry-run=client -o yaml | kc apply -f - >/dev/null
   "${KUSTOMIZE}" build "${k}" | kc apply --server-side --force-conflicts -f - >/dev/null

@@ -474,13 +474,20 @@ func TestEngines(t *testing.T) {
 	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			t.Run("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
-			t.Run("terraform-error", func(t *testing.T) { failing(t, e, engine) })
-			t.Run("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
-			t.Run("long-apply", func(t *testing.T) { longApply(t, e, engine) })
-			t.Run("backend-outage", func(t *testing.T) { backendOutage(t, e, engine) })
+			// Each scenario has runs of its own names, so they run side by
+			// side too: one engine's six scenarios one after another were the
+			// suite's longest chain, and with fewer scenarios at once
+			// (run.sh's E2E_PARALLEL) they would have ended it late.
+			scenario := func(name string, f func(t *testing.T)) {
+				t.Run(name, func(t *testing.T) { t.Parallel(); f(t) })
+			}
+			scenario("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
+			scenario("terraform-error", func(t *testing.T) { failing(t, e, engine) })
+			scenario("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
+			scenario("long-apply", func(t *testing.T) { longApply(t, e, engine) })
+			scenario("backend-outage", func(t *testing.T) { backendOutage(t, e, engine) })
 			if engine == "argo" {
-				t.Run("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
+				scenario("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
 			}
 		})
 	}

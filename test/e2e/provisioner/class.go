@@ -6,7 +6,16 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-const storageBindingImmediate = storagev1.VolumeBindingImmediate
+// storageBinding is WaitForFirstConsumer, as rancher's local-path
+// provisioner and most clouds' default classes have it: the scheduler
+// places a pod whose claim is not bound yet and waits in its PreBind for
+// the binding (the provisioner serves every claim at once, so it is
+// quick). With Immediate, the scheduler refused such a pod ("pod has
+// unbound immediate PersistentVolumeClaims") and parked it until an event
+// about the claim requeued it; TestTektonDashboard's plan pod once waited
+// out the scheduler's 5-minute flush of parked pods after such a refusal,
+// and the test's 5-minute wait with it.
+const storageBinding = storagev1.VolumeBindingWaitForFirstConsumer
 
 func newClass(name string, annotations map[string]string, reclaim corev1.PersistentVolumeReclaimPolicy, mode storagev1.VolumeBindingMode) *storagev1.StorageClass {
 	return &storagev1.StorageClass{

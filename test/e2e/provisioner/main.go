@@ -65,20 +65,34 @@ func main() {
 	}
 }
 
+// selectedNodeAnnotation is where the scheduler writes the node it picked
+// for a pod whose WaitForFirstConsumer claim is not bound yet.
+const selectedNodeAnnotation = "volume.kubernetes.io/selected-node"
+
 type prov struct {
 	cs                *kubernetes.Clientset
 	root, class, node string
 }
 
 func (p *prov) ensureClass(ctx context.Context) error {
-	_, err := p.cs.StorageV1().StorageClasses().Get(ctx, p.class, metav1.GetOptions{})
-	if err == nil || !apierrors.IsNotFound(err) {
-		return err
-	}
 	sc := map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}
 	del := corev1.PersistentVolumeReclaimDelete
-	mode := storageBindingImmediate
-	_, err = p.cs.StorageV1().StorageClasses().Create(ctx, newClass(p.class, sc, del, mode), metav1.CreateOptions{})
+	want := newClass(p.class, sc, del, storageBinding)
+	have, err := p.cs.StorageV1().StorageClasses().Get(ctx, p.class, metav1.GetOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil {
+		if have.VolumeBindingMode != nil && *have.VolumeBindingMode == storageBinding {
+			return nil
+		}
+		// a kept cluster's class from before: the mode cannot be changed in
+		// place; bound volumes keep their class by name
+		if err := p.cs.StorageV1().StorageClasses().Delete(ctx, p.class, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	_, err = p.cs.StorageV1().StorageClasses().Create(ctx, want, metav1.CreateOptions{})
 	return err
 }
 
@@ -94,6 +108,15 @@ func (p *prov) pass(ctx context.Context) error {
 			continue
 		}
 		if c.Spec.StorageClassName == nil || *c.Spec.StorageClassName != p.class {
+			continue
+		}
+		// WaitForFirstConsumer: provision once the scheduler has picked the
+		// claim's node for a pod (external-provisioner's rule). A volume
+		// made before that is one the scheduler finds and binds itself in
+		// its PreBind, racing the PV controller's binding of it: the pod was
+		// refused ("the object has been modified") and retried after a
+		// backoff, 16 times in one make e2e.
+		if c.Annotations[selectedNodeAnnotation] == "" {
 			continue
 		}
 		if err := p.provision(ctx, c); err != nil {
