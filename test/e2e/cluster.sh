@@ -37,10 +37,11 @@ TEKTON_VERSION="$(awk '$1=="github.com/tektoncd/pipeline"{print substr($2,2)}' "
 ARGO_REQUEUE_TIME="${ARGO_REQUEUE_TIME:-2s}"
 # The longest a pod the scheduler refused stays parked before it is tried
 # again without an event that could make it fit (5m unless set; flushed
-# every 30 s). On two cores the scenarios' pods are often refused for CPU
-# and then wait for an event (a pod's end) to be requeued; a missed requeue
-# cost TestTektonDashboard its 5-minute wait once. 30s bounds such a miss to
-# about a minute. The flag is deprecated but served by kube-scheduler 1.36.
+# every 30 s). A refused pod waits for an event (a claim bound, a pod's end)
+# to be requeued; a missed requeue cost TestTektonDashboard its 5-minute
+# wait once, when its plan pod was refused for CPU and then for an unbound
+# claim. 30s bounds such a miss to about a minute. The flag is deprecated
+# but served by kube-scheduler 1.36.
 SCHEDULER_PARK_MAX="${SCHEDULER_PARK_MAX:-30s}"
 KBIN="${CACHE}/e2e/kube-${KUBE_VERSION}"
 CBIN="${CACHE}/e2e/containerd-${CONTAINERD_VERSION}"
