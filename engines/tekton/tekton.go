@@ -262,7 +262,6 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 	}
 }
 
-// step is a container as a Tekton step.
 // shareRequests makes the task's pod request what one step requests, not
 // that times its steps. Kubernetes sums the requests of a pod's containers,
 // as if they ran side by side, but Tekton runs a task's steps one after
@@ -304,6 +303,7 @@ func shareRequests(steps []tektonv1.Step) {
 	}
 }
 
+// step is a container as a Tekton step.
 func step(c corev1.Container) tektonv1.Step {
 	return tektonv1.Step{
 		Name: c.Name, Image: c.Image, ImagePullPolicy: c.ImagePullPolicy, Command: c.Command, Args: c.Args,
