@@ -471,25 +471,34 @@ func TestEngines(t *testing.T) {
 	// TestChaos apart, after them).
 	t.Parallel()
 	e := setup(t)
-	for _, engine := range allEngines() {
-		t.Run(engine, func(t *testing.T) {
-			t.Parallel()
-			// Each scenario has runs of its own names, so they run side by
-			// side too: one engine's six scenarios one after another were the
-			// suite's longest chain, and with fewer scenarios at once
-			// (run.sh's E2E_PARALLEL) they would have ended it late.
-			scenario := func(name string, f func(t *testing.T)) {
-				t.Run(name, func(t *testing.T) { t.Parallel(); f(t) })
+	// Each scenario has runs of its own names, so every one is a parallel
+	// test of its own, named <engine>/<scenario>, and queued for one of
+	// run.sh's E2E_PARALLEL slots as this test starts, the longest first:
+	// under a parent test per engine they queued behind every other
+	// test's subtests, and Argo's lifecycle, the longest, ended the suite
+	// late (stop 41: 924 s, started last).
+	type scenario struct {
+		name string
+		f    func(t *testing.T, e *env, engine string)
+	}
+	scenarios := []scenario{
+		{"lifecycle", lifecycle},
+		{"backend-outage", backendOutage},
+		{"argo-resume-policy", func(t *testing.T, e *env, _ string) { argoResumePolicy(t, e) }},
+		{"policy-check", policyCheck},
+		{"long-apply", longApply},
+		{"terraform-error", failing},
+	}
+	for _, s := range scenarios {
+		for _, engine := range allEngines() {
+			if s.name == "argo-resume-policy" && engine != "argo" {
+				continue
 			}
-			scenario("lifecycle", func(t *testing.T) { lifecycle(t, e, engine) })
-			scenario("terraform-error", func(t *testing.T) { failing(t, e, engine) })
-			scenario("policy-check", func(t *testing.T) { policyCheck(t, e, engine) })
-			scenario("long-apply", func(t *testing.T) { longApply(t, e, engine) })
-			scenario("backend-outage", func(t *testing.T) { backendOutage(t, e, engine) })
-			if engine == "argo" {
-				scenario("argo-resume-policy", func(t *testing.T) { argoResumePolicy(t, e) })
-			}
-		})
+			t.Run(engine+"/"+s.name, func(t *testing.T) {
+				t.Parallel()
+				s.f(t, e, engine)
+			})
+		}
 	}
 }
 

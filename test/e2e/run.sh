@@ -82,7 +82,11 @@ scenarios() {
 # the command output under them (go test -v interleaves the parallel tests;
 # a "=== RUN/CONT/NAME T" line says whose lines follow);
 # cleanup prints it last, after the diagnostics, so that a failure's own
-# message is what a reader of the end of the output sees.
+# message is what a reader of the end of the output sees. go test marks
+# no line as the failure: a t.Fatalf is the test's last message, but a
+# t.Errorf may come long before it (stop 41's CI: TestTenants/job failed
+# on an Errorf that its last 25 messages did not hold), so the earlier
+# messages that read like a failure come first.
 failures() {
   awk '
     /^=== (RUN|CONT|NAME) / { cur = $3; next }
@@ -94,8 +98,14 @@ failures() {
     END {
       for (t in failed) {
         if (!(t in n)) continue
-        print "---- what " t " logged (its last 25 messages, the failure last)"
         from = n[t] > 25 ? n[t] - 24 : 1
+        m = 0
+        for (i = 1; i < from; i++) if (out[t, i] ~ /want|refused without|was admitted|NOT |still there|not found|[Ee]rror|: no |[^a-z]fail|panic/) early[++m] = out[t, i]
+        if (m > 0) {
+          print "---- what " t " logged earlier that reads like a failure (" (m > 15 ? "its last 15 of " m : m) ")"
+          for (i = (m > 15 ? m - 14 : 1); i <= m; i++) print early[i]
+        }
+        print "---- what " t " logged (its last 25 messages, a t.Fatalf last)"
         for (i = from; i <= n[t]; i++) print out[t, i]
       }
     }' "$1"

@@ -20,6 +20,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -130,17 +131,28 @@ func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []st
 	t.Logf("$ (as %s) kubectl %s\n%s", user, strings.Join(args, " "), out)
 	if err == nil {
 		recordAttack(engine, what, "NOT REFUSED")
-		t.Errorf("%s: (as %s) kubectl %s was admitted, want it refused:\n%s", what, user, strings.Join(args, " "), out)
+		t.Errorf("%s: (as %s) kubectl %s was admitted, want it refused:\n%s\n%s", what, user, strings.Join(args, " "), out, e.guardState())
 		return
 	}
 	for _, w := range wants {
 		if !strings.Contains(out, w) {
 			recordAttack(engine, what, "refused, but not saying "+w)
-			t.Errorf("%s: refused without %q:\n%s", what, w, out)
+			t.Errorf("%s: refused without %q:\n%s\n%s", what, w, out, e.guardState())
 			return
 		}
 	}
 	recordAttack(engine, what, "refused: "+oneLine(admissionReason(out), 160))
+}
+
+// guardState is what the policies read about the namespace's active
+// children when an attack was not refused as it should have been.
+func (e *env) guardState() string {
+	cm := &corev1.ConfigMap{}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "opr8r-guard"}, cm); err != nil {
+		return "ConfigMap opr8r-guard: " + err.Error()
+	}
+	return fmt.Sprintf("ConfigMap opr8r-guard (resourceVersion %s): children %q, runnerServiceAccounts %q",
+		cm.ResourceVersion, cm.Data["children"], cm.Data["runnerServiceAccounts"])
 }
 
 // admissionReason is the refusal's own words, without kubectl's preamble.
