@@ -472,11 +472,15 @@ func TestEngines(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	// Each scenario has runs of its own names, so every one is a parallel
-	// test of its own, named <engine>/<scenario>, and queued for one of
-	// run.sh's E2E_PARALLEL slots as this test starts, the longest first:
-	// under a parent test per engine they queued behind every other
-	// test's subtests, and Argo's lifecycle, the longest, ended the suite
-	// late (stop 41: 924 s, started last).
+	// test of its own, named <engine>/<scenario>, waiting for one of
+	// run.sh's E2E_PARALLEL slots from when this test's body returns: under
+	// a parent test per engine they waited behind every other test's
+	// subtests, and Argo's lifecycle, the longest, ended the suite late
+	// (stop 41: 924 s, started last). The list's order is not the order
+	// they start in: Go releases a parent's paused parallel subtests all at
+	// once, and they take the slots in the scheduler's order (stop 42's CI:
+	// Argo's lifecycle took the 9th slot, Job's and Tekton's the 25th and
+	// 26th of 33).
 	type scenario struct {
 		name string
 		f    func(t *testing.T, e *env, engine string)
