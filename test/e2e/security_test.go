@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/controller"
 )
 
 // The people of the tenant scenario (test/e2e/cluster.sh makes their
@@ -148,11 +149,11 @@ func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []st
 // children when an attack was not refused as it should have been.
 func (e *env) guardState() string {
 	cm := &corev1.ConfigMap{}
-	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "opr8r-guard"}, cm); err != nil {
-		return "ConfigMap opr8r-guard: " + err.Error()
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.GuardConfigMapName}, cm); err != nil {
+		return "ConfigMap " + controller.GuardConfigMapName + ": " + err.Error()
 	}
-	return fmt.Sprintf("ConfigMap opr8r-guard (resourceVersion %s): children %q, runnerServiceAccounts %q",
-		cm.ResourceVersion, cm.Data["children"], cm.Data["runnerServiceAccounts"])
+	return fmt.Sprintf("ConfigMap %s (resourceVersion %s): %s %q, %s %q", controller.GuardConfigMapName, cm.ResourceVersion,
+		controller.GuardChildrenKey, cm.Data[controller.GuardChildrenKey], controller.GuardRunnersKey, cm.Data[controller.GuardRunnersKey])
 }
 
 // admissionReason is the refusal's own words, without kubectl's preamble.

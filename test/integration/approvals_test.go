@@ -71,33 +71,34 @@ func grant(ns, role, user string) {
 		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name},
 		Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 	})).To(Succeed())
-	bound(ns, user, cr.Rules)
+	for _, r := range cr.Rules {
+		if len(r.APIGroups) > 0 && len(r.Resources) > 0 && len(r.Verbs) > 0 && len(r.ResourceNames) == 0 {
+			// A binding reaches the authorizer with all its role's rules.
+			bound(ns, user, r.APIGroups[0], r.Resources[0], r.Verbs[0])
+			break
+		}
+	}
 }
 
 // bound waits until the API server's RBAC authorizer, which reads roles and
-// bindings from an informer, grants user in ns the first resource rule of
-// rules. A request sent right after a binding's create may be refused by
-// RBAC still, not by the admission policy the test means to reach (a
-// clean-clone CI run, stop 42: guard-debugger's ephemeral container was
-// refused with "cannot update resource" 20 ms after its RoleBinding).
-func bound(ns, user string, rules []rbacv1.PolicyRule) {
+// bindings from an informer, lets user verb resource (a "pods/exec" form
+// names a subresource) of group in ns. A request sent right after a
+// binding's create may be refused by RBAC still, not by the admission
+// policy the test means to reach (a clean-clone CI run, stop 42:
+// guard-debugger's ephemeral container was refused with "cannot update
+// resource" 20 ms after its RoleBinding).
+func bound(ns, user, group, resource, verb string) {
 	GinkgoHelper()
-	for _, r := range rules {
-		if len(r.APIGroups) == 0 || len(r.Resources) == 0 || len(r.Verbs) == 0 || len(r.ResourceNames) > 0 {
-			continue
+	attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Group: group, Verb: verb}
+	attrs.Resource, attrs.Subresource, _ = strings.Cut(resource, "/")
+	Eventually(func() (bool, error) {
+		sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(context.Background(),
+			&authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}, metav1.CreateOptions{})
+		if err != nil {
+			return false, err
 		}
-		attrs := &authorizationv1.ResourceAttributes{Namespace: ns, Group: r.APIGroups[0], Verb: r.Verbs[0]}
-		attrs.Resource, attrs.Subresource, _ = strings.Cut(r.Resources[0], "/")
-		Eventually(func() (bool, error) {
-			sar, err := clientset.AuthorizationV1().SubjectAccessReviews().Create(context.Background(),
-				&authorizationv1.SubjectAccessReview{Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: attrs}}, metav1.CreateOptions{})
-			if err != nil {
-				return false, err
-			}
-			return sar.Status.Allowed, nil
-		}, timeout, interval).Should(BeTrue(), "RBAC grants %s %s %s in %s", user, attrs.Verb, r.Resources[0], ns)
-		return
-	}
+		return sar.Status.Allowed, nil
+	}, timeout, interval).Should(BeTrue(), "RBAC lets %s %s %s in %s", user, verb, resource, ns)
 }
 
 // decide creates a TerraformRunApproval as c, as kubectl tfrun does.

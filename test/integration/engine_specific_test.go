@@ -69,7 +69,7 @@ var _ = Describe("Argo specifics", func() {
 			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "argo-resumer-" + u, Namespace: ns},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "argo-resumer"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: u}}})).To(Succeed())
-			bound(ns, u, []rbacv1.PolicyRule{{APIGroups: []string{"argoproj.io"}, Resources: []string{"workflows"}, Verbs: []string{"update"}}})
+			bound(ns, u, "argoproj.io", "workflows", "update")
 		}
 		run := argoEngine.run("resume-policy", ns).Obj()
 		run.Spec.Approval.RequiredApprovals = 2
@@ -223,7 +223,7 @@ var _ = Describe("Tekton specifics: the approval custom task contract", func() {
 		Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "customrun-writer", Namespace: ns},
 			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "customrun-writer"},
 			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "tg-mallory"}}})).To(Succeed())
-		bound(ns, "tg-mallory", []rbacv1.PolicyRule{{APIGroups: []string{"tekton.dev"}, Resources: []string{"customruns/status"}, Verbs: []string{"update"}}})
+		bound(ns, "tg-mallory", "tekton.dev", "customruns/status", "update")
 		got := &tektonv1beta1.CustomRun{}
 		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(cr), got)).To(Succeed())
 		got.Status.MarkCustomRunSucceeded("Approved", "approved by alice")

@@ -163,7 +163,7 @@ func tenantRoles(ns, user string) {
 			Subjects:   []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: user}},
 		})).To(Succeed())
 	}
-	bound(ns, user, []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"update"}}})
+	bound(ns, user, "", "pods", "update")
 	grant(ns, "editor", user)
 }
 
@@ -546,7 +546,7 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "guard-status", Namespace: ns},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "guard-status"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "guard-statuser"}}})).To(Succeed())
-			bound(ns, "guard-statuser", []rbacv1.PolicyRule{{APIGroups: []string{"tekton.dev"}, Resources: []string{"taskruns/status"}, Verbs: []string{"update"}}})
+			bound(ns, "guard-statuser", "tekton.dev", "taskruns/status", "update")
 			statuser := impersonate("guard-statuser")
 			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(trun), trun)).To(Succeed())
 			trun.Status.PodName = "tk-1-plan-pod"
@@ -708,7 +708,7 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "guard-debug", Namespace: free},
 				RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "guard-debug"},
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, APIGroup: rbacv1.GroupName, Name: "guard-debugger"}}})).To(Succeed())
-			bound(free, "guard-debugger", []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/ephemeralcontainers"}, Verbs: []string{"update"}}})
+			bound(free, "guard-debugger", "", "pods/ephemeralcontainers", "update")
 			dcfg, _ := impersonating("guard-debugger", nil)
 			_, err = kubernetes.NewForConfigOrDie(dcfg).CoreV1().Pods(free).UpdateEphemeralContainers(ctx, p.Name, p, metav1.UpdateOptions{})
 			refused(err, "guard-debugger may not add an ephemeral container (kubectl debug) to pod r4: it runs as runner service account opr8r-runner")
