@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -531,18 +532,41 @@ func workflowNodePhase(t *testing.T, e *env, wf, node string) string {
 // shapesAccount is the service account of the engine objects the tests
 // write by hand in ns (not opr8r's children): a runner account may run only
 // opr8r's own step pods (opr8r-guard-names refuses the others), so they run
-// as e2e-shapes, with the check Role's rights (Argo's task results).
+// as e2e-shapes, with the check Role's rights (Argo's task results). It is
+// made once: two scenarios that applied it side by side (TestArgoDashboard's
+// misshaped gates and TestTektonDashboard/check-can-fail) both found it
+// missing, both created it, and one failed on AlreadyExists.
 func (e *env) shapesAccount(t *testing.T) string {
 	t.Helper()
-	e.sh(t, `apiVersion: v1
+	shapes.once.Do(func() {
+		cmd := exec.Command(e.kubectl, "apply", "-f", "-")
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+		cmd.Stdin = strings.NewReader(`apiVersion: v1
 kind: ServiceAccount
-metadata: {name: e2e-shapes, namespace: `+ns+`}
+metadata: {name: e2e-shapes, namespace: ` + ns + `}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {name: e2e-shapes, namespace: `+ns+`}
+metadata: {name: e2e-shapes, namespace: ` + ns + `}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: opr8r-check}
-subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: `+ns+`}]
-`, e.kubectl, "apply", "-f", "-")
+subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: ` + ns + `}]
+`)
+		out, err := cmd.CombinedOutput()
+		shapes.out = string(out)
+		if err != nil {
+			shapes.err = fmt.Errorf("kubectl apply of service account e2e-shapes: %w\n%s", err, out)
+		}
+	})
+	if shapes.err != nil {
+		t.Fatal(shapes.err)
+	}
+	t.Logf("service account e2e-shapes: %s", oneLine(shapes.out, 200))
 	return "e2e-shapes"
+}
+
+// shapes is shapesAccount's one apply.
+var shapes struct {
+	once sync.Once
+	out  string
+	err  error
 }
