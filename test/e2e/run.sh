@@ -70,45 +70,20 @@ export OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
 E2E_PARALLEL="${E2E_PARALLEL:-6}"
 
 # scenarios LOG ARGS...: go test the e2e package with ARGS, the whole output
-# in bin/e2e/LOG, the test lines and the timings on the terminal.
+# in bin/e2e/LOG, the test lines and the timings on the terminal, and under
+# each failed test's "--- FAIL" line the messages that say why
+# (test/e2e/failures.awk); on failure, failures.txt holds them again for
+# cleanup to print last.
 scenarios() {
   local log="${ROOT}/bin/e2e/$1"; shift
   go test -tags e2e -count=1 -timeout 45m -parallel "${E2E_PARALLEL}" -v "$@" ./test/e2e/ 2>&1 | tee "${log}" \
-    | grep -E '^\s*(--- |PASS|FAIL|ok|panic)|_test.go:[0-9]+: [a-z-]+: .* after |fault table|^\s*\|' || true
-  grep -q '^ok ' "${log}" || { tail -n 40 "${log}"; failures "${log}" > "${ROOT}/bin/e2e/failures.txt"; exit 1; }
-}
-
-# failures LOG: the messages (file:line lines) each failed test logged, not
-# the command output under them (go test -v interleaves the parallel tests;
-# a "=== RUN/CONT/NAME T" line says whose lines follow);
-# cleanup prints it last, after the diagnostics, so that a failure's own
-# message is what a reader of the end of the output sees. go test marks
-# no line as the failure: a t.Fatalf is the test's last message, but a
-# t.Errorf may come long before it (stop 41's CI: TestTenants/job failed
-# on an Errorf that its last 25 messages did not hold), so the earlier
-# messages that read like a failure come first.
-failures() {
-  awk '
-    /^=== (RUN|CONT|NAME) / { cur = $3; next }
-    /^=== PAUSE / { next }
-    /^(FAIL|ok|PASS)/ { cur = ""; next }
-    /^ *--- FAIL: / { failed[$3] = 1; next }
-    /^ *--- (PASS|SKIP): / { next }
-    cur != "" && /^ +[A-Za-z0-9_]+_test\.go:[0-9]+: / { n[cur]++; out[cur, n[cur]] = substr($0, 1, 400) }
-    END {
-      for (t in failed) {
-        if (!(t in n)) continue
-        from = n[t] > 25 ? n[t] - 24 : 1
-        m = 0
-        for (i = 1; i < from; i++) if (out[t, i] ~ /want|refused without|was admitted|NOT |still there|not found|[Ee]rror|: no |[^a-z]fail|panic/) early[++m] = out[t, i]
-        if (m > 0) {
-          print "---- what " t " logged earlier that reads like a failure (" (m > 15 ? "its last 15 of " m : m) ")"
-          for (i = (m > 15 ? m - 14 : 1); i <= m; i++) print early[i]
-        }
-        print "---- what " t " logged (its last 25 messages, a t.Fatalf last)"
-        for (i = from; i <= n[t]; i++) print out[t, i]
-      }
-    }' "$1"
+    | awk -v SRC="${ROOT}/test/e2e" -v MODE=stream -v KEEP='^[ \t]*(--- |PASS|FAIL|ok|panic)|_test[.]go:[0-9]+: [a-z-]+: .* after |fault table|^[ \t]*[|]' \
+      -f "${ROOT}/test/e2e/failures.awk" || true
+  grep -q '^ok ' "${log}" || {
+    tail -n 40 "${log}"
+    awk -v SRC="${ROOT}/test/e2e" -v MODE=summary -f "${ROOT}/test/e2e/failures.awk" "${log}" > "${ROOT}/bin/e2e/failures.txt"
+    exit 1
+  }
 }
 
 # E2E_RUN focuses on some tests; otherwise the engine scenarios run first

@@ -70,6 +70,17 @@ func writeAttackTable(t *testing.T) {
 			t.Errorf("writing the attack table: %v", err)
 		}
 	}
+	// The tries that went wrong again, last: the end of the table is what
+	// run.sh's output shows next to the test's "--- FAIL" line.
+	var wrong strings.Builder
+	for _, a := range attacks {
+		if strings.HasPrefix(a.Outcome, "NOT REFUSED") || strings.HasPrefix(a.Outcome, "refused, but not saying") {
+			fmt.Fprintf(&wrong, "| %s | %s | %s |\n", a.Attack, a.Engine, strings.ReplaceAll(a.Outcome, "|", "/"))
+		}
+	}
+	if wrong.Len() > 0 {
+		b.WriteString("| **not refused as wanted:** | | |\n" + wrong.String())
+	}
 	t.Logf("attacks tried:\n%s", b.String())
 }
 
@@ -126,8 +137,9 @@ func (e *env) as(user, stdin, name string, args ...string) (string, error) {
 
 // refused tries a tenant's write and requires the API server to refuse it
 // at admission, with a message that holds every want; it records the try.
+// Not a t.Helper: its messages name its own lines, so that run.sh's
+// failures.awk tells its Errorf from its Logf (what names the attack).
 func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []string, args ...string) {
-	t.Helper()
 	out, err := e.as(user, stdin, e.kubectl, args...)
 	t.Logf("$ (as %s) kubectl %s\n%s", user, strings.Join(args, " "), out)
 	if err == nil {
