@@ -539,20 +539,16 @@ func workflowNodePhase(t *testing.T, e *env, wf, node string) string {
 func (e *env) shapesAccount(t *testing.T) string {
 	t.Helper()
 	shapes.once.Do(func() {
-		cmd := exec.Command(e.kubectl, "apply", "-f", "-")
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
-		cmd.Stdin = strings.NewReader(`apiVersion: v1
+		out, err := e.as("", `apiVersion: v1
 kind: ServiceAccount
-metadata: {name: e2e-shapes, namespace: ` + ns + `}
+metadata: {name: e2e-shapes, namespace: `+ns+`}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: RoleBinding
-metadata: {name: e2e-shapes, namespace: ` + ns + `}
+metadata: {name: e2e-shapes, namespace: `+ns+`}
 roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: opr8r-check}
-subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: ` + ns + `}]
-`)
-		out, err := cmd.CombinedOutput()
-		shapes.out = string(out)
+subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: `+ns+`}]
+`, e.kubectl, "apply", "-f", "-")
 		if err != nil {
 			shapes.err = fmt.Errorf("kubectl apply of service account e2e-shapes: %w\n%s", err, out)
 		}
@@ -560,13 +556,11 @@ subjects: [{kind: ServiceAccount, name: e2e-shapes, namespace: ` + ns + `}]
 	if shapes.err != nil {
 		t.Fatal(shapes.err)
 	}
-	t.Logf("service account e2e-shapes: %s", oneLine(shapes.out, 200))
 	return "e2e-shapes"
 }
 
 // shapes is shapesAccount's one apply.
 var shapes struct {
 	once sync.Once
-	out  string
 	err  error
 }

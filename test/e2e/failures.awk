@@ -25,7 +25,7 @@ BEGIN {
   }
   heuristic = "want|refused without|was admitted|NOT REFUSED|still there|not found|[Ee]rror|panic"
 }
-function failure(msg,   m, parts) {
+function failure(msg,   parts) {
   if (!match(msg, /[A-Za-z0-9_]+\.go:[0-9]+: /)) return 0
   split(substr(msg, RSTART, RLENGTH - 2), parts, ":")
   # The testing package's own words (testing.go: a panic, a FailNow in

@@ -49,6 +49,12 @@ var (
 	attacks   []attack
 )
 
+// The outcomes of a try that did not go as the test wants.
+const (
+	notRefused = "NOT REFUSED"
+	notSaying  = "refused, but not saying "
+)
+
 func recordAttack(engine, what, outcome string) {
 	attacksMu.Lock()
 	defer attacksMu.Unlock()
@@ -60,10 +66,16 @@ func writeAttackTable(t *testing.T) {
 	attacksMu.Lock()
 	defer attacksMu.Unlock()
 	sort.SliceStable(attacks, func(i, j int) bool { return attacks[i].Attack < attacks[j].Attack })
-	var b strings.Builder
+	row := func(a attack) string {
+		return fmt.Sprintf("| %s | %s | %s |\n", a.Attack, a.Engine, strings.ReplaceAll(a.Outcome, "|", "/"))
+	}
+	var b, wrong strings.Builder
 	b.WriteString("| attack | engine | outcome |\n| --- | --- | --- |\n")
 	for _, a := range attacks {
-		fmt.Fprintf(&b, "| %s | %s | %s |\n", a.Attack, a.Engine, strings.ReplaceAll(a.Outcome, "|", "/"))
+		b.WriteString(row(a))
+		if strings.HasPrefix(a.Outcome, notRefused) || strings.HasPrefix(a.Outcome, notSaying) {
+			wrong.WriteString(row(a))
+		}
 	}
 	if p := os.Getenv("OPR8R_E2E_ATTACK_TABLE"); p != "" {
 		if err := os.WriteFile(p, []byte(b.String()), 0o644); err != nil {
@@ -72,20 +84,12 @@ func writeAttackTable(t *testing.T) {
 	}
 	// The tries that went wrong again, last: the end of the table is what
 	// run.sh's output shows next to the test's "--- FAIL" line.
-	var wrong strings.Builder
-	for _, a := range attacks {
-		if strings.HasPrefix(a.Outcome, "NOT REFUSED") || strings.HasPrefix(a.Outcome, "refused, but not saying") {
-			fmt.Fprintf(&wrong, "| %s | %s | %s |\n", a.Attack, a.Engine, strings.ReplaceAll(a.Outcome, "|", "/"))
-		}
-	}
 	if wrong.Len() > 0 {
 		b.WriteString("| **not refused as wanted:** | | |\n" + wrong.String())
 	}
 	t.Logf("attacks tried:\n%s", b.String())
 }
 
-// as runs a command as one of the cluster's people, with stdin; it returns
-// the output and whether it failed, without failing the test.
 // approveNotCounted: user's kubectl tfrun approve (user "": the admin) is
 // refused by the plugin, since the run's approval policy would not count it
 // (want says why), and records nothing; the same approval made without the
@@ -93,19 +97,10 @@ func writeAttackTable(t *testing.T) {
 // returns what the plugin printed.
 func (e *env) approveNotCounted(t *testing.T, user, name, want string, run *infrav1.TerraformRun) string {
 	t.Helper()
-	kubeconfig := e.kubeconfig
-	if user != "" {
-		kubeconfig = filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig")
-	}
 	as := func(stdin, bin string, args ...string) (string, error) {
-		cmd := exec.Command(bin, args...)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
-		if stdin != "" {
-			cmd.Stdin = strings.NewReader(stdin)
-		}
-		out, err := cmd.CombinedOutput()
+		out, err := e.as(user, stdin, bin, args...)
 		t.Logf("$ (as %s) %s %s\n%s", cmp.Or(user, "the admin"), filepath.Base(bin), strings.Join(args, " "), out)
-		return string(out), err
+		return out, err
 	}
 	out, err := as("", e.tfrun, "approve", name, "-n", ns)
 	if err == nil || !strings.Contains(out, "would not count: "+want) || !strings.Contains(out, "nothing was recorded") {
@@ -125,9 +120,16 @@ spec: {runName: %s, planDigest: %q, decision: Approve}
 	return out
 }
 
+// as runs a command as one of the cluster's people (user "": the admin),
+// with stdin; it returns the output and whether it failed, without failing
+// the test.
 func (e *env) as(user, stdin, name string, args ...string) (string, error) {
+	kubeconfig := e.kubeconfig
+	if user != "" {
+		kubeconfig = filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig")
+	}
 	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig"))
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+kubeconfig)
 	if stdin != "" {
 		cmd.Stdin = strings.NewReader(stdin)
 	}
@@ -143,13 +145,13 @@ func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []st
 	out, err := e.as(user, stdin, e.kubectl, args...)
 	t.Logf("$ (as %s) kubectl %s\n%s", user, strings.Join(args, " "), out)
 	if err == nil {
-		recordAttack(engine, what, "NOT REFUSED")
+		recordAttack(engine, what, notRefused)
 		t.Errorf("%s: (as %s) kubectl %s was admitted, want it refused:\n%s\n%s", what, user, strings.Join(args, " "), out, e.guardState())
 		return
 	}
 	for _, w := range wants {
 		if !strings.Contains(out, w) {
-			recordAttack(engine, what, "refused, but not saying "+w)
+			recordAttack(engine, what, notSaying+w)
 			t.Errorf("%s: refused without %q:\n%s\n%s", what, w, out, e.guardState())
 			return
 		}
@@ -467,7 +469,7 @@ outputs: {parameters: [{name: digest, value: "sha256:00"}]}
 			"patch", "customrun", child+"-approve", "-n", ns, "--subresource=status", "--type=merge", "--patch-file=/dev/stdin")
 		if err == nil {
 			t.Errorf("mallory decided the Tekton gate by writing its status:\n%s", out)
-			recordAttack(engine, "pass the gate: write the CustomRun's status", "NOT REFUSED")
+			recordAttack(engine, "pass the gate: write the CustomRun's status", notRefused)
 		} else {
 			recordAttack(engine, "pass the gate: write the CustomRun's status", "refused: "+oneLine(admissionReason(out), 120))
 		}
