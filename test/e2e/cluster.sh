@@ -400,16 +400,22 @@ tekton_up() {
     case "$(basename "$f")" in webhook-hpa.yaml|events.yaml) continue;; esac
     files+=("$f")
   done
-  for f in "${files[@]}"; do echo "---"; cat "$f"; echo; done \
-    | sed -e "s#ko://github.com/tektoncd/pipeline/cmd/\([a-z]*\)#localhost/tekton/\1:v${TEKTON_VERSION}#g" \
-          -e "s#cgr.dev/chainguard/busybox@sha256:[0-9a-f]*#${SHELL_IMAGE}#g" \
-    | kc apply --server-side --force-conflicts -f - >/dev/null
   # Tekton's default timeout of a TaskRun and a PipelineRun (60 minutes)
   # lowered to 1: TestEngines/long-apply's apply runs past it, which only
   # the deadlines opr8r gives every task (spec.timeouts) allow; a task
-  # opr8r built without one would fail every Tekton scenario.
-  kc patch configmap config-defaults -n tekton-pipelines --type merge \
-    -p '{"data":{"default-timeout-minutes":"1"}}' >/dev/null
+  # opr8r built without one would fail every Tekton scenario. It is in
+  # config-defaults as applied, not patched in after: Tekton's webhook
+  # validates its ConfigMaps once it has registered, and a patch sent
+  # between its registration and its Service's first endpoint was refused
+  # ("connection refused"), failing cluster.sh up (stop 43).
+  for f in "${files[@]}"; do
+    echo "---"
+    if [ "$(basename "$f")" = config-defaults.yaml ]; then sed '/^data:/a\  default-timeout-minutes: "1"' "$f"; else cat "$f"; fi
+    echo
+  done \
+    | sed -e "s#ko://github.com/tektoncd/pipeline/cmd/\([a-z]*\)#localhost/tekton/\1:v${TEKTON_VERSION}#g" \
+          -e "s#cgr.dev/chainguard/busybox@sha256:[0-9a-f]*#${SHELL_IMAGE}#g" \
+    | kc apply --server-side --force-conflicts -f - >/dev/null
 }
 
 # The namespaces whose TerraformRuns the e2e scenarios and make dev create:
