@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"strings"
 	"time"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -23,8 +24,9 @@ import (
 // Drive implements engine.Driver: it keeps the workspace volume while the
 // run lives, stops what a cancellation stops, and creates the next step's
 // Job when the previous one is done: apply once opr8r recorded the plan's
-// approval (in.Decision; or at once with Auto approval), export-outputs
-// after apply or a plan without changes, cleanup last, always. What it
+// approval (in.Decision; or at once with Auto approval), with export-outputs
+// and cleanup after it in its pod; export-outputs and cleanup after a plan
+// without changes; a Job of cleanup alone when no Job's pod ran it. What it
 // creates comes from the child only while the child matches the seal opr8r
 // kept (in.Verify). Creating is idempotent: a Job of the run that exists is
 // left as it is; one of that name that is not the run's is refused.
@@ -111,8 +113,16 @@ func dueStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (strin
 			return names.StepCleanup, ""
 		}
 	}
-	if v.child.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) && !jobDone(v.jobs[names.StepExport]) {
-		return names.StepExport, ""
+	if v.child.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) {
+		switch export := v.holder(names.StepExport); {
+		case export == nil:
+			return names.StepExport, ""
+		case !jobDone(export):
+			return "", ""
+		}
+	}
+	if v.cleanedUp(prog.Steps) {
+		return "", ""
 	}
 	return names.StepCleanup, ""
 }
@@ -201,13 +211,27 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 		return fmt.Errorf("job %s has no readable %s annotation: %w", child.Name, annoSteps, err)
 	}
 	var steps []pipeline.Step
-	for _, s := range later.Steps {
-		if s.Name == step || (step == stepChecks && names.IsCheck(s.Name)) {
-			steps = append(steps, s)
+	if step == stepChecks {
+		for _, s := range later.Steps {
+			if names.IsCheck(s.Name) {
+				steps = append(steps, s)
+			}
+		}
+	} else {
+		for _, name := range carried(step, infrav1.RunType(child.Labels[infrav1.RunTypeLabel])) {
+			for _, s := range later.Steps {
+				if s.Name == name {
+					steps = append(steps, s)
+				}
+			}
 		}
 	}
-	if len(steps) == 0 {
+	if len(steps) == 0 || (step != stepChecks && steps[0].Name != step) {
 		return fmt.Errorf("job %s carries no %s step", child.Name, step)
+	}
+	carries := make([]string, len(steps))
+	for i, s := range steps {
+		carries[i] = s.Name
 	}
 	p := pipelineOf(full, later.Volumes)
 	tmpl := podTemplate(p, replacer(child.Name), step, installImage(full), steps...)
@@ -215,6 +239,7 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 	j := &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: stepJobName(child.Name, step), Namespace: child.Namespace, Labels: jobLabels(p, child.Name, step),
+			Annotations:     map[string]string{annoCarries: strings.Join(carries, ",")},
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(child, batchv1.SchemeGroupVersion.WithKind("Job"))},
 		},
 		Spec: jobSpec(tmpl, pipeline.Deadline(steps...)),

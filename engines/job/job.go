@@ -5,9 +5,18 @@
 //
 //	<child>          the child: init containers clone and init, container plan
 //	<child>-checks   spec.checks, a container each, after a plan with changes
-//	<child>-apply    once the plan is approved (at once with Auto approval)
-//	<child>-export   export-outputs, after apply or a plan without changes
-//	<child>-cleanup  always, last
+//	<child>-apply    once the plan is approved (at once with Auto approval):
+//	                 apply, then export-outputs and cleanup in the same pod
+//	<child>-export   export-outputs then cleanup, after a plan without changes
+//	<child>-cleanup  cleanup alone, when the run ends any other way: stopped,
+//	                 rejected, failed, plan-only, or a step Job whose pod did
+//	                 not get to run its cleanup (the guaranteed fallback)
+//
+// A step Job runs its steps one after another in one pod (all but the last
+// as init containers), so a run that applies makes two pods, not four: each
+// hand-off from one Job to the next costs seconds (the Job controller, the
+// scheduler, the kubelet, the manager seeing the end). Its annotation
+// infra.opr8r.io/carries lists the steps it runs.
 //
 // They share a workspace volume, <child>-workspace, which the driver creates
 // with the child and deletes once cleanup has finished. The approval gate is
@@ -66,6 +75,8 @@ const (
 	annoCancelled   = engine.CancelledAnnotation
 	annoWorkspace   = "infra.opr8r.io/workspace"
 	annoChecks      = "infra.opr8r.io/checks"
+	// annoCarries on a step Job lists the steps its pod runs, in order.
+	annoCarries = "infra.opr8r.io/carries"
 
 	// stepChecks labels the Job that runs spec.checks, one container each.
 	stepChecks = "checks"
@@ -115,6 +126,22 @@ var stepJobs = []struct{ step, suffix string }{
 	{names.StepApply, "apply"},
 	{names.StepExport, "export"},
 	{names.StepCleanup, "cleanup"},
+}
+
+// carried are the steps a step's Job runs, in order: apply carries
+// export-outputs (a run that applies) and cleanup, export-outputs carries
+// cleanup. A cleanup Job, or the checks', carries only itself.
+func carried(step string, typ infrav1.RunType) []string {
+	switch step {
+	case names.StepApply:
+		if typ == infrav1.RunApply {
+			return []string{names.StepApply, names.StepExport, names.StepCleanup}
+		}
+		return []string{names.StepApply, names.StepCleanup}
+	case names.StepExport:
+		return []string{names.StepExport, names.StepCleanup}
+	}
+	return []string{step}
 }
 
 // stepJobName is the name of a step's Job; the plan Job is the child.

@@ -102,6 +102,33 @@ func stepJob(child, step string, done bool) *batchv1.Job {
 	return j
 }
 
+// carrier is a step Job that carries the steps after it (annotation
+// infra.opr8r.io/carries), ended as the Job controller ends it: Complete
+// when every container exited 0, else Failed.
+func carrier(child, step string, states map[string]corev1.ContainerState, carries ...string) (*batchv1.Job, *corev1.Pod) {
+	j := stepJob(child, step, false)
+	j.Annotations = map[string]string{"infra.opr8r.io/carries": strings.Join(carries, ",")}
+	p := pod(child, step, nil)
+	p.Status.InitContainerStatuses, p.Status.ContainerStatuses = nil, nil
+	failed := false
+	for i, c := range carries {
+		st := states[c]
+		failed = failed || (st.Terminated != nil && st.Terminated.ExitCode != 0)
+		cs := corev1.ContainerStatus{Name: c, State: st}
+		if i < len(carries)-1 {
+			p.Status.InitContainerStatuses = append(p.Status.InitContainerStatuses, cs)
+		} else {
+			p.Status.ContainerStatuses = []corev1.ContainerStatus{cs}
+		}
+	}
+	end := batchv1.JobComplete
+	if failed {
+		end = batchv1.JobFailed
+	}
+	j.Status.Conditions = []batchv1.JobCondition{{Type: end, Status: corev1.ConditionTrue}}
+	return j, p
+}
+
 func planResults(t *testing.T, has bool) string {
 	t.Helper()
 	b, _ := json.Marshal(map[string]string{"has-changes": map[bool]string{true: "true", false: "false"}[has], "digest": "sha256:aa", "summary": `{"add":1}`, "inputs": "sha256:in"})
@@ -125,6 +152,11 @@ func TestObserveAndDrive(t *testing.T) {
 	approved := manual.DeepCopy()
 	approved.Annotations["infra.opr8r.io/gate-decision"] = "approve"
 	approved.Annotations["infra.opr8r.io/gate-digest"] = "sha256:aa"
+	carried := func(step string, states map[string]corev1.ContainerState, carries ...string) []client.Object {
+		j, p := carrier("r-1", step, states, carries...)
+		return []client.Object{planned(true), j, p}
+	}
+	waiting := corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "PodInitializing"}}
 	cases := map[string]struct {
 		child     *batchv1.Job
 		related   []client.Object
@@ -133,6 +165,7 @@ func TestObserveAndDrive(t *testing.T) {
 		wantGate  engine.GateState
 		wantSteps map[string]infrav1.StepPhase
 		wantNext  string // the Job the driver creates
+		wantRuns  string // the containers of its pod, init containers first
 		wantErr   string // the driver's error
 	}{
 		"approved only in the child's annotations (anyone who may edit the Job can write them): no apply": {
@@ -165,14 +198,60 @@ func TestObserveAndDrive(t *testing.T) {
 		"approved: apply is created": {
 			child: approved, related: []client.Object{planned(true)}, decision: approvedPlan, wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
 			wantSteps: map[string]infrav1.StepPhase{"plan": "Succeeded", "approve": "Succeeded"}, wantNext: "r-1-apply",
+			wantRuns: "install-opr8r-step apply export-outputs cleanup",
 		},
 		"no changes: gate and apply skipped, export created": {
 			child: manual, related: []client.Object{planned(false)}, wantPhase: infrav1.RunRunning, wantGate: engine.GateSkipped,
 			wantSteps: map[string]infrav1.StepPhase{"approve": "Skipped", "apply": "Skipped"}, wantNext: "r-1-export",
+			wantRuns: "install-opr8r-step export-outputs cleanup",
 		},
 		"apply failed: cleanup created, the run fails after it": {
 			child: approved, related: []client.Object{planned(true), stepJob("r-1", "apply", true), pod("r-1", "apply", map[string]corev1.ContainerState{"apply": term(1, "Error: boom")})},
 			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved, wantSteps: map[string]infrav1.StepPhase{"apply": "Failed"}, wantNext: "r-1-cleanup",
+		},
+		"apply, export-outputs and cleanup succeeded in apply's pod: Succeeded, no other Job": {
+			child: approved, decision: approvedPlan,
+			related:   carried("apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(0, ""), "cleanup": term(0, "")}, "apply", "export-outputs", "cleanup"),
+			wantPhase: infrav1.RunSucceeded, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Succeeded", "export-outputs": "Succeeded", "cleanup": "Succeeded"},
+		},
+		"apply failed in its pod: the cleanup it carries never ran, a Job of cleanup alone is made": {
+			child: approved, decision: approvedPlan,
+			related:   carried("apply", map[string]corev1.ContainerState{"apply": term(1, "Error: boom"), "export-outputs": waiting, "cleanup": waiting}, "apply", "export-outputs", "cleanup"),
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Failed", "export-outputs": "Skipped", "cleanup": "Skipped"}, wantNext: "r-1-cleanup",
+			wantRuns: "install-opr8r-step cleanup",
+		},
+		"export-outputs failed in apply's pod: a Job of cleanup alone is made, no Job of export": {
+			child: approved, decision: approvedPlan,
+			related:   carried("apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(1, "no outputs Secret"), "cleanup": waiting}, "apply", "export-outputs", "cleanup"),
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Succeeded", "export-outputs": "Failed", "cleanup": "Skipped"}, wantNext: "r-1-cleanup",
+		},
+		"cleanup failed in apply's pod: it is run again in a Job of its own": {
+			child: approved, decision: approvedPlan,
+			related:   carried("apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(0, ""), "cleanup": term(1, "lock not released")}, "apply", "export-outputs", "cleanup"),
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Succeeded", "export-outputs": "Succeeded", "cleanup": "Failed"}, wantNext: "r-1-cleanup",
+		},
+		"apply's pod still running export-outputs: nothing created": {
+			child: approved, decision: approvedPlan,
+			related: func() []client.Object {
+				objs := carried("apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": {Running: &corev1.ContainerStateRunning{}}, "cleanup": waiting}, "apply", "export-outputs", "cleanup")
+				objs[1].(*batchv1.Job).Status.Conditions = nil
+				return objs
+			}(),
+			wantPhase: infrav1.RunRunning, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Succeeded", "export-outputs": "Running", "cleanup": "Pending"},
+		},
+		"the fallback cleanup Job is what counts once it exists": {
+			child: approved, decision: approvedPlan,
+			related: func() []client.Object {
+				objs := carried("apply", map[string]corev1.ContainerState{"apply": term(1, "Error: boom"), "export-outputs": waiting, "cleanup": waiting}, "apply", "export-outputs", "cleanup")
+				return append(objs, stepJob("r-1", "cleanup", true), pod("r-1", "cleanup", map[string]corev1.ContainerState{"cleanup": term(0, "")}))
+			}(),
+			wantPhase: infrav1.RunFailed, wantGate: engine.GateApproved,
+			wantSteps: map[string]infrav1.StepPhase{"apply": "Failed", "export-outputs": "Skipped", "cleanup": "Succeeded"},
 		},
 		// The cache of pods lags the one of Jobs (seconds after an API
 		// server restart): a completed apply Job whose pod is not seen yet
@@ -222,14 +301,25 @@ func TestObserveAndDrive(t *testing.T) {
 			if err := c.List(context.Background(), list); err != nil {
 				t.Fatal(err)
 			}
-			created := ""
+			created, runs := "", ""
 			for _, j := range list.Items {
 				if j.Name != tc.child.Name && !contains(tc.related, j.Name) {
 					created = j.Name
+					var cs []string
+					for _, c := range append(j.Spec.Template.Spec.InitContainers, j.Spec.Template.Spec.Containers...) {
+						cs = append(cs, c.Name)
+					}
+					runs = strings.Join(cs, " ")
+					if carries := j.Annotations["infra.opr8r.io/carries"]; !strings.HasSuffix(runs, strings.ReplaceAll(carries, ",", " ")) {
+						t.Errorf("Job %s carries %q (its annotation), its pod runs %q", j.Name, carries, runs)
+					}
 				}
 			}
 			if created != tc.wantNext {
 				t.Errorf("the driver created %q, want %q", created, tc.wantNext)
+			}
+			if tc.wantRuns != "" && runs != tc.wantRuns {
+				t.Errorf("the pod of Job %s runs %q, want %q", created, runs, tc.wantRuns)
 			}
 		})
 	}

@@ -406,8 +406,8 @@ func gateStep(g engine.Gate) (infrav1.StepStatus, bool) {
 // laterStep reads apply, export-outputs or cleanup: from its Job's pod, or
 // Skipped when the run will never create its Job.
 func (v runView) laterStep(step string, prog engine.Progress) (infrav1.StepStatus, bool) {
-	if v.jobs[step] != nil {
-		st, _ := v.step(step, step)
+	if key := v.holderKey(step); key != "" {
+		st, _ := v.step(key, step)
 		return st, true
 	}
 	switch {
@@ -417,6 +417,43 @@ func (v runView) laterStep(step string, prog engine.Progress) (infrav1.StepStatu
 		return infrav1.StepStatus{Name: step, Phase: infrav1.StepSkipped}, true
 	}
 	return infrav1.StepStatus{}, false
+}
+
+// holderKey is the step (the key of v.jobs) of the Job that runs a later
+// step: its own Job when there is one (cleanup's, made when no other pod
+// ran it, is the one that counts), else the Job that carries it
+// (infra.opr8r.io/carries), else "".
+func (v runView) holderKey(step string) string {
+	if v.jobs[step] != nil {
+		return step
+	}
+	for key, j := range v.jobs {
+		if key != names.StepPlan && key != stepChecks && slices.Contains(strings.Split(j.Annotations[annoCarries], ","), step) {
+			return key
+		}
+	}
+	return ""
+}
+
+// holder is the Job that runs a later step (holderKey), or nil.
+func (v runView) holder(step string) *batchv1.Job {
+	if key := v.holderKey(step); key != "" {
+		return v.jobs[key]
+	}
+	return nil
+}
+
+// cleanedUp says whether the run's cleanup has run to its end: its own
+// Job ended, or the Job that carried it ended and cleanup's container in
+// it succeeded. A carrier whose pod failed before cleanup, or whose
+// cleanup failed, leaves it undone, and the driver makes a Job of cleanup
+// alone.
+func (v runView) cleanedUp(steps []infrav1.StepStatus) bool {
+	key := v.holderKey(names.StepCleanup)
+	if key == "" || !jobDone(v.jobs[key]) {
+		return false
+	}
+	return key == names.StepCleanup || stepPhase(steps, names.StepCleanup) == infrav1.StepSucceeded
 }
 
 func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
@@ -431,10 +468,9 @@ func stepPhase(steps []infrav1.StepStatus, name string) infrav1.StepPhase {
 // phase derives the run's phase: finished once cleanup has; Rejected when
 // the gate was, Failed when a step failed or the run was stopped.
 func (v runView) phase(prog *engine.Progress) {
-	cleanup := v.jobs[names.StepCleanup]
-	prog.Finished = jobDone(cleanup)
+	prog.Finished = v.cleanedUp(prog.Steps)
 	if prog.Finished {
-		prog.FinishedAt = jobFinishedAt(cleanup)
+		prog.FinishedAt = jobFinishedAt(v.holder(names.StepCleanup))
 	}
 	cancelled := v.child.Annotations[annoCancelled]
 	failed := engine.FirstFailure(prog.Steps)

@@ -195,8 +195,9 @@ type CacheConfigurer interface {
 // LogLocator is an optional interface that engines implement so that
 // `kubectl tfrun logs` finds a step's log in the engine's pods.
 type LogLocator interface {
-	// StepLogs returns the label selector of the pods that ran one step of a
-	// child and the container that holds the step's log.
+	// StepLogs returns the label selector of the pods that may run one step
+	// of a child and the container that holds the step's log: the newest
+	// selected pod that has that container holds it.
 	StepLogs(child, step string) (selector, container string)
 	// LogsHint is the engine's own command that prints a child's logs.
 	LogsHint(namespace, child string) string

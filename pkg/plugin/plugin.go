@@ -811,6 +811,13 @@ func (o *Options) podLog(ctx context.Context, cs kubernetes.Interface, run *infr
 		}
 		return fmt.Errorf("no pod of step %s of run %s (%s %s) exists and no log of it is kept: it has not started, or its pod was garbage-collected; the engine may still have the logs: %s", step, r.ID, r.Child.Kind, r.ID, hint)
 	}
+	// The newest pod that runs the step's container: a selector may name
+	// several of the run's pods (the Job engine's step Jobs carry the steps
+	// after them).
+	pods.Items = slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return !hasContainer(p.Spec, container) })
+	if len(pods.Items) == 0 {
+		return fmt.Errorf("no pod of run %s runs step %s yet: %s", r.ID, step, hint)
+	}
 	sort.Slice(pods.Items, func(i, j int) bool { return pods.Items[j].CreationTimestamp.Before(&pods.Items[i].CreationTimestamp) })
 	pod := pods.Items[0]
 	stream, err := cs.CoreV1().Pods(run.Namespace).GetLogs(pod.Name, &corev1.PodLogOptions{Container: container}).Stream(ctx)
@@ -820,6 +827,17 @@ func (o *Options) podLog(ctx context.Context, cs kubernetes.Interface, run *infr
 	defer stream.Close()
 	_, err = io.Copy(o.Out, stream)
 	return err
+}
+
+// hasContainer says whether a pod spec runs a container (or an init
+// container) of that name.
+func hasContainer(spec corev1.PodSpec, name string) bool {
+	for _, c := range append(append([]corev1.Container{}, spec.InitContainers...), spec.Containers...) {
+		if c.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // Main runs the plugin with the given engines; it is cmd/kubectl-tfrun's

@@ -8,6 +8,7 @@ package jobtest
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"fmt"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -164,22 +165,25 @@ func (s Sim) Gate() (string, string, string) {
 	return state, a["infra.opr8r.io/gate-message"], a["infra.opr8r.io/gate-digest"]
 }
 
-// FinishApply implements enginetest.Sim: apply (when the plan had changes),
-// export-outputs and cleanup run, each in the Job the driver creates.
+// FinishApply implements enginetest.Sim: apply (when the plan had
+// changes), export-outputs and cleanup run, one after another in the pod of
+// the Job the driver creates (apply's, or export-outputs' after a plan
+// without changes).
 func (s Sim) FinishApply(outputsJSON string) {
+	name, steps := s.key.Name+"-export", []string{names.StepExport, names.StepCleanup}
 	if s.planHasChanges() {
-		s.succeed(s.stepJob("apply"), names.StepApply)
+		name, steps = s.key.Name+"-apply", []string{names.StepApply, names.StepExport, names.StepCleanup}
 	}
-	export := s.stepJob("export")
+	s.stepJob(strings.TrimPrefix(name, s.key.Name+"-"))
 	if outputsJSON != "" {
 		enginetest.WriteRawOutputs(s.env, s.job(s.key.Name), outputsJSON)
 	}
-	s.succeed(export, names.StepExport)
-	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
+	s.succeed(name, steps...)
 }
 
 // Fail implements enginetest.Sim: the step's container exits 1 with its
-// summary as termination message, its Job fails, and cleanup runs.
+// summary as termination message, its Job fails (apply's pod never gets to
+// the cleanup it carries), and the Job of cleanup alone runs.
 func (s Sim) Fail(step, msg string) {
 	name := s.key.Name
 	if step == names.StepApply {
@@ -251,10 +255,10 @@ func (s Sim) SucceedDestroy() {
 	s.FinishDestroy()
 }
 
-// FinishDestroy implements enginetest.Sim: apply and cleanup succeed.
+// FinishDestroy implements enginetest.Sim: apply and cleanup succeed, in
+// the apply Job's pod.
 func (s Sim) FinishDestroy() {
-	s.succeed(s.stepJob("apply"), names.StepApply)
-	s.succeed(s.stepJob("cleanup"), names.StepCleanup)
+	s.succeed(s.stepJob("apply"), names.StepApply, names.StepCleanup)
 }
 
 func (s Sim) planHasChanges() bool {
@@ -270,9 +274,13 @@ func (s Sim) planHasChanges() bool {
 	return false
 }
 
-// succeed runs a step Job's pod (install, then the step) to success.
-func (s Sim) succeed(name, step string) {
-	s.runPod(name, map[string]corev1.ContainerState{"install-opr8r-step": enginetest.Terminated(0, ""), step: enginetest.Terminated(0, "")})
+// succeed runs a step Job's pod (install, then its steps) to success.
+func (s Sim) succeed(name string, steps ...string) {
+	states := map[string]corev1.ContainerState{"install-opr8r-step": enginetest.Terminated(0, "")}
+	for _, step := range steps {
+		states[step] = enginetest.Terminated(0, "")
+	}
+	s.runPod(name, states)
 	s.finishJob(name, true, "")
 }
 
