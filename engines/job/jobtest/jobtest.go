@@ -8,8 +8,8 @@ package jobtest
 import (
 	"context"
 	"encoding/json"
-	"strings"
 	"fmt"
+	"strings"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
