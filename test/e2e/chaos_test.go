@@ -122,12 +122,12 @@ func (e *env) applies(t *testing.T, name string, killed ...string) (runs, duplic
 		if _, ok := per[n]; !ok {
 			per[n] = 0
 		}
-		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", ns, p.Name, "--all-containers").CombinedOutput()
+		out, err := e.podLogs(p)
 		if err != nil {
 			t.Logf("%s: logs of %s: %v %s", name, p.Name, err, out)
 			continue
 		}
-		if strings.Contains(string(out), " apply -input=false") {
+		if strings.Contains(out, " apply -input=false") {
 			per[n]++
 		}
 	}
@@ -150,12 +150,32 @@ func (e *env) stepLogContains(t *testing.T, name, step, text string) bool {
 		t.Fatal(err)
 	}
 	for _, p := range pods.Items {
-		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", ns, p.Name, "--all-containers").CombinedOutput()
-		if err == nil && strings.Contains(string(out), text) {
+		out, err := e.podLogs(p)
+		if err == nil && strings.Contains(out, text) {
 			return true
 		}
 	}
 	return false
+}
+
+// podLogs is the log of every container of a pod that has started, init
+// containers first. kubectl logs --all-containers fails on a pod with a
+// container that never started: the Job engine's apply pod runs apply,
+// export-outputs and cleanup one after another, and a failed apply leaves
+// the two others waiting.
+func (e *env) podLogs(p corev1.Pod) (string, error) {
+	var all strings.Builder
+	for _, cs := range append(append([]corev1.ContainerStatus{}, p.Status.InitContainerStatuses...), p.Status.ContainerStatuses...) {
+		if cs.State.Waiting != nil && cs.LastTerminationState.Terminated == nil {
+			continue
+		}
+		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", ns, p.Name, "-c", cs.Name).CombinedOutput()
+		if err != nil {
+			return all.String() + string(out), fmt.Errorf("logs of container %s: %w", cs.Name, err)
+		}
+		all.Write(out)
+	}
+	return all.String(), nil
 }
 
 // locks says whether the state lock of a TerraformRun is held.

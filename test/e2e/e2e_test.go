@@ -305,6 +305,26 @@ func (e *env) checkOutputs(t *testing.T, name, greeting string) {
 	}
 }
 
+// stepLogs: kubectl tfrun logs shows the log of every step that ran, each
+// ending with opr8r-step's own last line (opr8r-step: <step> done in ...).
+func (e *env) stepLogs(t *testing.T, run *infrav1.TerraformRun) {
+	t.Helper()
+	n := 0
+	for _, s := range run.Status.Run.Steps {
+		if s.Name == names.StepApprove || s.Phase != infrav1.StepSucceeded {
+			continue
+		}
+		n++
+		out := e.sh(t, "", e.tfrun, "logs", run.Name, "-n", ns, "--step", s.Name)
+		if !strings.Contains(out, "opr8r-step: "+s.Name+" done in ") {
+			t.Errorf("kubectl tfrun logs %s --step %s does not end with opr8r-step's line for %s:\n%s", run.Name, s.Name, s.Name, out)
+		}
+	}
+	if n < 6 {
+		t.Errorf("%d steps of %s succeeded, want at least clone, init, plan, apply, export-outputs and cleanup: %+v", n, run.Name, run.Status.Run.Steps)
+	}
+}
+
 // lifecycle is the scenario list for one engine. The run's name ends in
 // -<number>, which the kubernetes backend refuses as a state suffix: opr8r
 // adds -state to the default one.
@@ -324,6 +344,7 @@ func lifecycle(t *testing.T, e *env, engine string) {
 	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
 	run = e.waitFor(t, name, "applied and Ready", 5*time.Minute, ready)
 	e.record(t, run, "applied")
+	e.stepLogs(t, run)
 	if a := run.Status.Approval; a == nil || !a.Approved || a.By != e2eAdmin || a.Source != infrav1.ApprovedByApproval {
 		t.Fatalf("approval = %+v, want approved by %s through a TerraformRunApproval", a, e2eAdmin)
 	}
@@ -529,6 +550,22 @@ spec:
   deletionPolicy: Retain
   runner: {workspace: {size: 64Mi}}
 `, name, ns, engine, files), e.kubectl, "apply", "-f", "-")
+	// While apply runs, kubectl tfrun logs reads its log from its pod (not
+	// a kept record: a step keeps its log when it ends). On the Job engine
+	// apply is the first of the three steps its Job's pod runs.
+	e.waitFor(t, name, "its apply running", 5*time.Minute, func(r *infrav1.TerraformRun) bool { return stepOf(r, names.StepApply) == infrav1.StepRunning })
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		cmd := exec.Command(e.tfrun, "logs", name, "-n", ns, "--step", names.StepApply)
+		cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+		out, err := cmd.CombinedOutput()
+		if err == nil && strings.Contains(string(out), "terraform_data.slow: Creating...") {
+			t.Logf("kubectl tfrun logs %s --step apply, as apply runs:\n%s", name, out)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kubectl tfrun logs %s --step apply, as apply runs, did not show terraform creating terraform_data.slow within a minute: %v\n%s", name, err, out)
+		}
+	}
 	run := e.waitFor(t, name, "applied and Ready", 10*time.Minute, ready)
 	var apply *infrav1.StepStatus
 	for i, s := range run.Status.Run.Steps {
