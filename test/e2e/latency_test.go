@@ -25,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/engines/job"
 	"github.com/opr8r/opr8r/pkg/names"
 )
 
@@ -200,8 +201,19 @@ func (e *env) partsOf(t *testing.T, name string, s *runSample) {
 	}
 	s.steps = map[string]time.Duration{}
 	for _, p := range pods.Items {
+		// The Job engine runs all steps but a pod's last as init
+		// containers (opr8r-step's installer is not a step); Argo's init
+		// container (named init) and Tekton's are the engines' own.
+		statuses := p.Status.ContainerStatuses
+		if p.Labels[job.EngineLabel] == string(infrav1.EngineJob) {
+			for _, c := range p.Status.InitContainerStatuses {
+				if c.Name != "install-opr8r-step" {
+					statuses = append(statuses, c)
+				}
+			}
+		}
 		var first time.Time
-		for _, c := range p.Status.ContainerStatuses {
+		for _, c := range statuses {
 			var at time.Time
 			switch {
 			case c.State.Terminated != nil:
@@ -216,12 +228,12 @@ func (e *env) partsOf(t *testing.T, name string, s *runSample) {
 		if !first.IsZero() {
 			s.podStart += first.Sub(p.CreationTimestamp.Time)
 		}
-		out, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", ns, p.Name, "--all-tfTimes").CombinedOutput()
+		out, err := e.podLogs(p)
 		if err != nil {
 			t.Logf("%s: logs of %s: %v", name, p.Name, err)
 			continue
 		}
-		for _, m := range stepDone.FindAllStringSubmatch(string(out), -1) {
+		for _, m := range stepDone.FindAllStringSubmatch(out, -1) {
 			took, err1 := time.ParseDuration(m[2])
 			tf, err2 := time.ParseDuration(m[3])
 			if err1 != nil || err2 != nil || m[1] == "install" {
@@ -334,7 +346,7 @@ spec:
   serviceAccountName: bench-floor
   restartPolicy: Never
   securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
-  tfTimes:
+  containers:
     - name: terraform
       image: %[3]s
       command: [/bin/sh, -c, %[4]q]
