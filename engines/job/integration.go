@@ -2,6 +2,7 @@ package job
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/opr8r/opr8r/pkg/names"
@@ -72,22 +73,22 @@ func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 
 // StepLogs implements engine.LogLocator: clone, init and plan are
 // containers of the plan Job's pod; apply, export-outputs and cleanup are
-// containers of the step Job that carried them (apply's carries the two
-// others, export-outputs' carries cleanup, and a Job of cleanup alone runs
-// it when no other pod did), so the selector names every Job that may run
-// the step and the newest pod with the container is read; each container is
-// named after its step.
+// containers of every step Job that may carry them (carried), so the
+// selector names those Jobs and the newest pod with the container is read;
+// each container is named after its step.
 func (Engine) StepLogs(child, step string) (string, string) {
-	jobs := []string{step}
+	var jobs []string
 	switch {
-	case step == names.StepClone || step == names.StepInit:
+	case step == names.StepClone || step == names.StepInit || step == names.StepPlan:
 		jobs = []string{names.StepPlan}
 	case names.IsCheck(step):
 		jobs = []string{stepChecks}
-	case step == names.StepExport:
-		jobs = []string{names.StepApply, names.StepExport}
-	case step == names.StepCleanup:
-		jobs = []string{names.StepApply, names.StepExport, names.StepCleanup}
+	default:
+		for _, s := range stepJobs {
+			if slices.Contains(carried(s.step, infrav1.RunApply), step) {
+				jobs = append(jobs, s.step)
+			}
+		}
 	}
 	return ChildLabel + "=" + child + "," + infrav1.StepLabel + " in (" + strings.Join(jobs, ",") + ")", step
 }

@@ -13,6 +13,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -382,5 +383,26 @@ func TestChecksRunAsTheCheckServiceAccount(t *testing.T) {
 	}
 	if sa := child.Spec.Template.Spec.ServiceAccountName; sa != testutil.Config.RunnerServiceAccount {
 		t.Errorf("the plan runs as %q, want the runner %q", sa, testutil.Config.RunnerServiceAccount)
+	}
+}
+
+// TestStepLogs: kubectl tfrun logs looks for a step in every Job that may
+// run it, in the step's container.
+func TestStepLogs(t *testing.T) {
+	for step, want := range map[string]string{
+		"clone":          "plan",
+		"plan":           "plan",
+		"check-policy":   "checks",
+		"apply":          "apply",
+		"export-outputs": "apply,export-outputs",
+		"cleanup":        "apply,export-outputs,cleanup",
+	} {
+		sel, container := job.New().StepLogs("r-1", step)
+		if wantSel := "infra.opr8r.io/child=r-1,infra.opr8r.io/step in (" + want + ")"; sel != wantSel || container != step {
+			t.Errorf("StepLogs(%s) = %q, %q, want %q, %q", step, sel, container, wantSel, step)
+		}
+		if _, err := labels.Parse(sel); err != nil {
+			t.Errorf("StepLogs(%s): %q is no label selector: %v", step, sel, err)
+		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"strings"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -170,11 +169,11 @@ func (s Sim) Gate() (string, string, string) {
 // the Job the driver creates (apply's, or export-outputs' after a plan
 // without changes).
 func (s Sim) FinishApply(outputsJSON string) {
-	name, steps := s.key.Name+"-export", []string{names.StepExport, names.StepCleanup}
+	suffix, steps := "export", []string{names.StepExport, names.StepCleanup}
 	if s.planHasChanges() {
-		name, steps = s.key.Name+"-apply", []string{names.StepApply, names.StepExport, names.StepCleanup}
+		suffix, steps = "apply", []string{names.StepApply, names.StepExport, names.StepCleanup}
 	}
-	s.stepJob(strings.TrimPrefix(name, s.key.Name+"-"))
+	name := s.stepJob(suffix)
 	if outputsJSON != "" {
 		enginetest.WriteRawOutputs(s.env, s.job(s.key.Name), outputsJSON)
 	}
