@@ -2,6 +2,7 @@ package tekton
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/opr8r/opr8r/pkg/names"
 
@@ -108,14 +109,22 @@ func slimTaskRunStatus(s tektonv1.TaskRunStatus) tektonv1.TaskRunStatus {
 }
 
 // StepLogs implements engine.LogLocator: each task's pod carries the
-// pipelineRun and pipelineTask labels; clone, init and plan are steps of
-// the plan task's pod, in containers named step-<step>.
+// pipelineRun and pipelineTask labels, and runs its steps in containers
+// named step-<step>. clone, init and plan are steps of the plan task's
+// pod; export-outputs runs in apply's pod or the export task's, cleanup in
+// either or in the finally task's (the newest pod with the container is
+// the one that ran it last).
 func (Engine) StepLogs(child, step string) (string, string) {
-	task := step
-	if step == names.StepClone || step == names.StepInit {
-		task = taskPlan
+	tasks := []string{step}
+	switch step {
+	case names.StepClone, names.StepInit:
+		tasks = []string{taskPlan}
+	case names.StepExport:
+		tasks = []string{taskApply, taskExport}
+	case names.StepCleanup:
+		tasks = []string{taskApply, taskExport, taskCleanup}
 	}
-	return PipelineRunLabel + "=" + child + "," + PipelineTaskLabel + "=" + task, "step-" + step
+	return PipelineRunLabel + "=" + child + "," + PipelineTaskLabel + " in (" + strings.Join(tasks, ",") + ")", "step-" + step
 }
 
 // LogsHint implements engine.LogLocator.

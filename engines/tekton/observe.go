@@ -1,6 +1,7 @@
 package tekton
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"maps"
@@ -189,20 +190,57 @@ func (v view) gateStep(out *engine.Progress) {
 	}
 }
 
-// laterSteps reads apply, export-outputs and the finally task cleanup.
+// laterSteps reads apply, export-outputs and cleanup. The apply task's
+// pod runs all three (a destroy: apply and cleanup); after a plan without
+// changes the export task's pod runs export-outputs and cleanup. The
+// finally task cleanup runs only when neither carrier succeeded, and once
+// it runs it is the cleanup that counts. A carrier that ended without
+// success leaves cleanup pending until the finally task reports it.
 func (v view) laterSteps(out *engine.Progress) {
-	for _, t := range []struct{ task, step string }{{taskApply, names.StepApply}, {taskExport, names.StepExport}, {taskCleanup, names.StepCleanup}} {
-		tr := v.taskRuns[t.task]
-		switch {
-		case tr != nil:
-			st := stepStatus(tr, t.step, t.step)
-			out.Steps = append(out.Steps, st)
-			out.Applied = out.Applied || (t.step == names.StepApply && st.Phase == infrav1.StepSucceeded)
-			out.OutputsExported = out.OutputsExported || (t.step == names.StepExport && st.Phase == infrav1.StepSucceeded)
-		case v.skipped[t.task]:
-			out.Steps = append(out.Steps, infrav1.StepStatus{Name: t.step, Phase: infrav1.StepSkipped})
-		}
+	apply, export := v.taskRuns[taskApply], v.taskRuns[taskExport]
+	carrier := cmp.Or(apply, export)
+	switch {
+	case apply != nil:
+		st := stepStatus(apply, names.StepApply, names.StepApply)
+		out.Applied = st.Phase == infrav1.StepSucceeded
+		out.Steps = append(out.Steps, st)
+	case v.skipped[taskApply]:
+		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepApply, Phase: infrav1.StepSkipped})
 	}
+	switch {
+	case export != nil:
+		out.Steps = append(out.Steps, v.exportStep(export))
+	case apply != nil && (v.pr.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) || hasStep(apply, names.StepExport)):
+		out.Steps = append(out.Steps, v.exportStep(apply))
+	case v.skipped[taskExport] && v.skipped[taskApply]:
+		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepExport, Phase: infrav1.StepSkipped})
+		// Tekton skips the export task as soon as the plan shows changes;
+		// export-outputs is then apply's to run, and shows with apply.
+	}
+	out.OutputsExported = slices.ContainsFunc(out.Steps, func(s infrav1.StepStatus) bool {
+		return s.Name == names.StepExport && s.Phase == infrav1.StepSucceeded
+	})
+	switch cleanup := v.taskRuns[taskCleanup]; {
+	case cleanup != nil:
+		out.Steps = append(out.Steps, stepStatus(cleanup, names.StepCleanup, names.StepCleanup))
+	case carrier != nil && done(carrier) && !succeeded(carrier.Status.GetCondition(apis.ConditionSucceeded)):
+		// The fallback is due; Tekton has not started it yet.
+		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepCleanup, Phase: infrav1.StepPending})
+	case carrier != nil:
+		out.Steps = append(out.Steps, stepStatus(carrier, names.StepCleanup, names.StepCleanup))
+	case v.skipped[taskCleanup]:
+		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepCleanup, Phase: infrav1.StepSkipped})
+	}
+}
+
+func (v view) exportStep(tr *tektonv1.TaskRun) infrav1.StepStatus {
+	return stepStatus(tr, names.StepExport, names.StepExport)
+}
+
+// hasStep says whether a TaskRun reports a step of that name (the cache
+// keeps no spec; a run's type says it before the pod exists).
+func hasStep(tr *tektonv1.TaskRun, step string) bool {
+	return slices.ContainsFunc(tr.Status.Steps, func(s tektonv1.StepState) bool { return s.Name == step })
 }
 
 // unreadTaskRun names a TaskRun of the PipelineRun's childReferences that

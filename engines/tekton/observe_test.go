@@ -1,6 +1,7 @@
 package tekton_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -170,5 +171,101 @@ func TestObserveReadsOnlyThePipelineRunsChildren(t *testing.T) {
 	}
 	if got, _ := tekton.New().Observe(pr, []client.Object{forged}, time.Now()); got.Gate.State != engine.GateAbsent {
 		t.Errorf("with only the forged gate: %s, want none", got.Gate.State)
+	}
+}
+
+func taskRun(task string, ok bool, states ...tektonv1.StepState) *tektonv1.TaskRun {
+	tr := &tektonv1.TaskRun{ObjectMeta: metav1.ObjectMeta{Name: "pr-" + task, Labels: map[string]string{tekton.PipelineRunLabel: "pr", tekton.PipelineTaskLabel: task}}}
+	tr.Status.Steps = states
+	c := &apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionTrue, Reason: "Succeeded"}
+	if !ok {
+		c = &apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionFalse, Reason: "Failed", Message: "a step failed"}
+	}
+	tr.Status.SetCondition(c)
+	return tr
+}
+
+func exited(step string, code int32) tektonv1.StepState {
+	return tektonv1.StepState{Name: step, ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
+}
+
+// TestObserveCleanupCarriedOrFallback: apply's pod runs apply,
+// export-outputs and cleanup; the export task's pod (a plan without
+// changes) runs export-outputs and cleanup; the finally task cleanup runs
+// only when neither succeeded, and then it is the cleanup that counts.
+func TestObserveCleanupCarriedOrFallback(t *testing.T) {
+	plan := taskRun("plan", true, exited("clone", 0), exited("init", 0), exited("plan", 0))
+	plan.Status.Results = []tektonv1.TaskRunResult{{Name: "has-changes", Type: tektonv1.ResultsTypeString, Value: *tektonv1.NewStructuredValues("true")}}
+	for _, tc := range []struct {
+		name     string
+		ended    bool
+		skipped  []string
+		trs      []*tektonv1.TaskRun
+		want     string
+		exported bool
+		applied  bool
+	}{{
+		name:    "waiting for approval: Tekton skipped the export task already, apply's pod will export",
+		skipped: []string{"export-outputs"},
+		want:    "",
+	}, {
+		name:  "apply's pod runs all three",
+		ended: true, skipped: []string{"export-outputs", "cleanup"},
+		trs:  []*tektonv1.TaskRun{taskRun("apply", true, exited("apply", 0), exited("export-outputs", 0), exited("cleanup", 0))},
+		want: "apply=Succeeded export-outputs=Succeeded cleanup=Succeeded", exported: true, applied: true,
+	}, {
+		name: "apply fails: the fallback is due",
+		trs:  []*tektonv1.TaskRun{taskRun("apply", false, exited("apply", 1))},
+		want: "apply=Failed export-outputs=Skipped cleanup=Pending",
+	}, {
+		name:  "apply fails: the fallback ran",
+		ended: true, skipped: []string{"export-outputs"},
+		trs:  []*tektonv1.TaskRun{taskRun("apply", false, exited("apply", 1)), taskRun("cleanup", true, exited("cleanup", 0))},
+		want: "apply=Failed export-outputs=Skipped cleanup=Succeeded",
+	}, {
+		name:  "cleanup fails in apply's pod and runs again",
+		ended: true, skipped: []string{"export-outputs"},
+		trs:  []*tektonv1.TaskRun{taskRun("apply", false, exited("apply", 0), exited("export-outputs", 0), exited("cleanup", 1)), taskRun("cleanup", true, exited("cleanup", 0))},
+		want: "apply=Succeeded export-outputs=Succeeded cleanup=Succeeded", exported: true, applied: true,
+	}, {
+		name:  "a plan without changes: the export task's pod",
+		ended: true, skipped: []string{"approve", "apply", "cleanup"},
+		trs:  []*tektonv1.TaskRun{taskRun("export-outputs", true, exited("export-outputs", 0), exited("cleanup", 0))},
+		want: "apply=Skipped export-outputs=Succeeded cleanup=Succeeded", exported: true,
+	}, {
+		name:  "rejected: neither carrier ran",
+		ended: true, skipped: []string{"apply", "export-outputs"},
+		trs:  []*tektonv1.TaskRun{taskRun("cleanup", true, exited("cleanup", 0))},
+		want: "apply=Skipped export-outputs=Skipped cleanup=Succeeded",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			pr := &tektonv1.PipelineRun{ObjectMeta: metav1.ObjectMeta{Name: "pr", Labels: map[string]string{infrav1.RunTypeLabel: "apply"}}}
+			st := corev1.ConditionUnknown
+			if tc.ended {
+				st = corev1.ConditionTrue
+			}
+			pr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: st, Reason: "Running"})
+			objs := []client.Object{plan}
+			for _, tr := range tc.trs {
+				objs = append(objs, tr)
+			}
+			childRefs(pr, objs...)
+			for _, s := range tc.skipped {
+				pr.Status.SkippedTasks = append(pr.Status.SkippedTasks, tektonv1.SkippedTask{Name: s})
+			}
+			got, err := tekton.New().Observe(pr, objs, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var steps []string
+			for _, s := range got.Steps {
+				if s.Name != "clone" && s.Name != "init" && s.Name != "plan" && s.Name != "approve" {
+					steps = append(steps, s.Name+"="+string(s.Phase))
+				}
+			}
+			if strings.Join(steps, " ") != tc.want || got.OutputsExported != tc.exported || got.Applied != tc.applied {
+				t.Errorf("steps %q, exported %v, applied %v; want %q, %v, %v", strings.Join(steps, " "), got.OutputsExported, got.Applied, tc.want, tc.exported, tc.applied)
+			}
+		})
 	}
 }

@@ -2,10 +2,13 @@
 // embedded pipelineSpec: no cluster-side Pipeline or Task is needed.
 //
 // Pods per run: the "plan" task runs the steps clone, init and plan in one
-// pod (each still shows by name in the dashboard); apply, export-outputs and
-// the finally task cleanup get a pod each. apply and export stay separate
-// tasks so that Tekton's own `when` expressions skip the gate and apply for a
-// plan without changes while outputs are still exported, exactly as on Argo.
+// pod, and the "apply" task runs apply, export-outputs and cleanup in one
+// more (each still shows by name in the dashboard). After a plan without
+// changes, Tekton's own `when` expressions skip the gate and apply and run
+// the "export-outputs" task instead (export-outputs and cleanup). The
+// finally task cleanup is the fallback that keeps cleanup guaranteed: it
+// runs whenever neither carrier succeeded (a step failed, cleanup's own
+// included; a timeout; a stop; a rejection; a plan-only run).
 //
 // The approval gate is opr8r's custom task (kind Approval): Tekton creates a
 // CustomRun for it, which opr8r's controller keeps running until the
@@ -125,7 +128,7 @@ func planTask(p *pipeline.Pipeline, req engine.Request) tektonv1.PipelineTask {
 		DisplayName: "Plan (clone, init, plan)",
 		Description: "One pod: " + pipeline.StepDescription(names.StepClone) + " " + pipeline.StepDescription(names.StepInit) + " " + pipeline.StepDescription(names.StepPlan),
 		Workspaces:  workspaceBinding(),
-		TaskSpec:    taskSpec(p, req.Config.StepImage, stepResults(clone, plan), clone, init, plan),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, taskPlan, stepResults(clone, plan), clone, init, plan),
 		Timeout:     taskTimeout(clone, init, plan),
 	}
 }
@@ -146,7 +149,7 @@ func checkTasks(p *pipeline.Pipeline, req engine.Request) []tektonv1.PipelineTas
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: c.Name, RunAfter: []string{taskPlan}, Workspaces: workspaceBinding(),
 			DisplayName: "Check " + strings.TrimPrefix(c.Name, names.CheckPrefix), Description: pipeline.StepDescription(c.Name),
-			TaskSpec: taskSpec(p, req.Config.StepImage, nil, c),
+			TaskSpec: taskSpec(p, req.Config.StepImage, c.Name, nil, c),
 			Timeout:  taskTimeout(c),
 			When:     tektonv1.WhenExpressions{hasChanges()},
 		})
@@ -160,8 +163,9 @@ func pipelineRun(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipe
 	finally := []tektonv1.PipelineTask{{
 		Name: taskCleanup, Workspaces: workspaceBinding(),
 		DisplayName: "Cleanup", Description: pipeline.StepDescription(names.StepCleanup),
-		TaskSpec: taskSpec(p, req.Config.StepImage, nil, p.Cleanup),
+		TaskSpec: taskSpec(p, req.Config.StepImage, taskCleanup, nil, p.Cleanup),
 		Timeout:  taskTimeout(p.Cleanup),
+		When:     cleanupWhen(tasks),
 	}}
 	return &tektonv1.PipelineRun{
 		TypeMeta: metav1.TypeMeta{APIVersion: tektonv1.SchemeGroupVersion.String(), Kind: "PipelineRun"},
@@ -235,7 +239,7 @@ func taskRunSpecs(p *pipeline.Pipeline, tasks []tektonv1.PipelineTask) []tektonv
 
 // taskSpec embeds the given steps as one task (one pod). Steps in a stock
 // Terraform image are preceded by a step that installs opr8r-step.
-func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
+func taskSpec(p *pipeline.Pipeline, stepImage, label string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
 	ts := tektonv1.TaskSpec{
 		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir, ReadOnly: steps[0].WorkspaceReadOnly}},
 		Volumes:    append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
@@ -257,7 +261,7 @@ func taskSpec(p *pipeline.Pipeline, stepImage string, results []string, steps ..
 	}
 	shareRequests(ts.Steps)
 	return &tektonv1.EmbeddedTask{
-		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{infrav1.StepLabel: steps[len(steps)-1].Name}},
+		Metadata: tektonv1.PipelineTaskMetadata{Labels: map[string]string{infrav1.StepLabel: label}},
 		TaskSpec: ts,
 	}
 }
@@ -325,13 +329,18 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 	for _, c := range p.Checks() {
 		afterPlan = append(afterPlan, c.Name)
 	}
+	carried := []pipeline.Step{steps[names.StepApply]}
+	if p.Type == infrav1.RunApply {
+		carried = append(carried, steps[names.StepExport])
+	}
+	carried = append(carried, p.Cleanup)
 	applyTask := tektonv1.PipelineTask{
 		Name:        taskApply,
 		DisplayName: "Apply the plan",
-		Description: pipeline.StepDescription(names.StepApply),
+		Description: "One pod: " + stepsDescription(carried),
 		Workspaces:  ws,
-		TaskSpec:    taskSpec(p, req.Config.StepImage, nil, steps[names.StepApply]),
-		Timeout:     taskTimeout(steps[names.StepApply]),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, taskApply, nil, carried...),
+		Timeout:     taskTimeout(carried...),
 		When:        tektonv1.WhenExpressions{hasChanges},
 	}
 	applyTask.TaskSpec.Params = tektonv1.ParamSpecs{{Name: resultApprovedDigest, Type: tektonv1.ParamTypeString}}
@@ -361,17 +370,43 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 	}
 	tasks = append(tasks, applyTask)
 	if p.Type == infrav1.RunApply {
-		// A task skipped by `when` does not skip the tasks after it, so
-		// export runs after an apply or after a plan without changes, and
-		// not after a failed or rejected one (the run has failed by then).
+		// After a plan without changes the gate and apply are skipped and
+		// outputs are still exported, by a task of their own that carries
+		// cleanup as well. After a plan with changes, apply's pod exports.
+		exported := []pipeline.Step{steps[names.StepExport], p.Cleanup}
 		tasks = append(tasks, tektonv1.PipelineTask{
-			Name: taskExport, RunAfter: []string{taskApply}, Workspaces: ws,
-			DisplayName: "Export outputs", Description: pipeline.StepDescription(names.StepExport),
-			TaskSpec: taskSpec(p, req.Config.StepImage, nil, steps[names.StepExport]),
-			Timeout:  taskTimeout(steps[names.StepExport]),
+			Name: taskExport, RunAfter: afterPlan, Workspaces: ws,
+			DisplayName: "Export outputs", Description: "One pod: " + stepsDescription(exported),
+			TaskSpec: taskSpec(p, req.Config.StepImage, taskExport, nil, exported...),
+			Timeout:  taskTimeout(exported...),
+			When:     tektonv1.WhenExpressions{noChanges()},
 		})
 	}
 	return tasks
+}
+
+// stepsDescription describes the steps a task runs one after another.
+func stepsDescription(steps []pipeline.Step) string {
+	var d []string
+	for _, s := range steps {
+		d = append(d, pipeline.StepDescription(s.Name))
+	}
+	return strings.Join(d, " ")
+}
+
+// cleanupWhen runs the finally task cleanup only when no task ran cleanup
+// to its end as a step: apply's and export's pods carry it, and a task
+// that succeeded ran every step. A task that failed (any step, cleanup's
+// own included), timed out, was cancelled or never ran leaves cleanup to
+// the finally task, which Tekton runs on every path.
+func cleanupWhen(tasks []tektonv1.PipelineTask) tektonv1.WhenExpressions {
+	var when tektonv1.WhenExpressions
+	for _, t := range tasks {
+		if t.Name == taskApply || t.Name == taskExport {
+			when = append(when, tektonv1.WhenExpression{Input: "$(tasks." + t.Name + ".status)", Operator: selection.NotIn, Values: []string{"Succeeded"}})
+		}
+	}
+	return when
 }
 
 // stepDisplayName is what the Tekton Dashboard shows for a step.
@@ -399,6 +434,11 @@ func stepDisplayName(name string) string {
 // hasChanges is the condition of the tasks that run only for a plan with changes.
 func hasChanges() tektonv1.WhenExpression {
 	return tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.In, Values: []string{"true"}}
+}
+
+// noChanges is the condition of the task that runs only for a plan without changes.
+func noChanges() tektonv1.WhenExpression {
+	return tektonv1.WhenExpression{Input: "$(tasks.plan.results." + pipeline.ResultHasChanges + ")", Operator: selection.NotIn, Values: []string{"true"}}
 }
 
 // stepResults are the results the given steps write.

@@ -11,6 +11,7 @@ import (
 	tektonv1 "github.com/tektoncd/pipeline/pkg/apis/pipeline/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -90,8 +91,45 @@ func TestPipelineRunShape(t *testing.T) {
 	if gate.TaskRef == nil || gate.TaskRef.APIVersion != "infra.opr8r.io/v1alpha1" || gate.TaskRef.Kind != "Approval" || len(gate.When) != 1 {
 		t.Errorf("gate = %+v, want the Approval custom task guarded by has-changes", gate)
 	}
+	stepsOf := func(pt tektonv1.PipelineTask) []string {
+		var out []string
+		for _, s := range pt.TaskSpec.Steps {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	// apply's pod exports and cleans up; after a plan without changes the
+	// export task does both.
+	if diff := cmp.Diff([]string{"install-opr8r-step", "apply", "export-outputs", "cleanup"}, stepsOf(pr.Spec.PipelineSpec.Tasks[2])); diff != "" {
+		t.Errorf("apply task steps, one pod (-want +got):\n%s", diff)
+	}
+	export := pr.Spec.PipelineSpec.Tasks[3]
+	if diff := cmp.Diff([]string{"install-opr8r-step", "export-outputs", "cleanup"}, stepsOf(export)); diff != "" {
+		t.Errorf("export task steps (-want +got):\n%s", diff)
+	}
+	if len(export.When) != 1 || export.When[0].Input != "$(tasks.plan.results.has-changes)" || export.When[0].Operator != "notin" || len(export.RunAfter) != 1 || export.RunAfter[0] != "plan" {
+		t.Errorf("export task runs after %v when %+v, want after plan for a plan without changes", export.RunAfter, export.When)
+	}
 	if len(pr.Spec.PipelineSpec.Finally) != 1 || pr.Spec.PipelineSpec.Finally[0].Name != "cleanup" {
-		t.Errorf("finally = %+v, want cleanup", pr.Spec.PipelineSpec.Finally)
+		t.Fatalf("finally = %+v, want cleanup", pr.Spec.PipelineSpec.Finally)
+	}
+	// The fallback runs unless a carrier succeeded, so cleanup runs on
+	// every path: failure, stop, rejection, timeout.
+	var when []string
+	for _, w := range pr.Spec.PipelineSpec.Finally[0].When {
+		when = append(when, w.Input+" "+string(w.Operator)+" "+strings.Join(w.Values, ","))
+	}
+	if diff := cmp.Diff([]string{"$(tasks.apply.status) notin Succeeded", "$(tasks.export-outputs.status) notin Succeeded"}, when); diff != "" {
+		t.Errorf("finally cleanup's when (-want +got):\n%s", diff)
+	}
+	destroy := build(t, testutil.MakeRun("x", "ns").Engine(infrav1.EngineTekton).Obj(), infrav1.RunDestroy)
+	last := destroy.Spec.PipelineSpec.Tasks[len(destroy.Spec.PipelineSpec.Tasks)-1]
+	if diff := cmp.Diff([]string{"install-opr8r-step", "apply", "cleanup"}, stepsOf(last)); last.Name != "apply" || diff != "" {
+		t.Errorf("a destroy's last task %s (-want +got):\n%s", last.Name, diff)
+	}
+	planOnly := build(t, testutil.MakeRun("x", "ns").Engine(infrav1.EngineTekton).Obj(), infrav1.RunPlan)
+	if f := planOnly.Spec.PipelineSpec.Finally; len(f) != 1 || len(f[0].When) != 0 {
+		t.Errorf("a plan-only run's finally = %+v, want cleanup always", f)
 	}
 	if pr.Spec.Timeouts == nil || pr.Spec.Timeouts.Pipeline == nil || pr.Spec.Timeouts.Pipeline.Duration != 0 {
 		t.Errorf("pipeline timeout = %+v, want 0 (no limit: approval waits are opr8r's to time out)", pr.Spec.Timeouts)
@@ -225,6 +263,27 @@ func TestOnlyStepPodsRunAsTheRunner(t *testing.T) {
 		}
 		if got[task.Name] != want {
 			t.Errorf("task %s runs as %q, want %q", task.Name, got[task.Name], want)
+		}
+	}
+}
+
+// TestStepLogs: kubectl tfrun logs looks for a step in every task's pod
+// that may run it, in the step's container.
+func TestStepLogs(t *testing.T) {
+	for step, want := range map[string]string{
+		"clone":          "plan",
+		"plan":           "plan",
+		"check-policy":   "check-policy",
+		"apply":          "apply",
+		"export-outputs": "apply,export-outputs",
+		"cleanup":        "apply,export-outputs,cleanup",
+	} {
+		sel, container := tekton.New().StepLogs("r-1", step)
+		if wantSel := "tekton.dev/pipelineRun=r-1,tekton.dev/pipelineTask in (" + want + ")"; sel != wantSel || container != "step-"+step {
+			t.Errorf("StepLogs(%s) = %q, %q, want %q, %q", step, sel, container, wantSel, "step-"+step)
+		}
+		if _, err := labels.Parse(sel); err != nil {
+			t.Errorf("StepLogs(%s): %q is no label selector: %v", step, sel, err)
 		}
 	}
 }

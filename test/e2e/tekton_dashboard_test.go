@@ -282,10 +282,27 @@ func TestTektonDashboard(t *testing.T) {
 
 		e.waitFor(t, name, "the plan applied", 5*time.Minute, ready)
 		e.tektonObjectsApplied(t, pr)
-		tree, err = waitTree(ctx, pipelineRunURL(view, pr, nil), 2*time.Minute, func(tree []tektonTask) error {
-			for _, n := range []string{"Plan (clone, init, plan)", "Apply the plan", "Export outputs", "Cleanup"} {
+		// apply's pod ran apply, export-outputs and cleanup, each its own
+		// step in the expanded task; the export task (a plan without
+		// changes) and the finally fallback never ran.
+		tree, err = waitTree(ctx, pipelineRunURL(view, pr, url.Values{"pipelineTask": {"apply"}}), 2*time.Minute, func(tree []tektonTask) error {
+			for _, n := range []string{"Plan (clone, init, plan)", "Apply the plan"} {
 				if tk := taskNamed(tree, n); tk == nil || tk.Succeeded != "True" {
 					return fmt.Errorf("task %q is %v, want succeeded", n, tk)
+				}
+			}
+			done := map[string]bool{}
+			for _, st := range taskNamed(tree, "Apply the plan").Steps {
+				done[st.Name] = st.Status == "terminated" && st.Reason == "Completed"
+			}
+			for _, st := range []string{"apply", "export-outputs", "cleanup"} {
+				if !done[st] {
+					return fmt.Errorf("step %s of the apply task did not complete: %v", st, taskNamed(tree, "Apply the plan"))
+				}
+			}
+			for _, n := range []string{"Export outputs", "Cleanup"} {
+				if tk := taskNamed(tree, n); tk == nil || tk.Succeeded != "" {
+					return fmt.Errorf("task %q is %v, want shown and not run", n, tk)
 				}
 			}
 			return nil

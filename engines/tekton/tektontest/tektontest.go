@@ -248,6 +248,28 @@ func (c Sim) PlanResult(p results.Plan) {
 			result(results.Inputs, v[results.Inputs]),
 		}
 	})
+	if p.HasChanges && c.hasTask("export-outputs") {
+		// The export task runs only after a plan without changes: Tekton
+		// skips it as soon as the plan is done (make e2e recorded it so).
+		c.skip(tektonv1.WhenExpressionsSkip, "export-outputs")
+	}
+}
+
+// skip lists tasks as Tekton skipped them, each once.
+func (c Sim) skip(reason tektonv1.SkippingReason, tasks ...string) {
+	c.updatePR(func(pr *tektonv1.PipelineRun) {
+		for _, t := range tasks {
+			if !slices.ContainsFunc(pr.Status.SkippedTasks, func(s tektonv1.SkippedTask) bool { return s.Name == t }) {
+				pr.Status.SkippedTasks = append(pr.Status.SkippedTasks, tektonv1.SkippedTask{Name: t, Reason: reason})
+			}
+		}
+	})
+}
+
+// hasTask says whether the PipelineRun's pipeline has the task.
+func (c Sim) hasTask(task string) bool {
+	ps := c.Get().Spec.PipelineSpec
+	return ps != nil && slices.ContainsFunc(ps.Tasks, func(t tektonv1.PipelineTask) bool { return t.Name == task })
 }
 
 // Complete implements enginetest.Sim: finally (cleanup) runs and the
@@ -331,41 +353,68 @@ func (c Sim) skipped(task string) bool {
 	return false
 }
 
+// complete runs the finally task cleanup, as Tekton does when no task
+// that carries cleanup succeeded, and ends the PipelineRun.
 func (c Sim) complete(status corev1.ConditionStatus, reason, msg string) {
 	c.taskRun("cleanup", succeededTask("install-opr8r-step", "cleanup"))
+	c.end(status, reason, msg)
+}
+
+// completeCarried ends a PipelineRun whose apply or export task ran
+// cleanup as its last step: Tekton skips the finally task by its when
+// expressions.
+func (c Sim) completeCarried(msg string) {
+	c.skip(tektonv1.WhenExpressionsSkip, "cleanup")
+	c.end(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), msg)
+}
+
+func (c Sim) end(status corev1.ConditionStatus, reason, msg string) {
 	c.updatePR(func(pr *tektonv1.PipelineRun) {
 		pr.Status.SetCondition(tcond(status, reason, msg))
 		pr.Status.CompletionTime = &metav1.Time{Time: time.Now()}
 	})
 }
 
+// FinishApply implements enginetest.Sim: apply's pod applies, exports
+// and cleans up; after a plan without changes (apply skipped) the export
+// task's pod exports and cleans up, and Tekton skips the other.
 func (c Sim) FinishApply(outputsJSON string) {
-	if !c.skipped("apply") {
-		c.taskRun("apply", succeededTask("install-opr8r-step", "apply"))
+	carrier, other := "apply", "export-outputs"
+	if c.skipped("apply") {
+		carrier, other = "export-outputs", "apply"
 	}
 	if outputsJSON != "" {
 		enginetest.WriteRawOutputs(c.env, c.Get(), outputsJSON)
 	}
-	c.taskRun("export-outputs", succeededTask("install-opr8r-step", "export-outputs"))
-	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "Tasks Completed: 4 (Failed: 0, Cancelled 0), Skipped: 0")
+	c.taskRun(carrier, succeededTask(append([]string{"install-opr8r-step"}, taskSteps[carrier]...)...))
+	c.skip(tektonv1.WhenExpressionsSkip, other)
+	c.completeCarried("Tasks Completed: 2 (Failed: 0, Cancelled 0), Skipped: 2")
+}
+
+// taskSteps are the steps of the tasks that run more than one, in order.
+var taskSteps = map[string][]string{
+	"plan":           {"clone", "init", "plan"},
+	"apply":          {"apply", "export-outputs", "cleanup"},
+	"export-outputs": {"export-outputs", "cleanup"},
 }
 
 // fail fails a step of a task: the step exits 1 and opr8r-step's summary
 // arrives as the task's error result.
 func (c Sim) Fail(step, msg string) {
 	task := step
-	if step == "clone" || step == "init" {
+	switch {
+	case step == "clone" || step == "init":
 		task = "plan"
+	case step == "export-outputs" && !c.skipped("apply"):
+		task = "apply"
 	}
 	c.taskRun(task, func(tr *tektonv1.TaskRun) {
 		tr.Status.Steps = []tektonv1.StepState{{Name: "install-opr8r-step", ContainerState: terminated(0)}}
-		if task == "plan" {
-			for _, before := range []string{"clone", "init", "plan"} {
-				if before == step {
-					break
-				}
-				tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: before, ContainerState: terminated(0)})
+		for _, before := range taskSteps[task] {
+			if before == step {
+				break
 			}
+			tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: before, ContainerState: terminated(0)})
 		}
 		tr.Status.Steps = append(tr.Status.Steps, tektonv1.StepState{Name: step, ContainerState: terminated(1)})
 		tr.Status.Results = []tektonv1.TaskRunResult{result(pipeline.ResultError, msg)}
@@ -381,11 +430,7 @@ func (c Sim) CompleteAfterGate() {
 		c.completeCancelled()
 		return
 	}
-	c.updatePR(func(pr *tektonv1.PipelineRun) {
-		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
-			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.StoppingSkip},
-			tektonv1.SkippedTask{Name: "export-outputs", Reason: tektonv1.StoppingSkip})
-	})
+	c.skip(tektonv1.StoppingSkip, "apply", "export-outputs")
 	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonFailed.String(), "Tasks Completed: 2 (Failed: 1, Cancelled 0), Skipped: 2")
 }
 
@@ -406,11 +451,7 @@ func (c Sim) completeCancelled() {
 	} else if !apierrors.IsNotFound(err) {
 		Expect(err).NotTo(HaveOccurred())
 	}
-	c.updatePR(func(pr *tektonv1.PipelineRun) {
-		pr.Status.SkippedTasks = append(pr.Status.SkippedTasks,
-			tektonv1.SkippedTask{Name: "apply", Reason: tektonv1.GracefullyCancelledSkip},
-			tektonv1.SkippedTask{Name: "export-outputs", Reason: tektonv1.GracefullyCancelledSkip})
-	})
+	c.skip(tektonv1.GracefullyCancelledSkip, "apply", "export-outputs")
 	c.complete(corev1.ConditionFalse, tektonv1.PipelineRunReasonCancelled.String(), `PipelineRun "`+c.key.Name+`" was cancelled`)
 }
 
@@ -420,11 +461,11 @@ func (c Sim) SucceedDestroy() {
 	c.FinishDestroy()
 }
 
-// FinishDestroy implements enginetest.Sim: apply succeeds and the
-// PipelineRun completes.
+// FinishDestroy implements enginetest.Sim: apply's pod applies and cleans
+// up, and the PipelineRun completes.
 func (c Sim) FinishDestroy() {
-	c.taskRun("apply", succeededTask("install-opr8r-step", "apply"))
-	c.complete(corev1.ConditionTrue, tektonv1.PipelineRunReasonSuccessful.String(), "")
+	c.taskRun("apply", succeededTask("install-opr8r-step", "apply", "cleanup"))
+	c.completeCarried("")
 }
 
 func runtimeTypeMeta(kind string) runtime.TypeMeta {
@@ -473,10 +514,6 @@ func (c Sim) PassChecks(checks ...string) {
 // error result; Tekton skips the tasks after it and the PipelineRun fails.
 func (c Sim) FailCheck(check, msg string, passed ...string) {
 	c.PassChecks(passed...)
-	c.updatePR(func(pr *tektonv1.PipelineRun) {
-		for _, t := range []string{"approve", "apply", "export-outputs"} {
-			pr.Status.SkippedTasks = append(pr.Status.SkippedTasks, tektonv1.SkippedTask{Name: t, Reason: tektonv1.StoppingSkip})
-		}
-	})
+	c.skip(tektonv1.StoppingSkip, "approve", "apply", "export-outputs")
 	c.Fail(check, msg)
 }
