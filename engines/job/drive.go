@@ -218,7 +218,7 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 			}
 		}
 	} else {
-		for _, name := range carried(step, infrav1.RunType(child.Labels[infrav1.RunTypeLabel])) {
+		for _, name := range pipeline.Carried(step, infrav1.RunType(child.Labels[infrav1.RunTypeLabel])) {
 			for _, s := range later.Steps {
 				if s.Name == name {
 					steps = append(steps, s)

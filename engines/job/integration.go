@@ -15,6 +15,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 )
 
 // What the Job engine owns beyond building, observing and driving its
@@ -85,7 +86,7 @@ func (Engine) StepLogs(child, step string) (string, string) {
 		jobs = []string{stepChecks}
 	default:
 		for _, s := range stepJobs {
-			if slices.Contains(carried(s.step, infrav1.RunApply), step) {
+			if slices.Contains(pipeline.Carried(s.step, infrav1.RunApply), step) {
 				jobs = append(jobs, s.step)
 			}
 		}

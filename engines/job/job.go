@@ -128,22 +128,6 @@ var stepJobs = []struct{ step, suffix string }{
 	{names.StepCleanup, "cleanup"},
 }
 
-// carried are the steps a step's Job runs, in order: apply carries
-// export-outputs (a run that applies) and cleanup, export-outputs carries
-// cleanup. A cleanup Job, or the checks', carries only itself.
-func carried(step string, typ infrav1.RunType) []string {
-	switch step {
-	case names.StepApply:
-		if typ == infrav1.RunApply {
-			return []string{names.StepApply, names.StepExport, names.StepCleanup}
-		}
-		return []string{names.StepApply, names.StepCleanup}
-	case names.StepExport:
-		return []string{names.StepExport, names.StepCleanup}
-	}
-	return []string{step}
-}
-
 // stepJobName is the name of a step's Job; the plan Job is the child.
 func stepJobName(child, step string) string {
 	if step == stepChecks {

@@ -209,9 +209,9 @@ func (v view) laterSteps(out *engine.Progress) {
 	}
 	switch {
 	case export != nil:
-		out.Steps = append(out.Steps, v.exportStep(export))
-	case apply != nil && (v.pr.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply) || hasStep(apply, names.StepExport)):
-		out.Steps = append(out.Steps, v.exportStep(apply))
+		out.Steps = append(out.Steps, stepStatus(export, names.StepExport, names.StepExport))
+	case apply != nil && v.pr.Labels[infrav1.RunTypeLabel] == string(infrav1.RunApply):
+		out.Steps = append(out.Steps, stepStatus(apply, names.StepExport, names.StepExport))
 	case v.skipped[taskExport] && v.skipped[taskApply]:
 		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepExport, Phase: infrav1.StepSkipped})
 		// Tekton skips the export task as soon as the plan shows changes;
@@ -231,16 +231,6 @@ func (v view) laterSteps(out *engine.Progress) {
 	case v.skipped[taskCleanup]:
 		out.Steps = append(out.Steps, infrav1.StepStatus{Name: names.StepCleanup, Phase: infrav1.StepSkipped})
 	}
-}
-
-func (v view) exportStep(tr *tektonv1.TaskRun) infrav1.StepStatus {
-	return stepStatus(tr, names.StepExport, names.StepExport)
-}
-
-// hasStep says whether a TaskRun reports a step of that name (the cache
-// keeps no spec; a run's type says it before the pod exists).
-func hasStep(tr *tektonv1.TaskRun, step string) bool {
-	return slices.ContainsFunc(tr.Status.Steps, func(s tektonv1.StepState) bool { return s.Name == step })
 }
 
 // unreadTaskRun names a TaskRun of the PipelineRun's childReferences that

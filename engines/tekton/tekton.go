@@ -319,21 +319,13 @@ func step(c corev1.Container) tektonv1.Step {
 // (apply runs) after the plan task.
 func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.PipelineTask) []tektonv1.PipelineTask {
 	run := req.Run
-	steps := map[string]pipeline.Step{}
-	for _, s := range p.Steps {
-		steps[s.Name] = s
-	}
 	ws := workspaceBinding()
 	hasChanges := hasChanges()
 	afterPlan := []string{taskPlan}
 	for _, c := range p.Checks() {
 		afterPlan = append(afterPlan, c.Name)
 	}
-	carried := []pipeline.Step{steps[names.StepApply]}
-	if p.Type == infrav1.RunApply {
-		carried = append(carried, steps[names.StepExport])
-	}
-	carried = append(carried, p.Cleanup)
+	carried := p.CarriedSteps(names.StepApply)
 	applyTask := tektonv1.PipelineTask{
 		Name:        taskApply,
 		DisplayName: "Apply the plan",
@@ -373,7 +365,7 @@ func laterTasks(p *pipeline.Pipeline, req engine.Request, tasks []tektonv1.Pipel
 		// After a plan without changes the gate and apply are skipped and
 		// outputs are still exported, by a task of their own that carries
 		// cleanup as well. After a plan with changes, apply's pod exports.
-		exported := []pipeline.Step{steps[names.StepExport], p.Cleanup}
+		exported := p.CarriedSteps(names.StepExport)
 		tasks = append(tasks, tektonv1.PipelineTask{
 			Name: taskExport, RunAfter: afterPlan, Workspaces: ws,
 			DisplayName: "Export outputs", Description: "One pod: " + stepsDescription(exported),

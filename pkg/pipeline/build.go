@@ -313,3 +313,31 @@ func (p *Pipeline) StepNamed(name string) (Step, bool) {
 	}
 	return Step{}, false
 }
+
+// Carried are the steps one pod runs, in order, starting with step, on the
+// engines that fold the steps after apply into its pod (Tekton, Jobs): apply
+// carries export-outputs (a run that applies) and cleanup; export-outputs
+// carries cleanup. Any other step runs alone.
+func Carried(step string, typ infrav1.RunType) []string {
+	switch step {
+	case names.StepApply:
+		if typ == infrav1.RunApply {
+			return []string{names.StepApply, names.StepExport, names.StepCleanup}
+		}
+		return []string{names.StepApply, names.StepCleanup}
+	case names.StepExport:
+		return []string{names.StepExport, names.StepCleanup}
+	}
+	return []string{step}
+}
+
+// CarriedSteps are the pipeline's steps that step's pod runs (Carried).
+func (p *Pipeline) CarriedSteps(step string) []Step {
+	var steps []Step
+	for _, name := range Carried(step, p.Type) {
+		if s, ok := p.StepNamed(name); ok {
+			steps = append(steps, s)
+		}
+	}
+	return steps
+}
