@@ -94,7 +94,9 @@ func (Engine) StepLogs(child, step string) (string, string) {
 	return ChildLabel + "=" + child + "," + infrav1.StepLabel + " in (" + strings.Join(jobs, ",") + ")", step
 }
 
-// LogsHint implements engine.LogLocator.
+// LogsHint implements engine.LogLocator. --ignore-errors: the pod of a
+// step that failed never starts the steps it carries after it, and kubectl
+// logs --all-containers stops at the first such container without it.
 func (Engine) LogsHint(namespace, child string) string {
-	return fmt.Sprintf("kubectl logs -n %s -l %s=%s --all-containers --prefix", namespace, ChildLabel, child)
+	return fmt.Sprintf("kubectl logs -n %s -l %s=%s --all-containers --prefix --ignore-errors", namespace, ChildLabel, child)
 }
