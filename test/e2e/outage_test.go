@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/engines"
+	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 )
 
@@ -85,6 +87,7 @@ spec:
 	if since := time.Since(began); since < 3*time.Minute {
 		t.Fatalf("the apply failed %s after the backend went away, before its 3m of retries: it did not retry", since.Round(time.Second))
 	}
+	e.logsHintWorks(t, engine, failed)
 	kept := names.ErroredStateSecretName(failed.Status.Run.Child.Name)
 	if !strings.Contains(failed.Status.Run.Message, "kept in Secret") && !e.stepLogContains(t, name, names.StepApply, "the state is kept in Secret "+ns+"/"+kept) {
 		t.Fatalf("neither the run's message nor the apply's log says where the state is kept (Secret %s): %q", kept, failed.Status.Run.Message)
@@ -147,4 +150,29 @@ spec:
 		t.Fatalf("Secret %s is still there after its state was pushed: %v", kept, err)
 	}
 	t.Logf("%s: the state kept through the outage was pushed by the rerun, whose plan is %s", name, run.Status.Plan.Summary)
+}
+
+// logsHintWorks runs the command kubectl tfrun prints for a run's logs, when
+// the engine's is a kubectl command, on a run whose apply failed: on the
+// Job engine apply's pod never started the export-outputs and cleanup it
+// carries, and the command must still print apply's log.
+func (e *env) logsHintWorks(t *testing.T, engineName string, run *infrav1.TerraformRun) {
+	t.Helper()
+	reg, err := engine.NewRegistry(engines.All()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, _ := reg.Get(infrav1.EngineName(engineName))
+	loc, ok := eng.(engine.LogLocator)
+	if !ok {
+		t.Fatalf("engine %s locates no logs", engineName)
+	}
+	args := strings.Fields(loc.LogsHint(ns, run.Status.Run.Child.Name))
+	if args[0] != "kubectl" {
+		return // argo logs, tkn: not installed here
+	}
+	out := e.sh(t, "", e.kubectl, args[1:]...)
+	if !strings.Contains(out, "/"+names.StepApply+"] ") {
+		t.Fatalf("%s printed no line of the apply container:\n%s", strings.Join(args, " "), out)
+	}
 }
