@@ -149,6 +149,13 @@ func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []st
 		t.Errorf("%s: (as %s) kubectl %s was admitted, want it refused:\n%s\n%s", what, user, strings.Join(args, " "), out, e.guardState())
 		return
 	}
+	if strings.Contains(out, "Error from server (Conflict)") {
+		// Optimistic concurrency answered before admission: the write
+		// was never judged, which is not a refusal.
+		recordAttack(engine, what, notSaying+"an admission refusal (got a 409 Conflict)")
+		t.Errorf("%s: (as %s) kubectl %s was answered with a conflict, not judged by admission:\n%s", what, user, strings.Join(args, " "), out)
+		return
+	}
 	for _, w := range wants {
 		if !strings.Contains(out, w) {
 			recordAttack(engine, what, notSaying+w)
@@ -417,18 +424,26 @@ func (e *env) tenantAttacks(t *testing.T, engine string) {
 // attackTheChild: mallory edits the engine's object to pass the gate, name
 // an approver, change a later step or skip the gate.
 func (e *env) attackTheChild(t *testing.T, engine, name, child string) {
-	refusedReplace := func(what string, gvk schema.GroupVersionKind, objName string, change func(u *unstructured.Unstructured), wants ...string) {
+	refusedEdit := func(what string, gvk schema.GroupVersionKind, objName string, change func(u *unstructured.Unstructured), wants ...string) {
 		u := e.object(t, gvk, objName)
+		orig := u.DeepCopy()
 		change(u)
-		// An unconditional update: the engine changes its object all the
-		// while, and a stale resourceVersion would be refused as a
-		// conflict before admission says anything.
-		u.SetResourceVersion("")
-		e.refused(t, engine, what, mallory, jsonOf(t, u), wants, "replace", "-f", "-")
+		// A merge patch of what the attacker changes, without a
+		// resourceVersion: the API server applies it to the object as it
+		// is. Not kubectl replace: with no resourceVersion it reads the
+		// object's and sends that, and the engine, which changes its
+		// object all the while, made it stale in between (a 409 Conflict
+		// before admission said anything: stop 45's CI, job).
+		patch, err := client.MergeFrom(orig).Data(u)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resource := strings.ToLower(gvk.Kind) + "s." + gvk.Group
+		e.refused(t, engine, what, mallory, string(patch), wants, "patch", resource, objName, "-n", ns, "--type=merge", "--patch-file=/dev/stdin")
 	}
 	switch engine {
 	case "argo":
-		refusedReplace("skip the gate: suspend.duration on the approve template", workflowGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("skip the gate: suspend.duration on the approve template", workflowGVK, child, func(u *unstructured.Unstructured) {
 			tmpls, _, _ := unstructured.NestedSlice(u.Object, "spec", "templates")
 			for i, tm := range tmpls {
 				if m := tm.(map[string]any); m["name"] == "approve" {
@@ -438,7 +453,7 @@ func (e *env) attackTheChild(t *testing.T, engine, name, child string) {
 			}
 			_ = unstructured.SetNestedSlice(u.Object, tmpls, "spec", "templates")
 		}, "may not change the spec")
-		refusedReplace("pass the gate: rename the approve node and set it Succeeded", workflowGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("pass the gate: rename the approve node and set it Succeeded", workflowGVK, child, func(u *unstructured.Unstructured) {
 			nodes, _, _ := unstructured.NestedMap(u.Object, "status", "nodes")
 			for id, n := range nodes {
 				if m := n.(map[string]any); m["displayName"] == "approve" {
@@ -448,12 +463,12 @@ func (e *env) attackTheChild(t *testing.T, engine, name, child string) {
 			}
 			_ = unstructured.SetNestedMap(u.Object, nodes, "status", "nodes")
 		}, "may not change the status")
-		refusedReplace("name the approver: the gate-decided-by stamp", workflowGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("name the approver: the gate-decided-by stamp", workflowGVK, child, func(u *unstructured.Unstructured) {
 			a := u.GetAnnotations()
 			a["infra.opr8r.io/gate-decided-by"] = aliceUser
 			u.SetAnnotations(a)
 		}, "stamped by the API server")
-		refusedReplace("hide the gate in compressed node status", workflowGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("hide the gate in compressed node status", workflowGVK, child, func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, "H4sIAAAAAAAA/6quBQQAAP//Q7+m6QIAAAA=", "status", "compressedNodes")
 		}, "compressed")
 		e.refused(t, engine, "forge the plan step's results (a WorkflowTaskResult)", mallory, fmt.Sprintf(`apiVersion: argoproj.io/v1alpha1
@@ -462,7 +477,7 @@ metadata: {name: %s-forged, namespace: %s, labels: {workflows.argoproj.io/workfl
 outputs: {parameters: [{name: digest, value: "sha256:00"}]}
 `, child, ns, child), nil, "create", "-f", "-")
 	case "tekton":
-		refusedReplace("make the gate not opr8r's: customRef.kind", customRunGVK, child+"-approve", func(u *unstructured.Unstructured) {
+		refusedEdit("make the gate not opr8r's: customRef.kind", customRunGVK, child+"-approve", func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, "Other", "spec", "customRef", "kind")
 		}, "may not change")
 		out, err := e.as(mallory, `{"status":{"conditions":[{"type":"Succeeded","status":"True","reason":"Approved"}]}}`, e.kubectl,
@@ -473,7 +488,7 @@ outputs: {parameters: [{name: digest, value: "sha256:00"}]}
 		} else {
 			recordAttack(engine, "pass the gate: write the CustomRun's status", "refused: "+oneLine(admissionReason(out), 120))
 		}
-		refusedReplace("change a later step: the apply task's image", pipelineGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("change a later step: the apply task's image", pipelineGVK, child, func(u *unstructured.Unstructured) {
 			tasks, _, _ := unstructured.NestedSlice(u.Object, "spec", "pipelineSpec", "tasks")
 			for i, tk := range tasks {
 				if m := tk.(map[string]any); m["name"] == "apply" {
@@ -488,17 +503,17 @@ outputs: {parameters: [{name: digest, value: "sha256:00"}]}
 			_ = unstructured.SetNestedSlice(u.Object, tasks, "spec", "pipelineSpec", "tasks")
 		}, "may not change")
 	case "job":
-		refusedReplace("pass the gate: the child Job's gate annotations", jobGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("pass the gate: the child Job's gate annotations", jobGVK, child, func(u *unstructured.Unstructured) {
 			a := u.GetAnnotations()
 			a["infra.opr8r.io/gate-decision"], a["infra.opr8r.io/gate-decided-by"] = "approve", aliceUser
 			u.SetAnnotations(a)
 		}, "infra.opr8r.io/")
-		refusedReplace("change a later step: the child Job's step list", jobGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("change a later step: the child Job's step list", jobGVK, child, func(u *unstructured.Unstructured) {
 			a := u.GetAnnotations()
 			a["infra.opr8r.io/steps"] = `[{"Name":"apply","Image":"evil.example/root:1","Command":["sh"]}]`
 			u.SetAnnotations(a)
 		}, "infra.opr8r.io/")
-		refusedReplace("skip the gate: the child Job's approval mode", jobGVK, child, func(u *unstructured.Unstructured) {
+		refusedEdit("skip the gate: the child Job's approval mode", jobGVK, child, func(u *unstructured.Unstructured) {
 			a := u.GetAnnotations()
 			a["infra.opr8r.io/approval"] = "auto"
 			u.SetAnnotations(a)
