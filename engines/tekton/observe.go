@@ -305,8 +305,15 @@ func taskResults(tr *tektonv1.TaskRun) map[string]string {
 // task's error result (opr8r-step's one-line summary) when it wrote one.
 func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus {
 	st := infrav1.StepStatus{Name: name, Phase: infrav1.StepPending}
+	// Tekton starts every step's container at once and reports each as
+	// running; a step's entrypoint waits until the steps before it ended
+	// (as the Tekton Dashboard shows it, "waiting"). A step runs once
+	// every earlier one terminated: before, export-outputs and cleanup
+	// showed Running while apply ran in their pod.
+	earlierDone := true
 	for _, s := range tr.Status.Steps {
 		if s.Name != stepName {
+			earlierDone = earlierDone && s.Terminated != nil
 			continue
 		}
 		switch {
@@ -322,7 +329,7 @@ func stepStatus(tr *tektonv1.TaskRun, stepName, name string) infrav1.StepStatus 
 					st.Message = msg
 				}
 			}
-		case s.Running != nil:
+		case s.Running != nil && earlierDone:
 			st.Phase = infrav1.StepRunning
 			st.StartedAt = engine.TimeOrNil(s.Running.StartedAt)
 		}

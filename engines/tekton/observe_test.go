@@ -185,6 +185,18 @@ func taskRun(task string, ok bool, states ...tektonv1.StepState) *tektonv1.TaskR
 	return tr
 }
 
+// runningTaskRun is a TaskRun whose pod runs.
+func runningTaskRun(task string, states ...tektonv1.StepState) *tektonv1.TaskRun {
+	tr := taskRun(task, true, states...)
+	tr.Status.SetCondition(&apis.Condition{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running"})
+	return tr
+}
+
+// live is a step whose container runs (or waits in Tekton's entrypoint).
+func live(step string) tektonv1.StepState {
+	return tektonv1.StepState{Name: step, ContainerState: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+}
+
 func exited(step string, code int32) tektonv1.StepState {
 	return tektonv1.StepState{Name: step, ContainerState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: code}}}
 }
@@ -205,6 +217,16 @@ func TestObserveCleanupCarriedOrFallback(t *testing.T) {
 		exported bool
 		applied  bool
 	}{{
+		name:    "apply's pod started, its install step has not ended: no step runs yet (Tekton reports every container running)",
+		skipped: []string{"export-outputs"},
+		trs:     []*tektonv1.TaskRun{runningTaskRun("apply", live("install-opr8r-step"), live("apply"), live("export-outputs"), live("cleanup"))},
+		want:    "apply=Pending export-outputs=Pending cleanup=Pending",
+	}, {
+		name:    "apply runs: export-outputs and cleanup wait in its pod",
+		skipped: []string{"export-outputs"},
+		trs:     []*tektonv1.TaskRun{runningTaskRun("apply", exited("install-opr8r-step", 0), live("apply"), live("export-outputs"), live("cleanup"))},
+		want:    "apply=Running export-outputs=Pending cleanup=Pending",
+	}, {
 		name:    "waiting for approval: Tekton skipped the export task already, apply's pod will export",
 		skipped: []string{"export-outputs"},
 		want:    "",
