@@ -12,6 +12,7 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -27,6 +28,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/providers"
 	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
@@ -49,6 +51,7 @@ type settings struct {
 	objectStore                        s3.Config
 	objectStoreCreds                   string
 	recordsRetention                   time.Duration
+	providerMirrorCA                   string
 }
 
 func main() {
@@ -96,6 +99,11 @@ func main() {
 	flag.StringVar(&s.objectStoreCreds, "records-object-store-credentials-dir", "/etc/opr8r/records-object-store", "The mounted Secret with the object store's access-key, secret-key and encryption-key (32 bytes: openssl rand -base64 32).")
 	flag.DurationVar(&s.recordsRetention, "records-retention", manager.DefaultRecordsRetention, "How long the object store keeps a record; records of runs that leave a TerraformRun's history, or of deleted TerraformRuns, go sooner.")
 	opts := zap.Options{}
+	flag.StringVar(&s.cfg.Providers.Mirror, "provider-mirror-url", "", "https URL of a provider network mirror (terraform's and OpenTofu's network_mirror protocol, as `terraform providers mirror` lays it out): every terraform step installs every provider from it and from nowhere else (empty: terraform's own installation).")
+	flag.StringVar(&s.providerMirrorCA, "provider-mirror-ca-file", "", "PEM file of the CA that signed the provider mirror's certificate, trusted by terraform steps besides their image's roots.")
+	flag.StringVar(&s.cfg.Providers.CacheClaim, "provider-cache-claim", "", "Name of a PersistentVolumeClaim, in each run's namespace, that keeps terraform's plugin cache across that namespace's runs; the manager makes it when missing (empty: each run fetches its providers into its own workspace). docs/performance.md, P10.")
+	flag.StringVar(&s.cfg.Providers.CacheSize, "provider-cache-size", controller.DefaultProviderCacheSize, "Requested size of the provider cache claims the manager makes.")
+	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -201,8 +209,43 @@ func (s *settings) complete() error {
 	if s.maxActiveRunsPerNS < 0 {
 		s.maxActiveRunsPerNS = controller.DefaultNamespaceShare(s.maxActiveRuns)
 	}
+	if err := s.completeProviders(); err != nil {
+		return err
+	}
 	if !s.metrics.Secure && s.metrics.BindAddress != "0" {
 		ctrl.Log.WithName("setup").Info("metrics are served over plain HTTP to anyone who reaches the port (--metrics-secure=false): for local development only", "address", s.metrics.BindAddress)
+	}
+	return nil
+}
+
+// completeProviders reads the provider mirror's CA and checks the
+// provider settings, so a mistake stops the manager, not every run.
+func (s *settings) completeProviders() error {
+	p := &s.cfg.Providers
+	if s.providerMirrorCA != "" {
+		b, err := os.ReadFile(s.providerMirrorCA)
+		if err != nil {
+			return fmt.Errorf("--provider-mirror-ca-file: %w", err)
+		}
+		p.MirrorCA = string(b)
+		if err := providers.CheckCA(p.MirrorCA); err != nil {
+			return fmt.Errorf("--provider-mirror-ca-file %s: %w", s.providerMirrorCA, err)
+		}
+	}
+	if p.Mirror != "" {
+		u, err := providers.MirrorURL(p.Mirror)
+		if err != nil {
+			return fmt.Errorf("--provider-mirror-url: %w", err)
+		}
+		p.Mirror = u
+	}
+	if p.CacheClaim != "" {
+		if errs := validation.IsDNS1123Subdomain(p.CacheClaim); len(errs) > 0 {
+			return fmt.Errorf("--provider-cache-claim %q is not a PersistentVolumeClaim name: %s", p.CacheClaim, strings.Join(errs, "; "))
+		}
+		if _, err := controller.ProviderCacheClaim("", p.CacheClaim, p.CacheSize, p.CacheStorageClass); err != nil {
+			return err
+		}
 	}
 	return nil
 }

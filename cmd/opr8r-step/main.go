@@ -35,6 +35,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/results"
 	"github.com/opr8r/opr8r/pkg/step"
@@ -101,6 +102,11 @@ func run(args []string, out io.Writer) int {
 		return fail(err)
 	}
 	if err := connect(r, cmd, &o); err != nil {
+		return fail(err)
+	}
+	// The install's provider mirror, for the commands that run terraform.
+	pv := step.Providers{Mirror: os.Getenv(names.EnvProviderMirror), MirrorCA: os.Getenv(names.EnvProviderMirrorCA)}
+	if err := r.UseProviders(pv, filepath.Join(os.TempDir(), "opr8r-providers")); err != nil {
 		return fail(err)
 	}
 	began := time.Now()

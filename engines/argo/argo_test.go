@@ -21,9 +21,15 @@ import (
 // BuildGolden builds the Workflow of a golden case.
 func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *wfv1.Workflow {
 	t.Helper()
-	eff := pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config)
+	return buildGoldenWith(t, testutil.Config, run, typ, deps...)
+}
+
+// buildGoldenWith builds with an install's configuration of its own.
+func buildGoldenWith(t *testing.T, cfg engine.Config, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *wfv1.Workflow {
+	t.Helper()
+	eff := pipeline.Defaults(run, infrav1.EngineArgo, cfg)
 	hash := pipeline.SpecHash(eff)
-	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := argo.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: cfg, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -33,7 +39,7 @@ func buildGolden(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, d
 func TestGoldenWorkflows(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			wf := buildGolden(t, tc.Run.Obj(), tc.Type, testutil.GoldenDeps(name)...)
+			wf := buildGoldenWith(t, testutil.GoldenConfig(name), tc.Run.Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			got, err := yaml.Marshal(wf)
 			if err != nil {
 				t.Fatal(err)

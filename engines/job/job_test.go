@@ -32,9 +32,15 @@ import (
 
 func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *batchv1.Job {
 	t.Helper()
-	eff := pipeline.Defaults(run, infrav1.EngineJob, testutil.Config)
+	return buildWith(t, testutil.Config, run, typ, deps...)
+}
+
+// buildWith builds with an install's configuration of its own.
+func buildWith(t *testing.T, cfg engine.Config, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *batchv1.Job {
+	t.Helper()
+	eff := pipeline.Defaults(run, infrav1.EngineJob, cfg)
 	hash := pipeline.SpecHash(eff)
-	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := job.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: cfg, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -44,7 +50,7 @@ func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ..
 func TestGoldenJobs(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			j := build(t, tc.Run.Engine(infrav1.EngineJob).Obj(), tc.Type, testutil.GoldenDeps(name)...)
+			j := buildWith(t, testutil.GoldenConfig(name), tc.Run.Engine(infrav1.EngineJob).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			if err := jobtest.Validate(j); err != nil {
 				t.Fatalf("the %s Job is not valid: %v", name, err)
 			}

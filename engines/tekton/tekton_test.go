@@ -23,9 +23,15 @@ import (
 
 func build(t *testing.T, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *tektonv1.PipelineRun {
 	t.Helper()
-	eff := pipeline.Defaults(run, infrav1.EngineTekton, testutil.Config)
+	return buildWith(t, testutil.Config, run, typ, deps...)
+}
+
+// buildWith builds with an install's configuration of its own.
+func buildWith(t *testing.T, cfg engine.Config, run *infrav1.TerraformRun, typ infrav1.RunType, deps ...engine.Dependency) *tektonv1.PipelineRun {
+	t.Helper()
+	eff := pipeline.Defaults(run, infrav1.EngineTekton, cfg)
 	hash := pipeline.SpecHash(eff)
-	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: testutil.Config, Dependencies: deps})
+	obj, err := tekton.New().Build(engine.Request{Run: eff, Type: typ, Name: names.ChildName(run.Name, typ, 1), Number: 1, SpecHash: hash, Config: cfg, Dependencies: deps})
 	if err != nil {
 		t.Fatalf("Build: %v", err)
 	}
@@ -47,7 +53,7 @@ func validate(pr *tektonv1.PipelineRun) error {
 func TestGoldenPipelineRuns(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
 		t.Run(name, func(t *testing.T) {
-			pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
+			pr := buildWith(t, testutil.GoldenConfig(name), tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 			got, err := yaml.Marshal(pr)
 			if err != nil {
 				t.Fatal(err)
@@ -155,7 +161,7 @@ func TestPipelineRunShape(t *testing.T) {
 // TestStepPodsAreHardened checks every step container and the pod template.
 func TestStepPodsAreHardened(t *testing.T) {
 	for name, tc := range testutil.GoldenCases() {
-		pr := build(t, tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
+		pr := buildWith(t, testutil.GoldenConfig(name), tc.Run.Engine(infrav1.EngineTekton).Obj(), tc.Type, testutil.GoldenDeps(name)...)
 		pod := pr.Spec.TaskRunTemplate.PodTemplate
 		if pod == nil || pod.SecurityContext == nil || !*pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.SeccompProfile.Type != "RuntimeDefault" {
 			t.Errorf("%s: pod security context is not hardened: %+v", name, pod)

@@ -268,6 +268,9 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	if err := r.guardChild(ctx, run.Namespace, name, st.eff.Spec.Runner.ServiceAccountName, st.eff.Spec.Runner.PlanServiceAccountName); err != nil {
 		return nil, err
 	}
+	if err := r.ensureProviderCache(ctx, run.Namespace); err != nil {
+		return nil, err
+	}
 	err = r.Create(ctx, obj)
 	switch {
 	case err == nil:

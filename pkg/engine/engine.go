@@ -288,6 +288,33 @@ type Config struct {
 	// did not take before it keeps it in the run's errored-state Secret
 	// (--state-retry); zero: the step's default.
 	StateRetry time.Duration
+	// Providers says where terraform steps install providers from and
+	// whether they share a plugin cache across runs (--provider-*).
+	Providers Providers
+}
+
+// Providers configures provider installation for every terraform step of
+// an install: set by its admin, never by a TerraformRun.
+type Providers struct {
+	// Mirror is the https URL of a provider network mirror (the protocol
+	// terraform and OpenTofu define for network_mirror): steps install
+	// every provider from it and from nowhere else. Empty: terraform's own
+	// installation (the image's local mirror directories, then the
+	// registry).
+	Mirror string
+	// MirrorCA is PEM the steps trust besides the image's own roots, for a
+	// mirror whose certificate a private CA signed.
+	MirrorCA string
+	// CacheClaim names the PersistentVolumeClaim, in each run's namespace,
+	// that holds terraform's plugin cache across that namespace's runs; the
+	// manager makes it when missing (CacheSize, CacheStorageClass). Empty: a
+	// cache per run, in its workspace.
+	CacheClaim string
+	// CacheSize is the claim's requested size (default 2Gi).
+	CacheSize string
+	// CacheStorageClass is the claim's StorageClass (empty: the cluster's
+	// default).
+	CacheStorageClass string
 }
 
 // Request asks an engine to build the child of one run.

@@ -102,3 +102,11 @@ func OutputsSecretName(run *infrav1.TerraformRun) string {
 	}
 	return run.Name + "-outputs"
 }
+
+// The environment of terraform steps that carries the install's provider
+// mirror (engine.Providers): reserved from spec.terraform.env, as every
+// OPR8R_ name is, so only the install's admin sets them.
+const (
+	EnvProviderMirror   = "OPR8R_PROVIDER_MIRROR"
+	EnvProviderMirrorCA = "OPR8R_PROVIDER_MIRROR_CA"
+)

@@ -26,7 +26,8 @@ type Pipeline struct {
 	Cleanup Step
 	// ManualApproval is true when the pipeline has an approval gate.
 	ManualApproval bool
-	// Volumes are the Secret and ConfigMap volumes that steps mount.
+	// Volumes are the Secret, ConfigMap and provider cache volumes that
+	// steps mount.
 	Volumes []corev1.Volume
 	// ServiceAccountName of the step pods.
 	ServiceAccountName string

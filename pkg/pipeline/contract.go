@@ -35,17 +35,20 @@ const (
 
 // Paths inside step containers.
 const (
-	WorkspaceDir    = "/workspace"
-	CheckoutDir     = WorkspaceDir + "/src"
-	PluginCacheDir  = WorkspaceDir + "/.plugin-cache"
-	PlanFile        = WorkspaceDir + "/tfplan"
-	TmpDir          = "/tmp"
-	StepBinDir      = "/opr8r/bin"
-	StepBinary      = StepBinDir + "/opr8r-step"
-	ImageStepBinary = "/opr8r-step"
-	SourceDir       = "/opr8r/source"
-	InputsDir       = "/opr8r/inputs"
-	VarsFile        = InputsDir + "/vars.json"
+	WorkspaceDir   = "/workspace"
+	CheckoutDir    = WorkspaceDir + "/src"
+	PluginCacheDir = WorkspaceDir + "/.plugin-cache"
+	// SharedPluginCacheDir is where the namespace's provider cache claim
+	// (engine.Providers.CacheClaim) is mounted, in terraform steps only.
+	SharedPluginCacheDir = "/opr8r/provider-cache"
+	PlanFile             = WorkspaceDir + "/tfplan"
+	TmpDir               = "/tmp"
+	StepBinDir           = "/opr8r/bin"
+	StepBinary           = StepBinDir + "/opr8r-step"
+	ImageStepBinary      = "/opr8r-step"
+	SourceDir            = "/opr8r/source"
+	InputsDir            = "/opr8r/inputs"
+	VarsFile             = InputsDir + "/vars.json"
 	// EmbeddedVarsFile is where the clone step writes vars.json when the
 	// inputs travel in the child (InputsEnv): in the workspace, which the
 	// plan step shares with it.

@@ -36,17 +36,17 @@ func (b *builder) terraformStep(name string, args ...string) Step {
 	s.Args = append(s.Args, b.tfEnvArgs...)
 	s.Args = append(s.Args, b.recordArgs()...)
 	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
-	s.Env = append(terraformEnv(), b.tfEnv...)
+	s.Env = append(terraformEnv(b.pluginCacheDir()), b.tfEnv...)
 	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
 	return s
 }
 
-func terraformEnv() []corev1.EnvVar {
+func terraformEnv(pluginCache string) []corev1.EnvVar {
 	return []corev1.EnvVar{
 		{Name: "HOME", Value: TmpDir},
 		{Name: "TF_IN_AUTOMATION", Value: "1"},
 		{Name: "TF_INPUT", Value: "0"},
-		{Name: "TF_PLUGIN_CACHE_DIR", Value: PluginCacheDir},
+		{Name: "TF_PLUGIN_CACHE_DIR", Value: pluginCache},
 		{Name: "CHECKPOINT_DISABLE", Value: "1"},
 	}
 }

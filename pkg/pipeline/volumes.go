@@ -34,6 +34,43 @@ func (b *builder) collectVolumes() {
 	b.collectEnvSecrets()
 	b.collectFiles()
 	b.collectIdentityToken()
+	b.collectProviders()
+}
+
+// ProviderCacheVolume is the shared plugin cache's volume.
+const ProviderCacheVolume = "provider-cache"
+
+// collectProviders points terraform steps at the install's provider
+// mirror and mounts the namespace's shared plugin cache. With a shared
+// cache, terraform links a provider it already holds even when the
+// module commits no lock file
+// (TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE): the lock file a run
+// writes then records that package's checksum only. Checks never mount
+// the cache: they run images a TerraformRun chose.
+func (b *builder) collectProviders() {
+	p := b.req.Config.Providers
+	if p.Mirror != "" {
+		b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: names.EnvProviderMirror, Value: p.Mirror})
+	}
+	if p.MirrorCA != "" {
+		b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: names.EnvProviderMirrorCA, Value: p.MirrorCA})
+	}
+	if p.CacheClaim == "" {
+		return
+	}
+	b.addVolume(corev1.Volume{Name: ProviderCacheVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.CacheClaim}}})
+	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: ProviderCacheVolume, MountPath: SharedPluginCacheDir})
+	b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: "TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE", Value: "true"})
+}
+
+// pluginCacheDir is terraform's plugin cache: the namespace's shared one,
+// or the run's own in its workspace.
+func (b *builder) pluginCacheDir() string {
+	if b.req.Config.Providers.CacheClaim != "" {
+		return SharedPluginCacheDir
+	}
+	return PluginCacheDir
 }
 
 // collectIdentityToken projects spec.runner.identityToken into every

@@ -63,7 +63,13 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 	if b.ConfigFile != "" {
 		args = append(args, "-backend-config="+b.ConfigFile)
 	}
-	if _, _, err := r.tf(ctx, m.Dir, false, nil, args...); err != nil {
+	unlock, err := r.lockPluginCache(ctx)
+	if err != nil {
+		return err
+	}
+	_, _, err = r.tf(ctx, m.Dir, false, nil, args...)
+	unlock()
+	if err != nil {
 		return err
 	}
 	if m.Workspace != "" && m.Workspace != "default" {

@@ -151,6 +151,21 @@ type GoldenCase struct {
 	Type infrav1.RunType
 }
 
+// GoldenConfig is the install configuration the golden case of that name
+// is built with: Config, and for provider-cache an install with a provider
+// mirror and a shared plugin cache.
+func GoldenConfig(name string) engine.Config {
+	c := Config
+	if name == "provider-cache" {
+		c.Providers = engine.Providers{Mirror: "https://providers.opr8r-system.svc/", MirrorCA: GoldenMirrorCA, CacheClaim: "opr8r-provider-cache"}
+	}
+	return c
+}
+
+// GoldenMirrorCA stands for the PEM of a mirror's CA (it is carried, not
+// parsed, by the translators).
+const GoldenMirrorCA = "-----BEGIN CERTIFICATE-----\nMIIB...\n-----END CERTIFICATE-----\n"
+
 // GoldenDeps are the resolved dependencies the reconciler would pass when
 // building the golden case of that name.
 func GoldenDeps(name string) []engine.Dependency {
@@ -205,6 +220,7 @@ func GoldenCases() map[string]GoldenCase {
 		"checks-auto": {MakeRun("dns", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunApply},
 		"dependencies": {MakeRun("app", "team-a").DependsOn("", "network", false, "vpc_id", "subnet_ids=subnets").DependsOn("platform", "db", false, "password=db_password").DependsOn("", "dns", false),
 			infrav1.RunApply},
+		"provider-cache":   {MakeRun("cached", "team-a").Auto(), infrav1.RunApply},
 		"checks-plan-only": {MakeRun("preview", "team-a").Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunPlan},
 	}
 }

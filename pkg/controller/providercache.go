@@ -1,0 +1,64 @@
+package controller
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+
+// DefaultProviderCacheSize is the provider cache claim's size when
+// --provider-cache-size is empty.
+const DefaultProviderCacheSize = "2Gi"
+
+// ProviderCacheClaim is the claim the manager makes, in a run's namespace,
+// for the namespace's shared plugin cache (engine.Providers.CacheClaim).
+// It belongs to no run: it outlives them, and goes with the namespace.
+func ProviderCacheClaim(ns, name, size, class string) (*corev1.PersistentVolumeClaim, error) {
+	if size == "" {
+		size = DefaultProviderCacheSize
+	}
+	q, err := resource.ParseQuantity(size)
+	if err != nil {
+		return nil, fmt.Errorf("--provider-cache-size %q: %w", size, err)
+	}
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "opr8r"},
+			Annotations: map[string]string{"infra.opr8r.io/purpose": "terraform's plugin cache, shared by this namespace's TerraformRuns"}},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: q}},
+		},
+	}
+	if class != "" {
+		pvc.Spec.StorageClassName = &class
+	}
+	return pvc, nil
+}
+
+// ensureProviderCache makes the namespace's provider cache claim when it
+// is missing, before a child whose pods mount it. It is created without a
+// read first, so PersistentVolumeClaims stay out of the manager's cache;
+// AlreadyExists is success. A claim a namespace's user made under that
+// name is used as it is: it serves only that namespace's runs.
+func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns string) error {
+	p := r.Config.Providers
+	if p.CacheClaim == "" {
+		return nil
+	}
+	pvc, err := ProviderCacheClaim(ns, p.CacheClaim, p.CacheSize, p.CacheStorageClass)
+	if err != nil { // checked at the manager's start
+		return generic("ProviderCacheSize", err, "making the provider cache PersistentVolumeClaim %s", p.CacheClaim)
+	}
+	switch err := r.Create(ctx, pvc); {
+	case err == nil, apierrors.IsAlreadyExists(err):
+		return nil
+	default:
+		return generic("CreateProviderCache", err, "creating the provider cache PersistentVolumeClaim %s", p.CacheClaim)
+	}
+}

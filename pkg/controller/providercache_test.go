@@ -1,0 +1,76 @@
+package controller
+
+import (
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/opr8r/opr8r/pkg/engine"
+)
+
+// TestProviderCacheClaimBeforeTheChild: with --provider-cache-claim, a run
+// that starts makes its namespace's claim (the child's pods mount it) at
+// the size and class the install set; a claim already there, the
+// namespace's own, is used as it is; without the flag no claim is made.
+func TestProviderCacheClaimBeforeTheChild(t *testing.T) {
+	providers := engine.Providers{CacheClaim: "opr8r-provider-cache", CacheSize: "3Gi", CacheStorageClass: "fast"}
+	for name, tc := range map[string]struct {
+		providers engine.Providers
+		existing  []client.Object
+		wantSize  string // "" for no claim
+	}{
+		"made when missing": {providers: providers, wantSize: "3Gi"},
+		"the namespace's own is kept": {providers: providers, wantSize: "1Gi", existing: []client.Object{&corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "opr8r-provider-cache"},
+			Spec:       corev1.PersistentVolumeClaimSpec{Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+		}}},
+		"none without the flag": {},
+	} {
+		t.Run(name, func(t *testing.T) {
+			run := aRun("a")
+			r, c := newReconciler(t, &fakeEngine{}, append(tc.existing, run.DeepCopy())...)
+			r.Config.Providers = tc.providers
+			if _, _, err := runSub(r, run, r.reconcileStart); err != nil {
+				t.Fatal(err)
+			}
+			if run.Status.Run == nil || run.Status.Run.ID != "a-1" {
+				t.Fatalf("the run did not start: %+v", run.Status.Run)
+			}
+			pvc := &corev1.PersistentVolumeClaim{}
+			err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: "opr8r-provider-cache"}, pvc)
+			if tc.wantSize == "" {
+				if !apierrors.IsNotFound(err) {
+					t.Fatalf("a claim without --provider-cache-claim: %v", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := pvc.Spec.Resources.Requests[corev1.ResourceStorage]; got.String() != tc.wantSize {
+				t.Errorf("claim size %s, want %s", got.String(), tc.wantSize)
+			}
+			if tc.existing == nil && (pvc.Spec.StorageClassName == nil || *pvc.Spec.StorageClassName != "fast" || len(pvc.OwnerReferences) != 0) {
+				t.Errorf("claim %+v: want class fast and no owner (it outlives runs)", pvc)
+			}
+		})
+	}
+}
+
+// TestProviderCacheClaimSettings: a size that is not a quantity is refused
+// when the manager starts, naming the flag.
+func TestProviderCacheClaimSettings(t *testing.T) {
+	if _, err := ProviderCacheClaim("ns", "c", "lots", ""); err == nil {
+		t.Fatalf("size lots: %v", err)
+	} else if want := "--provider-cache-size"; !contains(err.Error(), want) {
+		t.Fatalf("error %q does not name %s", err, want)
+	}
+	pvc, err := ProviderCacheClaim("ns", "c", "", "")
+	if err != nil || pvc.Spec.Resources.Requests.Storage().String() != DefaultProviderCacheSize || pvc.Spec.StorageClassName != nil {
+		t.Fatalf("defaults: %+v, %v", pvc, err)
+	}
+}
