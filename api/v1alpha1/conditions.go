@@ -95,6 +95,9 @@ const (
 	// depend on this one to be gone before destroying.
 	ReasonDependentsExist   = "DependentsExist"
 	ReasonDependenciesReady = "DependenciesReady"
+	// ReasonProviderCacheDeleting: the namespace's provider cache claim
+	// is being deleted; the run starts once it is gone and made again.
+	ReasonProviderCacheDeleting = "ProviderCacheDeleting"
 )
 
 // Results of a scheduled check (status.drift.result).

@@ -3,14 +3,18 @@ package controller
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
 
-// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create
+// +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;get
 
 // DefaultProviderCacheSize is the provider cache claim's size when
 // --provider-cache-size is empty.
@@ -43,9 +47,10 @@ func ProviderCacheClaim(ns, name, size, class string) (*corev1.PersistentVolumeC
 
 // ensureProviderCache makes the namespace's provider cache claim when it
 // is missing, before a child whose pods mount it. It is created without a
-// read first, so PersistentVolumeClaims stay out of the manager's cache;
-// AlreadyExists is success. A claim a namespace's user made under that
-// name is used as it is: it serves only that namespace's runs.
+// read first, and read from the API server only when it exists, so
+// PersistentVolumeClaims stay out of the manager's cache. A claim a
+// namespace's user made under that name is used as it is: it serves only
+// that namespace's runs.
 func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns string) error {
 	p := r.Config.Providers
 	if p.CacheClaim == "" {
@@ -55,10 +60,27 @@ func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns str
 	if err != nil { // checked at the manager's start
 		return generic("ProviderCacheSize", err, "making the provider cache PersistentVolumeClaim %s", p.CacheClaim)
 	}
-	switch err := r.Create(ctx, pvc); {
-	case err == nil, apierrors.IsAlreadyExists(err):
+	err = r.Create(ctx, pvc)
+	switch {
+	case err == nil:
 		return nil
-	default:
+	case !apierrors.IsAlreadyExists(err):
 		return generic("CreateProviderCache", err, "creating the provider cache PersistentVolumeClaim %s", p.CacheClaim)
 	}
+	// One that is being deleted (someone emptied the cache) would leave
+	// the child's pods Pending for good: wait until it is gone, then make
+	// it again.
+	existing := &corev1.PersistentVolumeClaim{}
+	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pvc), existing); client.IgnoreNotFound(err) != nil {
+		return generic("GetProviderCache", err, "reading the provider cache PersistentVolumeClaim %s", p.CacheClaim)
+	}
+	if existing.DeletionTimestamp != nil {
+		return waiting(infrav1.ReasonProviderCacheDeleting, providerCacheRetry,
+			"the namespace's provider cache PersistentVolumeClaim %s is being deleted (its pods still run); the run starts once it is gone and made again", p.CacheClaim)
+	}
+	return nil
 }
+
+// providerCacheRetry is how soon a run waiting for a provider cache claim
+// being deleted looks again.
+const providerCacheRetry = 5 * time.Second
