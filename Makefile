@@ -105,8 +105,8 @@ bench-shards: envtest-assets ## Sharding at scale (docs/performance.md): BENCH_S
 	KUBEBUILDER_ASSETS=$(ENVTEST_ASSETS) BENCH_SHARDS=1 BENCH_SIZES=$(BENCH_SIZES) go run ./test/bench
 
 .PHONY: bench-e2e
-bench-e2e: ## Latency on the from-source cluster (docs/performance.md): trivial runs per engine, one after another, 10 at once, Manual to plan, with each part and a one-pod floor (BENCH_E2E_N, _BURST, _MANUAL, _FLOOR, _ENGINES); table in bin/e2e/latency.md.
-	OPR8R_E2E_BENCH=1 E2E_RUN='^TestLatencyBench$$' test/e2e/run.sh
+bench-e2e: ## Latency on the from-source cluster (docs/performance.md): trivial runs per engine, one after another, 10 at once, Manual to plan, with each part and a one-pod floor (BENCH_E2E_N, _BURST, _MANUAL, _FLOOR, _ENGINES); table in bin/e2e/latency.md; then P10, terraform init with a real provider first against later (TestProviderCache's P10 lines).
+	OPR8R_E2E_BENCH=1 E2E_RUN='^(TestLatencyBench|TestProviderCache)$$' test/e2e/run.sh
 
 .PHONY: bench-checks
 bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.

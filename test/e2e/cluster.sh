@@ -68,6 +68,10 @@ STOCK_TERRAFORM_IMAGE="docker.io/hashicorp/terraform:$(terraform version -json 2
 SHELL_IMAGE="localhost/opr8r/busybox:${E2E_IMAGE_TAG}"
 CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION}"
 REGISTRY_IMAGE="localhost/opr8r/registry:v${GGCR_VERSION}"
+MIRROR_IMAGE="localhost/opr8r/provider-mirror:${E2E_IMAGE_TAG}"
+# The provider mirror's Service: a fixed address, as the registry's (the
+# cluster runs no DNS); its certificate names it.
+MIRROR_IP="10.96.200.201"
 
 # shellcheck source=test/e2e/dashboards.sh
 . "${ROOT}/test/e2e/dashboards.sh"
@@ -103,7 +107,7 @@ build_all() {
   bash "${ROOT}/test/e2e/build.sh" all
   mkdir -p "${ROOT}/bin/e2e/opr8r"
   (cd "${ROOT}" && CGO_ENABLED=0 go build -trimpath -o bin/e2e/opr8r/ ./cmd/manager ./cmd/opr8r-step ./cmd/kubectl-tfrun \
-     ./test/e2e/pause ./test/e2e/provisioner ./test/e2e/imagebuild ./test/e2e/tektonview)
+     ./test/e2e/pause ./test/e2e/provisioner ./test/e2e/imagebuild ./test/e2e/tektonview ./test/e2e/providermirror)
 }
 
 # image NAME REF ARGS...: builds bin/e2e/images/NAME.tar unless its inputs are unchanged.
@@ -143,6 +147,12 @@ build_images() {
   image conftest "${CONFTEST_IMAGE}" -file "${FBIN}/conftest:/bin/conftest" "${bbl[@]}" -entrypoint /bin/conftest -user 65532:65532
   # The OCI-source scenario's registry (crane registry serve, in memory).
   image registry "${REGISTRY_IMAGE}" -file "${RBIN}/crane:/bin/crane" -entrypoint /bin/crane -user 65532:65532
+  # The provider network mirror the install points terraform at
+  # (providers.mirror): the same source-built kubernetes provider, served
+  # over TLS, so runs fetch it from there, not from the image's directory.
+  image provider-mirror "${MIRROR_IMAGE}" -file "${ROOT}/bin/e2e/opr8r/providermirror:/providermirror" \
+    -file "${PBIN}/terraform-provider-kubernetes:/providers/terraform-provider-kubernetes_v${TFK_VERSION}" \
+    -entrypoint /providermirror -user 65532:65532
   image opr8r "${OPR8R_IMAGE}" -file "${ROOT}/bin/e2e/opr8r/manager:/manager" -file "${ROOT}/bin/e2e/opr8r/opr8r-step:/opr8r-step" \
     -entrypoint /manager -user 65532:65532
 }
@@ -195,6 +205,7 @@ pki() {
   cert proxy system:kube-proxy ""
   cert node "system:node:${NODE}" system:nodes "IP:${ip},DNS:${NODE}"
   cert provisioner opr8r-e2e-provisioner system:masters
+  cert provider-mirror provider-mirror "" "IP:${MIRROR_IP},DNS:provider-mirror.opr8r-system.svc"
   # Two people with their own client certificates, in a group that the e2e
   # test binds to opr8r-approver: approvals by distinct users.
   cert alice opr8r-e2e-alice e2e-approvers
@@ -420,19 +431,63 @@ tekton_up() {
 
 # The namespaces whose TerraformRuns the e2e scenarios and make dev create:
 # e2e (every scenario's ns), default (the stacks' edge, examples/ for make
-# dev). The manager watches them only and holds its rights there, as the
+# dev), e2e-providers (TestProviderCache: a namespace whose provider cache
+# starts empty). The manager watches them only and holds its rights there, as the
 # README's install line gives.
-E2E_NAMESPACES="e2e,default"
+E2E_NAMESPACES="e2e,default,e2e-providers"
+
+# provider_mirror_up runs the provider network mirror in opr8r-system,
+# with its certificate, and the CA the manager gives terraform steps.
+provider_mirror_up() {
+  kc create namespace opr8r-system --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc create configmap provider-mirror-ca -n opr8r-system --from-file=ca.crt="${S}/pki/ca.crt" --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc create secret tls provider-mirror-tls -n opr8r-system --cert="${S}/pki/provider-mirror.crt" --key="${S}/pki/provider-mirror.key" \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc apply -f - >/dev/null <<MIRROR
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: provider-mirror, namespace: opr8r-system}
+spec:
+  selector: {matchLabels: {app: provider-mirror}}
+  template:
+    metadata: {labels: {app: provider-mirror}}
+    spec:
+      containers:
+      - name: mirror
+        image: ${MIRROR_IMAGE}
+        imagePullPolicy: Never
+        args: [-cert=/tls/tls.crt, -key=/tls/tls.key,
+               "-provider=registry.terraform.io/hashicorp/kubernetes=${TFK_VERSION}=/providers/terraform-provider-kubernetes_v${TFK_VERSION}",
+               "-provider=registry.opentofu.org/hashicorp/kubernetes=${TFK_VERSION}=/providers/terraform-provider-kubernetes_v${TFK_VERSION}"]
+        ports: [{containerPort: 8443}]
+        readinessProbe: {tcpSocket: {port: 8443}}
+        resources: {requests: {cpu: 10m, memory: 32Mi}}
+        volumeMounts: [{name: tls, mountPath: /tls, readOnly: true}]
+      volumes: [{name: tls, secret: {secretName: provider-mirror-tls}}]
+---
+apiVersion: v1
+kind: Service
+metadata: {name: provider-mirror, namespace: opr8r-system}
+spec:
+  clusterIP: ${MIRROR_IP}
+  selector: {app: provider-mirror}
+  ports: [{port: 443, targetPort: 8443}]
+MIRROR
+}
 
 opr8r_up() {
   kc create namespace e2e --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc create namespace e2e-providers --dry-run=client -o yaml | kc apply -f - >/dev/null
+  provider_mirror_up
   "${HELM}" --kubeconfig "${S}/admin.kubeconfig" upgrade --install opr8r "${ROOT}/deploy/opr8r" \
     --namespace opr8r-system --create-namespace \
     --set image.repository="${OPR8R_IMAGE%:*}" --set image.tag="${E2E_IMAGE_TAG}" \
     --set terraformImage="${TERRAFORM_IMAGE}" \
     --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=3m \
-    --set allowCrossNamespaceDependencies=true >/dev/null
+    --set allowCrossNamespaceDependencies=true \
+    --set providers.mirror.url="https://${MIRROR_IP}/" --set providers.mirror.caConfigMap=provider-mirror-ca \
+    --set providers.cache.claim=opr8r-provider-cache --set providers.cache.size=1Gi >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.
   kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e \
     --dry-run=client -o yaml | kc apply -f - >/dev/null

@@ -17,8 +17,9 @@ import (
 )
 
 // A module that manages a real ConfigMap through the real
-// terraform-provider-kubernetes (built from source, in the Terraform
-// image's local mirror), with the pod's service account.
+// terraform-provider-kubernetes (built from source, installed from the
+// cluster's provider mirror into the namespace's cache), with the pod's
+// service account.
 func driftModule(name, color string) string {
 	return fmt.Sprintf(`terraform {
   required_providers {

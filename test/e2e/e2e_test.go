@@ -163,13 +163,19 @@ func (e *env) get(t *testing.T, name string) *infrav1.TerraformRun {
 // waitFor polls the run until ok holds; it fails with the run's status.
 func (e *env) waitFor(t *testing.T, name, what string, timeout time.Duration, ok func(*infrav1.TerraformRun) bool) *infrav1.TerraformRun {
 	t.Helper()
+	return e.waitForIn(t, ns, name, what, timeout, ok)
+}
+
+// waitForIn is waitFor for a run in another namespace.
+func (e *env) waitForIn(t *testing.T, namespace, name, what string, timeout time.Duration, ok func(*infrav1.TerraformRun) bool) *infrav1.TerraformRun {
+	t.Helper()
 	deadline := time.Now().Add(timeout)
 	start := time.Now()
 	for {
 		// A read that fails for a moment (the API server restarting in the
 		// fault scenarios) is retried until the deadline, not fatal.
 		run := &infrav1.TerraformRun{}
-		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, run); err != nil {
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: namespace, Name: name}, run); err != nil {
 			if apierrors.IsNotFound(err) || time.Now().After(deadline) {
 				t.Fatalf("get %s: %v", name, err)
 			}
