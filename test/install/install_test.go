@@ -444,6 +444,9 @@ func TestHelmChart(t *testing.T) {
 			"image.pullPolicy=Sometimes":           "at '/image/pullPolicy'",
 			"memoryLimitRatio=2":                   "at '/memoryLimitRatio'",
 			"leaderElection=maybe":                 "at '/leaderElection'",
+			"providers.mirror.url=http://mirror/":  "at '/providers/mirror/url': 'http://mirror/' does not match pattern",
+			"providers.cache.size=lots":            "at '/providers/cache/size': 'lots' does not match pattern",
+			"providers.cache.claim=Cache_1":        "at '/providers/cache/claim'",
 		} {
 			helmFails(t, h, want, append(ns, "--set", value)...)
 		}
@@ -720,5 +723,39 @@ func checkMetricsRender(t *testing.T, objs []*unstructured.Unstructured, tc metr
 	}
 	if auth != tc.wantAuth || reader != tc.wantReader {
 		t.Errorf("metrics-auth bound %v, reader bound to %q; want %v, %q", auth, reader, tc.wantAuth, tc.wantReader)
+	}
+}
+
+// TestHelmProviders: the chart's providers values reach the manager as its
+// --provider-* flags, with the mirror's CA ConfigMap mounted where the
+// flag reads it; without them, no flag and no volume.
+func TestHelmProviders(t *testing.T) {
+	h := tool(t, "OPR8R_HELM")
+	deploy := func(set ...string) *appsv1.Deployment {
+		args := append([]string{"template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}"}, set...)
+		return convert[appsv1.Deployment](t, byKind(objects(t, run(t, h, args...)), "Deployment")[0])
+	}
+	d := deploy("--set", "providers.mirror.url=https://mirror.example/", "--set", "providers.mirror.caConfigMap=mirror-ca",
+		"--set", "providers.cache.claim=provider-cache", "--set", "providers.cache.size=3Gi", "--set", "providers.cache.storageClass=fast")
+	args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
+	for _, want := range []string{"--provider-mirror-url=https://mirror.example/", "--provider-mirror-ca-file=/etc/opr8r/provider-mirror/ca.crt",
+		"--provider-cache-claim=provider-cache", "--provider-cache-size=3Gi", "--provider-cache-storage-class=fast"} {
+		if !strings.Contains(args, want) {
+			t.Errorf("manager args lack %s: %s", want, args)
+		}
+	}
+	mounted := false
+	for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+		mounted = mounted || (m.Name == "provider-mirror-ca" && m.MountPath == "/etc/opr8r/provider-mirror")
+	}
+	fromCM := false
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		fromCM = fromCM || (v.Name == "provider-mirror-ca" && v.ConfigMap != nil && v.ConfigMap.Name == "mirror-ca")
+	}
+	if !mounted || !fromCM {
+		t.Errorf("the mirror's CA ConfigMap is not mounted where --provider-mirror-ca-file reads it: mount %v, volume %v", mounted, fromCM)
+	}
+	if args := strings.Join(deploy().Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--provider-") {
+		t.Errorf("provider flags without providers values: %s", args)
 	}
 }

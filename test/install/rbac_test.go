@@ -75,6 +75,11 @@ func TestRBACAllowList(t *testing.T) {
 			// create: inputs too large for the child; get and update: the
 			// guard list of active children (pkg/controller/guard.go).
 			"/configmaps:create", "/configmaps:get", "/configmaps:update",
+			// create: a namespace's provider cache claim, made before a
+			// run's child when --provider-cache-claim is set; get: only
+			// when it exists, to see whether it is being deleted
+			// (pkg/controller/providercache.go).
+			"/persistentvolumeclaims:create", "/persistentvolumeclaims:get",
 			// delete: the records (step logs and plans) of runs that leave
 			// the history or whose TerraformRun is deleted (pkg/controller/records.go).
 			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
