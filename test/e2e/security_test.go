@@ -302,6 +302,7 @@ func (e *env) runnerSettingsRefused(t *testing.T) {
 	for _, c := range []struct{ what, from, to, want string }{
 		{"an environment variable that preloads a library", "  approval:", "    env: [{name: LD_PRELOAD, secretKeyRef: {name: x, key: value}}]\n  approval:", "spec.terraform.env name LD_PRELOAD is reserved"},
 		{"a CLI config pointing terraform at another provider", "  approval:", "    env: [{name: TF_CLI_CONFIG_FILE, secretKeyRef: {name: x, key: value}}]\n  approval:", "TF_CLI_CONFIG_FILE is reserved"},
+		{"a provider mirror other than the install's", "  approval:", "    env: [{name: OPR8R_PROVIDER_MIRROR, secretKeyRef: {name: x, key: value}}]\n  approval:", "spec.terraform.env name OPR8R_PROVIDER_MIRROR is reserved"},
 		{"a file mounted over the service-account token", "  approval:", "    files: [{secretName: x, mountPath: /var/run/secrets/kubernetes.io/serviceaccount}]\n  approval:", "would hide or replace a system or runner directory"},
 		{"a step group of 0 (root's)", "    workspace: {size: 64Mi}", "    workspace: {size: 64Mi}\n    securityContext: {runAsGroup: 0}", "spec.runner.securityContext.runAsGroup"},
 		{"a check image no policy allows", "  deletionPolicy: Destroy", "  checks: [{name: scan, image: evil.example/miner:1, command: [scan]}]\n  deletionPolicy: Destroy", "spec.checks[].image: evil.example/miner:1 is not allowed"},

@@ -355,6 +355,15 @@ func malformed() []malformedCase {
 		{"env var that points terraform at another CLI config (dev_overrides: another provider binary at apply)", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_CLI_CONFIG_FILE", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
 		}, "spec.terraform.env name TF_CLI_CONFIG_FILE is reserved"},
+		{"env var that points terraform at a provider mirror other than the install's", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "OPR8R_PROVIDER_MIRROR", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name OPR8R_PROVIDER_MIRROR is reserved"},
+		{"env var that trusts a CA of the run's own", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "SSL_CERT_DIR", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name SSL_CERT_DIR is reserved"},
+		{"env var that lets the shared provider cache skip the lock file's checksums", func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
+		}, "spec.terraform.env name TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE is reserved"},
 		{"env var that reattaches providers", func(r *infrav1.TerraformRun) {
 			r.Spec.Terraform.Env = []infrav1.SecretEnvVar{{Name: "TF_REATTACH_PROVIDERS", SecretKeyRef: infrav1.SecretKeyRef{Name: "s", Key: "k"}}}
 		}, "spec.terraform.env name TF_REATTACH_PROVIDERS is reserved"},
