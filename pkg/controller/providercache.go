@@ -46,10 +46,11 @@ func ProviderCacheClaim(ns, name, size, class string) (*corev1.PersistentVolumeC
 }
 
 // ensureProviderCache makes the namespace's provider cache claim when it
-// is missing, before a child whose pods mount it. It is created without a
-// read first, and read from the API server only when it exists, so
-// PersistentVolumeClaims stay out of the manager's cache. A claim a
-// namespace's user made under that name is used as it is: it serves only
+// is missing, before a child whose pods mount it. It reads the claim from
+// the API server, not the cache (PersistentVolumeClaims stay out of the
+// manager's cache and watches): one read per run started, where a create
+// tried every time would go through admission only to be refused. A claim
+// a namespace's user made under that name is used as it is: it serves only
 // that namespace's runs.
 func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns string) error {
 	p := r.Config.Providers
@@ -60,21 +61,19 @@ func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns str
 	if err != nil { // checked at the manager's start
 		return generic("ProviderCacheSize", err, "making the provider cache PersistentVolumeClaim %s", p.CacheClaim)
 	}
-	err = r.Create(ctx, pvc)
-	switch {
-	case err == nil:
-		return nil
-	case !apierrors.IsAlreadyExists(err):
-		return generic("CreateProviderCache", err, "creating the provider cache PersistentVolumeClaim %s", p.CacheClaim)
-	}
-	// One that is being deleted (someone emptied the cache) would leave
-	// the child's pods Pending for good: wait until it is gone, then make
-	// it again.
 	existing := &corev1.PersistentVolumeClaim{}
-	if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pvc), existing); client.IgnoreNotFound(err) != nil {
+	switch err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(pvc), existing); {
+	case apierrors.IsNotFound(err):
+		if err := r.Create(ctx, pvc); err != nil && !apierrors.IsAlreadyExists(err) {
+			return generic("CreateProviderCache", err, "creating the provider cache PersistentVolumeClaim %s", p.CacheClaim)
+		}
+		return nil
+	case err != nil:
 		return generic("GetProviderCache", err, "reading the provider cache PersistentVolumeClaim %s", p.CacheClaim)
-	}
-	if existing.DeletionTimestamp != nil {
+	case existing.DeletionTimestamp != nil:
+		// One being deleted (someone emptied the cache) would leave the
+		// child's pods Pending for good: wait until it is gone, then make
+		// it again.
 		return waiting(infrav1.ReasonProviderCacheDeleting, providerCacheRetry,
 			"the namespace's provider cache PersistentVolumeClaim %s is being deleted (its pods still run); the run starts once it is gone and made again", p.CacheClaim)
 	}
