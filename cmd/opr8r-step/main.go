@@ -52,7 +52,7 @@ func main() {
 
 func run(args []string, out io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup|check [flags] [-- command]")
+		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup|check|results [flags] [-- command]")
 		return 2
 	}
 	cmd := args[0]
@@ -194,6 +194,8 @@ func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args 
 	switch cmd {
 	case "install":
 		return install(o.dest, out)
+	case "results":
+		return publishResults(o.resultsDir, out)
 	case "clone":
 		co := step.CloneOptions{Source: o.source, URL: o.url, Ref: o.ref, CredentialsDir: o.credsDir, Insecure: o.insecure, From: o.from, Dest: o.dest, VarsOut: o.varsOut}
 		if o.inputsEnv != "" {
@@ -231,6 +233,31 @@ func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args 
 		return err
 	}
 	return fmt.Errorf("unknown step %q", cmd)
+}
+
+// publishResults says which results the steps before it in its pod wrote
+// to dir: the last container of a pod whose engine reads the results from
+// it (Argo reads a containerSet's outputs from its container "main" only).
+// No result at all is refused: the steps before it wrote none.
+func publishResults(dir string, out io.Writer) error {
+	if dir == "" {
+		return errors.New("results needs --results-dir")
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("reading the steps' results: %w", err)
+	}
+	var have []string
+	for _, e := range entries {
+		if e.Type().IsRegular() {
+			have = append(have, e.Name())
+		}
+	}
+	if len(have) == 0 {
+		return fmt.Errorf("no step wrote a result to %s", dir)
+	}
+	fmt.Fprintf(out, "opr8r-step: results published: %s\n", strings.Join(have, ", "))
+	return nil
 }
 
 // install copies this binary into dest, so steps that run in a stock
@@ -293,6 +320,7 @@ func loadSecrets(r *step.Runner, o *options) error {
 var knownSteps = map[string]bool{
 	"install": true, "clone": true, "init": true, "plan": true, "apply": true,
 	"destroy": true, "export-outputs": true, "cleanup": true, "check": true,
+	"results": true,
 }
 
 // options are every step's flags.

@@ -1,7 +1,9 @@
 // Package argo runs TerraformRun pipelines as Argo Workflows Workflows.
 //
-// The Workflow is a DAG clone → init → plan → check-* → approve → apply →
-// export-outputs, with an onExit cleanup. The approval gate is a suspend
+// The Workflow is a DAG plan → check-* → approve → apply, with an onExit
+// cleanup. The plan task's pod runs clone, init and plan, and apply's runs
+// apply and export-outputs, as Argo containerSets: one pod each, one node
+// per step (init's container is terraform-init: Argo's own is init). The approval gate is a suspend
 // template; approving it through the TerraformRun resumes the node exactly
 // the way `argo resume` does (workflow/util.ResumeWorkflow in Argo v3.7).
 package argo
@@ -15,6 +17,7 @@ import (
 
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -120,16 +123,138 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			VolumeClaimGC: &wfv1.VolumeClaimGC{Strategy: wfv1.VolumeClaimGCOnCompletion},
 		},
 	}
-	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p))
-	for _, s := range p.Steps {
-		if s.Gate {
-			wf.Spec.Templates = append(wf.Spec.Templates, gateTemplate())
-			continue
-		}
-		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, s, req.Config.StepImage))
+	img := req.Config.StepImage
+	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p),
+		containerSetTemplate(p, names.StepPlan, img, true, stepsNamed(p, names.StepClone, names.StepInit, names.StepPlan)...))
+	for _, c := range p.Checks() {
+		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, c, img))
 	}
-	wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, p.Cleanup, req.Config.StepImage))
+	if p.ManualApproval {
+		wf.Spec.Templates = append(wf.Spec.Templates, gateTemplate())
+	}
+	if !pipeline.PlanOnly(p.Type) {
+		wf.Spec.Templates = append(wf.Spec.Templates, containerSetTemplate(p, names.StepApply, img, false, stepsNamed(p, names.StepApply, names.StepExport)...))
+	}
+	if p.Type == infrav1.RunApply {
+		wf.Spec.Templates = append(wf.Spec.Templates, containerSetTemplate(p, names.StepExport, img, false, stepsNamed(p, names.StepExport)...))
+	}
+	wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, p.Cleanup, img))
 	return wf, nil
+}
+
+// initContainer is the name of init's container: Argo names its own init
+// container of every pod "init", and a pod's containers need distinct names.
+const initContainer = "terraform-init"
+
+// ContainerName is the name of a step's container in a containerSet.
+func ContainerName(step string) string {
+	if step == names.StepInit {
+		return initContainer
+	}
+	return step
+}
+
+// stepsNamed are the pipeline's steps of those names that it has, in order.
+func stepsNamed(p *pipeline.Pipeline, stepNames ...string) []pipeline.Step {
+	var out []pipeline.Step
+	for _, n := range stepNames {
+		if s, ok := p.StepNamed(n); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// containerSetTemplate runs steps one after another in one pod, each its
+// own container (Argo's containerSet): the UI shows a node per container
+// under the pod's node, and each container is named after its step, which
+// is where `argo logs` and `kubectl tfrun logs --step` find its log. The
+// pod starts once, not once per step.
+//
+// Argo reads a containerSet's outputs from its container "main" only, so a
+// pod whose steps have results ends with "main", which publishes what they
+// wrote (opr8r-step results). The containers' requests are summed when the
+// pod is scheduled but they run one at a time, so the first container
+// requests the most any step does and the others nothing.
+func containerSetTemplate(p *pipeline.Pipeline, name, stepImage string, results bool, steps ...pipeline.Step) wfv1.Template {
+	// Argo adds to a containerSet's pod the Workflow's volumes that the
+	// set's own volumeMounts name, and the template's volumes: the
+	// workspace claim (the Workflow's) is mounted set-wide, the Secret,
+	// ConfigMap and cache volumes the steps mount are the template's.
+	workspace := corev1.VolumeMount{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir, ReadOnly: true}
+	for _, s := range steps {
+		workspace.ReadOnly = workspace.ReadOnly && s.WorkspaceReadOnly
+	}
+	t := wfv1.Template{
+		Name:               name,
+		Metadata:           wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: name}},
+		Volumes:            append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
+		ServiceAccountName: steps[0].ServiceAccountName,
+		ContainerSet:       &wfv1.ContainerSetTemplate{VolumeMounts: []corev1.VolumeMount{workspace}},
+	}
+	var prev []string
+	for i, s := range steps {
+		if s.NeedsStepBinary && t.InitContainers == nil {
+			t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}
+		}
+		c := s.Container(ContainerName(s.Name), p, replacer)
+		c.Resources = sharedResources(steps, i)
+		t.ContainerSet.Containers = append(t.ContainerSet.Containers, wfv1.ContainerNode{Container: c, Dependencies: prev})
+		prev = []string{c.Name}
+		if s.Name == names.StepApply {
+			t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
+		}
+		for _, r := range s.Results {
+			t.Outputs.Parameters = append(t.Outputs.Parameters, wfv1.Parameter{
+				Name: r,
+				// The default keeps a failed step's own message: without it Argo
+				// would report the missing result file instead.
+				ValueFrom: &wfv1.ValueFrom{Path: resultsDir + "/" + r, Default: wfv1.AnyStringPtr("")},
+			})
+		}
+	}
+	if results && len(t.Outputs.Parameters) > 0 {
+		main := corev1.Container{
+			Name:            "main",
+			Image:           stepImage,
+			ImagePullPolicy: p.ImagePullPolicy,
+			Command:         []string{pipeline.ImageStepBinary},
+			Args:            []string{"results", "--results-dir=" + resultsDir},
+			VolumeMounts:    []corev1.VolumeMount{{Name: pipeline.TmpVolume, MountPath: pipeline.TmpDir}},
+			SecurityContext: pipeline.ContainerSecurityContext(),
+			Resources:       sharedResources(steps, len(steps)),
+		}
+		t.ContainerSet.Containers = append(t.ContainerSet.Containers, wfv1.ContainerNode{Container: main, Dependencies: prev})
+	}
+	if d := pipeline.Deadline(steps...); d > 0 {
+		t.ActiveDeadlineSeconds = ptr.To(intstr.FromInt32(int32(d.Seconds())))
+	}
+	return t
+}
+
+// sharedResources are the resources of the i-th container of a pod that
+// runs steps one at a time: every container keeps its step's limits (the
+// last, "main", the last step's); the first requests, for each resource,
+// the most any step requests, and the others request zero (explicitly:
+// a container with limits and no requests would request its limits).
+func sharedResources(steps []pipeline.Step, i int) corev1.ResourceRequirements {
+	own := steps[min(i, len(steps)-1)].Resources
+	out := corev1.ResourceRequirements{Limits: own.Limits.DeepCopy(), Requests: corev1.ResourceList{}}
+	for _, s := range steps {
+		for k, q := range s.Resources.Requests {
+			if i != 0 {
+				out.Requests[k] = resource.Quantity{Format: q.Format}
+				continue
+			}
+			if cur, ok := out.Requests[k]; !ok || q.Cmp(cur) > 0 {
+				out.Requests[k] = q.DeepCopy()
+			}
+		}
+	}
+	if len(out.Requests) == 0 {
+		out.Requests = nil
+	}
+	return out
 }
 
 func taskParam(task, name string) string {
@@ -140,11 +265,8 @@ func taskParam(task, name string) string {
 // the plan has no changes, and skip apply when it has none or was rejected.
 func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 	hasChanges := taskParam(names.StepPlan, pipeline.ResultHasChanges) + " == true"
-	tasks := []wfv1.DAGTask{
-		{Name: names.StepClone, Template: names.StepClone},
-		{Name: names.StepInit, Template: names.StepInit, Depends: names.StepClone},
-		{Name: names.StepPlan, Template: names.StepPlan, Depends: names.StepInit},
-	}
+	// clone, init and plan are containers of the plan task's pod.
+	tasks := []wfv1.DAGTask{{Name: names.StepPlan, Template: names.StepPlan}}
 	// Checks run side by side once the plan has changes; the gate (or
 	// apply) waits for all of them. A failed check leaves the gate and
 	// apply omitted and fails the Workflow. ("check" alone in depends is
@@ -157,8 +279,9 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 	if pipeline.PlanOnly(p.Type) {
 		return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
 	}
+	// apply's pod also runs export-outputs (a run that applies); after a
+	// plan without changes the export-outputs task runs it alone.
 	applyTask := wfv1.DAGTask{Name: names.StepApply, Template: names.StepApply}
-	exportDepends := names.StepApply + ".Succeeded || " + names.StepApply + ".Skipped"
 	if p.ManualApproval {
 		tasks = append(tasks, wfv1.DAGTask{
 			Name:     names.StepApprove,
@@ -174,9 +297,6 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 		applyTask.Depends = names.StepApprove + ".Succeeded"
 		applyTask.When = fmt.Sprintf("'%s' == '%s'", taskParam(names.StepApprove, paramDecision), decisionApprove)
 		applyTask.Arguments.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest, Value: wfv1.AnyStringPtr(taskParam(names.StepApprove, paramApprovedDigest))}}
-		// With no changes the gate is skipped and apply omitted; outputs are
-		// still exported.
-		exportDepends = names.StepApply + ".Succeeded || " + names.StepApprove + ".Skipped"
 	} else {
 		applyTask.Depends = afterPlan
 		applyTask.When = hasChanges
@@ -184,7 +304,15 @@ func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 	}
 	tasks = append(tasks, applyTask)
 	if p.Type == infrav1.RunApply {
-		tasks = append(tasks, wfv1.DAGTask{Name: names.StepExport, Template: names.StepExport, Depends: exportDepends})
+		// After apply is decided, so that its node does not read Skipped
+		// while the gate waits: apply is skipped after a plan without
+		// changes (Auto), or omitted after the gate was (Manual).
+		exportDepends := names.StepApply + ".Skipped"
+		if p.ManualApproval {
+			exportDepends += " || " + names.StepApprove + ".Skipped"
+		}
+		tasks = append(tasks, wfv1.DAGTask{Name: names.StepExport, Template: names.StepExport, Depends: exportDepends,
+			When: taskParam(names.StepPlan, pipeline.ResultHasChanges) + " == false"})
 	}
 	return wfv1.Template{Name: entrypoint, DAG: &wfv1.DAGTemplate{Tasks: tasks}}
 }
@@ -237,6 +365,7 @@ var replacer = strings.NewReplacer(
 	pipeline.PhErrorFile, "/dev/termination-log",
 )
 
+// containerTemplate runs one step in a pod of its own: a check, or cleanup.
 func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {
 	t := wfv1.Template{
 		Name:               s.Name,
@@ -253,9 +382,6 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 	if d := pipeline.Deadline(s); d > 0 {
 		// The step's own deadline: Argo sets none by default.
 		t.ActiveDeadlineSeconds = ptr.To(intstr.FromInt32(int32(d.Seconds())))
-	}
-	if s.Name == names.StepApply {
-		t.Inputs.Parameters = []wfv1.Parameter{{Name: paramApprovedDigest}}
 	}
 	for _, r := range s.Results {
 		t.Outputs.Parameters = append(t.Outputs.Parameters, wfv1.Parameter{

@@ -9,6 +9,8 @@ import (
 	wfv1 "github.com/argoproj/argo-workflows/v3/pkg/apis/workflow/v1alpha1"
 	"github.com/argoproj/argo-workflows/v3/workflow/validate"
 	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -48,6 +50,11 @@ func TestGoldenWorkflows(t *testing.T) {
 			if err := validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{}); err != nil {
 				t.Fatalf("Argo's ValidateWorkflow rejects the %s Workflow: %v", name, err)
 			}
+			for _, tmpl := range wf.Spec.Templates {
+				if tmpl.ContainerSet != nil {
+					checkPodOf(t, tmpl)
+				}
+			}
 			testutil.Golden(t, name, got)
 		})
 	}
@@ -60,12 +67,14 @@ func TestWorkflowShape(t *testing.T) {
 		run          *infrav1.TerraformRun
 		typ          infrav1.RunType
 		wantTasks    []string
+		wantSets     map[string][]string // containerSet template → its containers
 		wantGate     bool
 		wantArgsHave map[string][]string
 	}{
 		"manual apply": {
 			run: testutil.MakeRun("a", "ns").Obj(), typ: infrav1.RunApply,
-			wantTasks: []string{"clone", "init", "plan", "approve", "apply", "export-outputs"}, wantGate: true,
+			wantTasks: []string{"plan", "approve", "apply", "export-outputs"}, wantGate: true,
+			wantSets: map[string][]string{"plan": {"clone", "terraform-init", "plan", "main"}, "apply": {"apply", "export-outputs"}, "export-outputs": {"export-outputs"}},
 			wantArgsHave: map[string][]string{
 				"apply":          {"apply", "--plan-file=/workspace/tfplan", "--approved-digest={{inputs.parameters.approved-digest}}"},
 				"plan":           {"plan", "--results-dir=/tmp/opr8r-results", "--owner-uid={{workflow.uid}}"},
@@ -74,21 +83,22 @@ func TestWorkflowShape(t *testing.T) {
 		},
 		"auto apply": {
 			run: testutil.MakeRun("a", "ns").Auto().Obj(), typ: infrav1.RunApply,
-			wantTasks: []string{"clone", "init", "plan", "apply", "export-outputs"},
+			wantTasks: []string{"plan", "apply", "export-outputs"},
 		},
 		"destroy of a Manual run: plan, wait for approval, apply": {
 			run: testutil.MakeRun("a", "ns").Obj(), typ: infrav1.RunDestroy,
-			wantTasks: []string{"clone", "init", "plan", "approve", "apply"}, wantGate: true,
+			wantTasks: []string{"plan", "approve", "apply"}, wantGate: true,
+			wantSets:     map[string][]string{"plan": {"clone", "terraform-init", "plan", "main"}, "apply": {"apply"}},
 			wantArgsHave: map[string][]string{"plan": {"--destroy"}},
 		},
 		"destroy a platform admin let go without approval": {
 			run: testutil.MakeRun("a", "ns").Annotate(infrav1.DestroyWithoutApprovalAnnotation, "true").Obj(), typ: infrav1.RunDestroy,
-			wantTasks:    []string{"clone", "init", "plan", "apply"},
+			wantTasks:    []string{"plan", "apply"},
 			wantArgsHave: map[string][]string{"plan": {"--destroy"}},
 		},
 		"destroy of an Auto run": {
 			run: testutil.MakeRun("a", "ns").Auto().Obj(), typ: infrav1.RunDestroy,
-			wantTasks: []string{"clone", "init", "plan", "apply"},
+			wantTasks: []string{"plan", "apply"},
 		},
 	}
 	for name, tc := range cases {
@@ -119,17 +129,47 @@ func TestWorkflowShape(t *testing.T) {
 						t.Errorf("the gate has suspend.duration %q, which would auto-approve", tmpl.Suspend.Duration)
 					}
 				}
-				if c := tmpl.Container; c != nil {
+				var containers []corev1.Container
+				if tmpl.Container != nil {
+					containers = append(containers, *tmpl.Container)
+				}
+				if cs := tmpl.ContainerSet; cs != nil {
+					var got []string
+					requested := resource.Quantity{}
+					checkPodOf(t, tmpl)
+					for i, n := range cs.Containers {
+						got = append(got, n.Name)
+						containers = append(containers, n.Container)
+						requested.Add(*n.Resources.Requests.Memory())
+						if i > 0 && (len(n.Dependencies) != 1 || n.Dependencies[0] != cs.Containers[i-1].Name) {
+							t.Errorf("template %s: container %s depends on %v, want the one before it", tmpl.Name, n.Name, n.Dependencies)
+						}
+					}
+					if want, ok := tc.wantSets[tmpl.Name]; ok {
+						if diff := cmp.Diff(want, got); diff != "" {
+							t.Errorf("template %s's containers (-want +got):\n%s", tmpl.Name, diff)
+						}
+					}
+					// They run one at a time: the pod requests what one step does.
+					if want := pipeline.DefaultResources().Requests[corev1.ResourceMemory]; requested.Cmp(want) != 0 {
+						t.Errorf("template %s: its containers request %s of memory in all, want one step's %s", tmpl.Name, requested.String(), want.String())
+					}
+				}
+				for _, c := range containers {
 					sc := c.SecurityContext
 					if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem || len(sc.Capabilities.Drop) != 1 {
 						t.Errorf("template %s: container security context is not hardened: %+v", tmpl.Name, sc)
 					}
-					if c.Resources.Limits.Memory().IsZero() || c.Resources.Requests.Cpu().IsZero() {
+					if c.Resources.Limits.Memory().IsZero() || (tmpl.Container != nil && c.Resources.Requests.Cpu().IsZero()) {
 						t.Errorf("template %s has no requests/limits", tmpl.Name)
 					}
-					for _, want := range tc.wantArgsHave[tmpl.Name] {
+					step := c.Name // a containerSet's container is named after its step
+					if tmpl.Container != nil {
+						step = tmpl.Name
+					}
+					for _, want := range tc.wantArgsHave[step] {
 						if !contains(c.Args, want) {
-							t.Errorf("template %s args %v lack %q", tmpl.Name, c.Args, want)
+							t.Errorf("template %s container %s: args %v lack %q", tmpl.Name, c.Name, c.Args, want)
 						}
 					}
 				}
@@ -144,6 +184,35 @@ func TestWorkflowShape(t *testing.T) {
 				t.Errorf("pod security context is not hardened: %+v", sc)
 			}
 		})
+	}
+}
+
+// checkPodOf checks that Argo can make a containerSet template's pod: it
+// adds to the pod the template's volumes and those of the Workflow that the
+// set's own volumeMounts name, nothing else (a container's mount of a
+// Workflow volume is refused by the API server, "Not found"); and it names
+// its own containers of every pod init and wait.
+func checkPodOf(t *testing.T, tmpl wfv1.Template) {
+	t.Helper()
+	cs := tmpl.ContainerSet
+	own := map[string]bool{}
+	for _, v := range tmpl.Volumes {
+		own[v.Name] = true
+	}
+	for _, m := range cs.VolumeMounts {
+		if m.Name != pipeline.WorkspaceVolume {
+			t.Errorf("template %s mounts %s set-wide; only the workspace claim is meant to be", tmpl.Name, m.Name)
+		}
+	}
+	for _, n := range cs.Containers {
+		if n.Name == "init" || n.Name == "wait" {
+			t.Errorf("template %s: container %s has the name of an Argo container of every pod", tmpl.Name, n.Name)
+		}
+		for _, m := range n.VolumeMounts {
+			if !own[m.Name] {
+				t.Errorf("template %s: container %s mounts %s, which is not the template's: Argo would not add it to the pod", tmpl.Name, n.Name, m.Name)
+			}
+		}
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 // What the Argo engine owns beyond building and observing Workflows: its
@@ -88,9 +89,22 @@ func slimNode(n wfv1.NodeStatus) wfv1.NodeStatus {
 }
 
 // StepLogs implements engine.LogLocator: a step's pod carries the
-// Workflow's name and the template's step label; its log is in "main".
+// Workflow's name and its template's step label. clone, init and plan are
+// containers of the plan task's pod (init's is terraform-init); export-outputs is a container of
+// apply's pod, or of its own after a plan without changes; apply is a
+// container of its pod: each container is named after its step. A check
+// and cleanup run alone, in "main".
 func (Engine) StepLogs(child, step string) (string, string) {
-	return "workflows.argoproj.io/workflow=" + child + "," + infrav1.StepLabel + "=" + step, "main"
+	sel := "workflows.argoproj.io/workflow=" + child + "," + infrav1.StepLabel
+	switch step {
+	case names.StepClone, names.StepInit, names.StepPlan:
+		return sel + "=" + names.StepPlan, ContainerName(step)
+	case names.StepApply:
+		return sel + "=" + names.StepApply, step
+	case names.StepExport:
+		return sel + " in (" + names.StepApply + "," + names.StepExport + ")", step
+	}
+	return sel + "=" + step, "main"
 }
 
 // LogsHint implements engine.LogLocator.

@@ -3,6 +3,7 @@ package argo
 import (
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -68,26 +69,70 @@ func nodes(wf *wfv1.Workflow) (wfv1.Nodes, error) {
 	return c.Status.Nodes, nil
 }
 
-// stepNode finds a step's node by display name, never by id. A retried step
-// has a Retry parent with the task's display name, which is preferred. The
-// exit handler's display name is "<workflow>.onExit".
+// stepNode finds a step's node by display name, never by id. A step that
+// runs in a containerSet is a Container node named after it, preferred over
+// a task of the same name (the pod that runs it, or the task that skipped
+// it before any pod); a retried step has a Retry parent with the task's
+// display name, preferred over its pods. The exit handler's display name
+// is "<workflow>.onExit".
 func stepNode(wf *wfv1.Workflow, ns wfv1.Nodes, step string) (wfv1.NodeStatus, bool) {
 	display := step
 	if step == names.StepCleanup {
 		display = wf.Name + ".onExit"
 	}
+	rank := func(n wfv1.NodeStatus) int {
+		switch n.Type {
+		case wfv1.NodeTypeContainer:
+			return 2
+		case wfv1.NodeTypeRetry:
+			return 1
+		}
+		return 0
+	}
 	var found wfv1.NodeStatus
 	ok := false
 	for _, n := range ns {
-		match := n.DisplayName == display || (step == names.StepCleanup && n.TemplateName == names.StepCleanup)
+		match := n.DisplayName == display || (step == names.StepCleanup && n.TemplateName == names.StepCleanup) ||
+			(n.Type == wfv1.NodeTypeContainer && n.DisplayName == ContainerName(step))
 		if !match {
 			continue
 		}
-		if !ok || n.Type == wfv1.NodeTypeRetry {
+		if !ok || rank(n) > rank(found) {
 			found, ok = n, true
 		}
 	}
 	return found, ok
+}
+
+// resultsNode is the node whose outputs hold a step's results: a
+// container's pod (Argo reads a containerSet's outputs once its pod ends),
+// else the step's own node.
+func resultsNode(ns wfv1.Nodes, n wfv1.NodeStatus) wfv1.NodeStatus {
+	if n.Type != wfv1.NodeTypeContainer {
+		return n
+	}
+	pod := strings.TrimSuffix(n.Name, "."+n.DisplayName)
+	for _, p := range ns {
+		if p.Name == pod && p.Type == wfv1.NodeTypePod {
+			return p
+		}
+	}
+	return wfv1.NodeStatus{}
+}
+
+// containerExit is how Argo prefixes a container node's message with the
+// container's end: "<name>: Error (exit code 1): <termination message>".
+var containerExit = regexp.MustCompile(`^[a-z0-9-]+: [A-Za-z]+ \(exit code \d+\): `)
+
+// stepMessage is a step node's message: of a container, its termination
+// message (what opr8r-step wrote) when it has one.
+func stepMessage(n wfv1.NodeStatus) string {
+	if n.Type == wfv1.NodeTypeContainer {
+		if rest := containerExit.ReplaceAllString(n.Message, ""); rest != n.Message && strings.TrimSpace(rest) != "" {
+			return rest
+		}
+	}
+	return n.Message
 }
 
 func stepPhase(p wfv1.NodePhase) infrav1.StepPhase {
@@ -137,19 +182,32 @@ func (Engine) Observe(obj client.Object, _ []client.Object, _ time.Time) (engine
 		FinishedAt: engine.TimeOrNil(wf.Status.FinishedAt),
 		Message:    wf.Status.Message,
 	}
+	// failedIn names, per containerSet pod, the step that failed in it: the
+	// containers after it end too (Argo's emissary ends a container whose
+	// dependency failed, exit code 64), which is not their failure.
+	failedIn := map[string]string{}
 	for _, name := range withChecks(stepOrder, checkNames(ns)) {
 		n, found := stepNode(wf, ns, name)
 		if !found {
 			continue
 		}
-		prog.Steps = append(prog.Steps, infrav1.StepStatus{
+		rn := resultsNode(ns, n)
+		st := infrav1.StepStatus{
 			Name:       name,
 			Phase:      stepPhase(n.Phase),
 			StartedAt:  engine.TimeOrNil(n.StartedAt),
 			FinishedAt: engine.TimeOrNil(n.FinishedAt),
-			Message:    n.Message,
-		})
-		if err := readNode(&prog, wf, name, n); err != nil {
+			Message:    stepMessage(n),
+		}
+		if n.Type == wfv1.NodeTypeContainer {
+			if earlier := failedIn[rn.Name]; earlier != "" && st.Phase == infrav1.StepFailed {
+				st.Phase, st.Message = infrav1.StepSkipped, "not run: step "+earlier+" failed before it in its pod"
+			} else if st.Phase == infrav1.StepFailed {
+				failedIn[rn.Name] = name
+			}
+		}
+		prog.Steps = append(prog.Steps, st)
+		if err := readNode(&prog, wf, name, n, rn); err != nil {
 			return engine.Progress{}, err
 		}
 	}
@@ -160,15 +218,17 @@ func (Engine) Observe(obj client.Object, _ []client.Object, _ time.Time) (engine
 
 // readNode reads what a step's node reports beyond its phase: the commit,
 // the plan, the gate, whether apply and export succeeded.
-func readNode(prog *engine.Progress, wf *wfv1.Workflow, step string, n wfv1.NodeStatus) error {
+// A containerSet's results come from its pod's node (rn), once the pod
+// has succeeded.
+func readNode(prog *engine.Progress, wf *wfv1.Workflow, step string, n, rn wfv1.NodeStatus) error {
 	switch step {
 	case names.StepClone:
-		if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
-			prog.Commit = outputParam(n, pipeline.ResultCommit)
+		if n.Phase == wfv1.NodeSucceeded && rn.Phase == wfv1.NodeSucceeded && resultsSynced(rn) {
+			prog.Commit = outputParam(rn, pipeline.ResultCommit)
 		}
 	case names.StepPlan:
-		if n.Phase == wfv1.NodeSucceeded && resultsSynced(n) {
-			plan, err := planResult(n)
+		if n.Phase == wfv1.NodeSucceeded && rn.Phase == wfv1.NodeSucceeded && resultsSynced(rn) {
+			plan, err := planResult(rn)
 			if err != nil {
 				return err
 			}

@@ -236,7 +236,7 @@ func (e *env) partsOf(t *testing.T, name string, s *runSample) {
 		for _, m := range stepDone.FindAllStringSubmatch(out, -1) {
 			took, err1 := time.ParseDuration(m[2])
 			tf, err2 := time.ParseDuration(m[3])
-			if err1 != nil || err2 != nil || m[1] == "install" {
+			if err1 != nil || err2 != nil || m[1] == "install" || m[1] == "results" {
 				continue
 			}
 			s.steps[m[1]] += took

@@ -101,6 +101,10 @@ func (a Sim) Gate() (string, string, string) {
 	}
 }
 
+// simCommit is where the simulator keeps the commit clone found until the
+// plan task's pod ends with it among its outputs.
+const simCommit = "argotest.opr8r.io/commit"
+
 func NodeID(wf, name string) string {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(wf + "." + name))
@@ -150,6 +154,91 @@ func SetNode(wf *wfv1.Workflow, name string, typ wfv1.NodeType, phase wfv1.NodeP
 	wf.Status.Nodes.Set(id, n)
 }
 
+// podOf is the task whose containerSet pod runs a step, as argo.Build
+// makes them: clone, init and plan run in plan's pod, apply and
+// export-outputs in apply's; "" for a step that is a pod of its own.
+func podOf(step string) string {
+	switch step {
+	case names.StepClone, names.StepInit, names.StepPlan:
+		return names.StepPlan
+	case names.StepApply, names.StepExport:
+		return names.StepApply
+	}
+	return ""
+}
+
+// containersOf are the containers of the Workflow's containerSet template
+// of that name, in order.
+func containersOf(wf *wfv1.Workflow, pod string) []string {
+	var out []string
+	for _, t := range wf.Spec.Templates {
+		if t.Name == pod && t.ContainerSet != nil {
+			for _, c := range t.ContainerSet.Containers {
+				out = append(out, c.Name)
+			}
+		}
+	}
+	return out
+}
+
+// SetContainer sets the node of a container of a containerSet pod as
+// Argo v3.7 makes it: "<pod node>.<container>", display name the
+// container's, type Container, the pod's template.
+func SetContainer(wf *wfv1.Workflow, pod, container string, phase wfv1.NodePhase, mutate ...func(*wfv1.NodeStatus)) {
+	SetNode(wf, pod+"."+container, wfv1.NodeTypeContainer, phase, append([]func(*wfv1.NodeStatus){func(n *wfv1.NodeStatus) {
+		n.DisplayName, n.TemplateName = container, pod
+	}}, mutate...)...)
+}
+
+// runPod sets a containerSet pod and its containers: those before upTo
+// Succeeded, upTo itself in phase, the rest Pending (Running pod) or ended
+// as Argo's emissary ends a container whose dependency failed (exit code
+// 64).
+func runPod(wf *wfv1.Workflow, pod, upTo string, phase wfv1.NodePhase, msg string) {
+	podPhase := wfv1.NodeRunning
+	if phase == wfv1.NodeFailed {
+		podPhase = wfv1.NodeFailed
+	}
+	SetNode(wf, pod, wfv1.NodeTypePod, podPhase, func(n *wfv1.NodeStatus) {
+		if phase == wfv1.NodeFailed {
+			n.Message = msg
+		}
+	})
+	state := wfv1.NodeSucceeded
+	for _, c := range containersOf(wf, pod) {
+		switch {
+		case c == argo.ContainerName(upTo):
+			SetContainer(wf, pod, c, phase, func(n *wfv1.NodeStatus) {
+				if phase == wfv1.NodeFailed {
+					n.Message = c + ": Error (exit code 1): " + msg
+				}
+			})
+			if phase == wfv1.NodeFailed {
+				state = wfv1.NodeError
+			} else {
+				state = wfv1.NodePending
+			}
+		case state == wfv1.NodeError:
+			SetContainer(wf, pod, c, wfv1.NodeError, func(n *wfv1.NodeStatus) { n.Message = c + ": Error (exit code 64): " })
+		default:
+			SetContainer(wf, pod, c, state)
+		}
+	}
+}
+
+// finishPod ends a containerSet pod and every container of it Succeeded.
+func finishPod(wf *wfv1.Workflow, pod string, outputs *wfv1.Outputs, containers ...string) {
+	for _, c := range containers {
+		SetContainer(wf, pod, c, wfv1.NodeSucceeded)
+	}
+	SetNode(wf, pod, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
+		if outputs != nil {
+			n.Outputs = outputs
+			n.TaskResultSynced = ptr.To(true)
+		}
+	})
+}
+
 func Params(kv ...string) *wfv1.Outputs {
 	o := &wfv1.Outputs{}
 	for i := 0; i < len(kv); i += 2 {
@@ -158,7 +247,8 @@ func Params(kv ...string) *wfv1.Outputs {
 	return o
 }
 
-// start marks the Workflow Running with clone and init done.
+// start marks the Workflow Running with clone and init done in the plan
+// task's pod (whose outputs, the commit among them, come when it ends).
 func (a Sim) Start() { a.StartAt(enginetest.DefaultCommit) }
 
 // StartAt implements enginetest.Sim.
@@ -166,10 +256,11 @@ func (a Sim) StartAt(commit string) {
 	a.Update(func(wf *wfv1.Workflow) {
 		wf.Status.Phase = wfv1.WorkflowRunning
 		wf.Status.StartedAt = metav1.Now()
-		SetNode(wf, names.StepClone, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
-			n.Outputs = Params(pipeline.ResultCommit, commit)
-		})
-		SetNode(wf, names.StepInit, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		runPod(wf, names.StepPlan, names.StepPlan, wfv1.NodeRunning, "")
+		if wf.Annotations == nil {
+			wf.Annotations = map[string]string{}
+		}
+		wf.Annotations[simCommit] = commit
 	})
 }
 
@@ -182,10 +273,9 @@ func (a Sim) Plan(add, change, destroy int, digest string) {
 func (a Sim) PlanResult(p results.Plan) {
 	a.Update(func(wf *wfv1.Workflow) {
 		v := p.Values()
-		SetNode(wf, names.StepPlan, wfv1.NodeTypePod, wfv1.NodeSucceeded, func(n *wfv1.NodeStatus) {
-			n.Outputs = Params(results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs])
-			n.TaskResultSynced = ptr.To(true)
-		})
+		finishPod(wf, names.StepPlan, Params(pipeline.ResultCommit, wf.Annotations[simCommit],
+			results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs]),
+			containersOf(wf, names.StepPlan)...)
 	})
 }
 
@@ -241,9 +331,11 @@ func (a Sim) FinishApply(outputsJSON string) {
 	}
 	a.Update(func(wf *wfv1.Workflow) {
 		if _, skipped := wf.Status.Nodes[NodeID(wf.Name, names.StepApply)]; !skipped {
-			SetNode(wf, names.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+			finishPod(wf, names.StepApply, nil, containersOf(wf, names.StepApply)...)
+		} else {
+			// After a plan without changes export-outputs runs alone.
+			finishPod(wf, names.StepExport, nil, containersOf(wf, names.StepExport)...)
 		}
-		SetNode(wf, names.StepExport, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = metav1.Now()
@@ -254,7 +346,11 @@ func (a Sim) FinishApply(outputsJSON string) {
 // the tasks after it are omitted, as Argo omits them.
 func (a Sim) Fail(step, msg string) {
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, step, wfv1.NodeTypePod, wfv1.NodeFailed, func(n *wfv1.NodeStatus) { n.Message = msg })
+		if pod := podOf(step); pod != "" {
+			runPod(wf, pod, step, wfv1.NodeFailed, msg)
+		} else {
+			SetNode(wf, step, wfv1.NodeTypePod, wfv1.NodeFailed, func(n *wfv1.NodeStatus) { n.Message = msg })
+		}
 		omitLater(wf)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowFailed
@@ -294,7 +390,7 @@ func (a Sim) SucceedDestroy() {
 // FinishDestroy implements enginetest.Sim: apply and cleanup succeed.
 func (a Sim) FinishDestroy() {
 	a.Update(func(wf *wfv1.Workflow) {
-		SetNode(wf, names.StepApply, wfv1.NodeTypePod, wfv1.NodeSucceeded)
+		finishPod(wf, names.StepApply, nil, containersOf(wf, names.StepApply)...)
 		SetNode(wf, names.StepCleanup, wfv1.NodeTypePod, wfv1.NodeSucceeded)
 		wf.Status.Phase = wfv1.WorkflowSucceeded
 		wf.Status.FinishedAt = metav1.Now()
@@ -318,11 +414,8 @@ func (a Sim) FailCheck(check, msg string, passed ...string) {
 	a.Fail(check, msg)
 }
 
-// omitLater marks the gate, apply and export-outputs, where the Workflow's
-// DAG has them and they have no node yet, as Argo does once a task before
-// them failed or the gate ended the run: Omitted, "omitted: depends
-// condition not met" (make e2e recorded it so).
-func omitLater(wf *wfv1.Workflow) {
+// dagTasks are the names of the Workflow's DAG tasks.
+func dagTasks(wf *wfv1.Workflow) map[string]bool {
 	tasks := map[string]bool{}
 	for _, tmpl := range wf.Spec.Templates {
 		if tmpl.DAG != nil {
@@ -331,6 +424,15 @@ func omitLater(wf *wfv1.Workflow) {
 			}
 		}
 	}
+	return tasks
+}
+
+// omitLater marks the gate, apply and export-outputs, where the Workflow's
+// DAG has them and they have no node yet, as Argo does once a task before
+// them failed or the gate ended the run: Omitted, "omitted: depends
+// condition not met" (make e2e recorded it so).
+func omitLater(wf *wfv1.Workflow) {
+	tasks := dagTasks(wf)
 	for _, step := range []string{names.StepApprove, names.StepApply, names.StepExport} {
 		if _, seen := wf.Status.Nodes[NodeID(wf.Name, step)]; seen || !tasks[step] {
 			continue
