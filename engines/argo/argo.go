@@ -3,9 +3,10 @@
 // The Workflow is a DAG plan → check-* → approve → apply, with an onExit
 // cleanup. The plan task's pod runs clone, init and plan, and apply's runs
 // apply and export-outputs, as Argo containerSets: one pod each, one node
-// per step (init's container is terraform-init: Argo's own is init). The approval gate is a suspend
-// template; approving it through the TerraformRun resumes the node exactly
-// the way `argo resume` does (workflow/util.ResumeWorkflow in Argo v3.7).
+// per step (init's container is terraform-init: Argo's own is init). The
+// approval gate is a suspend template; approving it through the
+// TerraformRun resumes the node exactly the way `argo resume` does
+// (workflow/util.ResumeWorkflow in Argo v3.7).
 package argo
 
 import (
