@@ -45,6 +45,13 @@ func (e Engine) Drive(ctx context.Context, c client.Client, api client.Reader, o
 	if err != nil {
 		return err
 	}
+	// What is due is read from this one view: prog was observed from an
+	// earlier read, and a step Job that ended between the two would read
+	// as done with its pod's steps still running (a cleanup it carried
+	// would be taken for undone, and made again).
+	if prog, err = e.Observe(child, related, time.Now()); err != nil {
+		return err
+	}
 	v := newView(child, related)
 	if child.Annotations[annoCancelled] != "" {
 		if err := stopActive(ctx, c, v); err != nil {

@@ -332,6 +332,57 @@ func TestObserveAndDrive(t *testing.T) {
 	}
 }
 
+// TestDriveReadsOneView: the driver decides from the objects it lists
+// itself, not from a progress observed a moment before. Apply's pod ran
+// export-outputs and cleanup, and its Job completed between the two reads:
+// the earlier progress still has cleanup running, and a cleanup Job made
+// from it would run cleanup a second time (seen once in the contract suite,
+// CI of 2026-11-30).
+func TestDriveReadsOneView(t *testing.T) {
+	child := build(t, testutil.MakeRun("r", "ns").Obj(), infrav1.RunApply)
+	child.UID = jobUID("r-1", "plan")
+	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
+	if err := seals.Seal(job.New(), child); err != nil {
+		t.Fatal(err)
+	}
+	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "install-opr8r-step", "clone", "init")
+	carries := []string{"apply", "export-outputs", "cleanup"}
+	earlierJob, earlierPod := carrier("r-1", "apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(0, ""), "cleanup": {Running: &corev1.ContainerStateRunning{}}}, carries...)
+	earlierJob.Status.Conditions = nil
+	prog, err := job.New().Observe(child, []client.Object{planned, earlierJob, earlierPod}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := phaseOf(prog, "cleanup"); got != infrav1.StepRunning {
+		t.Fatalf("the earlier view's cleanup is %q, want Running", got)
+	}
+	nowJob, nowPod := carrier("r-1", "apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(0, ""), "cleanup": term(0, "")}, carries...)
+	c := fakeClient(t, child, planned, nowJob, nowPod)
+	in := engine.DriveInput{Decision: &engine.RecordedDecision{Approved: true, Digest: "sha256:aa"}, Verify: seals.Verifier(job.New())}
+	if err := job.New().Drive(context.Background(), c, c, child, prog, in); err != nil {
+		t.Fatal(err)
+	}
+	list := &batchv1.JobList{}
+	if err := c.List(context.Background(), list); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range list.Items {
+		if j.Name == "r-1-cleanup" {
+			t.Fatalf("the driver made %s: cleanup already succeeded in apply's pod", j.Name)
+		}
+	}
+}
+
+func phaseOf(p engine.Progress, step string) infrav1.StepPhase {
+	for _, s := range p.Steps {
+		if s.Name == step {
+			return s.Phase
+		}
+	}
+	return ""
+}
+
 func contains(objs []client.Object, name string) bool {
 	for _, o := range objs {
 		if o.GetName() == name {
