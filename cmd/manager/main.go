@@ -52,6 +52,7 @@ type settings struct {
 	objectStoreCreds                   string
 	recordsRetention                   time.Duration
 	providerMirrorCA                   string
+	stepBinary                         string
 }
 
 func main() {
@@ -64,6 +65,7 @@ func main() {
 	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
 	flag.StringVar(&s.cfg.PlanServiceAccount, "plan-service-account", "", "Default service account of the steps before the approval gate (clone, init, plan; every step of a run that never applies): give it a cloud identity that may read, not change, and bind it to the opr8r-runner Role (empty: the runner's).")
 	flag.StringVar(&s.cfg.CheckServiceAccount, "check-service-account", engine.DefaultCheckServiceAccount, "Service account of check steps, which run images TerraformRuns choose: bind it to the opr8r-check Role (it reads no Secret); empty: checks run as the runner.")
+	flag.StringVar(&s.stepBinary, "step-binary", manager.StepBinaryAuto, "How terraform steps get opr8r-step: image-volume mounts --step-image into their pods, read-only (Kubernetes image volumes: GA in 1.36, containerd 2.1 or CRI-O 1.31 on the nodes); init-container copies it in a container before the steps of each pod (any Kubernetes, one container more per pod); auto: image-volume where the API server is 1.36 or later.")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.DurationVar(&s.cfg.PlanTimeout, "default-plan-timeout", pipeline.DefaultPlanTimeout, "Timeout of each step up to the plan, and of checks, for TerraformRuns without spec.timeouts.plan; every step carries its own deadline, so no engine default (Tekton's 60 minutes) applies.")
 	flag.DurationVar(&s.cfg.ApplyTimeout, "default-apply-timeout", pipeline.DefaultApplyTimeout, "Timeout of the apply step (and a destroy's) for TerraformRuns without spec.timeouts.apply or .destroy.")
@@ -147,6 +149,12 @@ func run(s settings) error {
 		}
 		ctrl.Log.WithName("setup").Info("default engine chosen: the first enabled engine the cluster serves", "engine", s.defaultEngine)
 	}
+	fromImage, why, err := manager.StepBinaryFromImage(s.stepBinary, manager.ServerGitVersion(restCfg))
+	if err != nil {
+		return err
+	}
+	s.cfg.StepBinaryFromImage = fromImage
+	ctrl.Log.WithName("setup").Info("terraform steps get opr8r-step", "from", map[bool]string{true: "the step image, as an image volume", false: "an init container"}[fromImage], "why", why)
 	if s.installCRDs {
 		if err := applyCRDs(restCfg); err != nil {
 			return err

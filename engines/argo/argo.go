@@ -189,13 +189,13 @@ func containerSetTemplate(p *pipeline.Pipeline, name, stepImage string, results 
 	t := wfv1.Template{
 		Name:               name,
 		Metadata:           wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: name}},
-		Volumes:            append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
+		Volumes:            append(p.ScratchVolumes(), p.UsedVolumes(steps...)...),
 		ServiceAccountName: steps[0].ServiceAccountName,
 		ContainerSet:       &wfv1.ContainerSetTemplate{VolumeMounts: []corev1.VolumeMount{workspace}},
 	}
 	var prev []string
 	for i, s := range steps {
-		if s.NeedsStepBinary && t.InitContainers == nil {
+		if p.InstallsStepBinary(s) && t.InitContainers == nil {
 			t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}
 		}
 		c := s.Container(ContainerName(s.Name), p, replacer)
@@ -371,10 +371,10 @@ func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) 
 	t := wfv1.Template{
 		Name:               s.Name,
 		Metadata:           wfv1.Metadata{Labels: map[string]string{infrav1.StepLabel: s.Name}},
-		Volumes:            pipeline.ScratchVolumes(),
+		Volumes:            p.ScratchVolumes(),
 		ServiceAccountName: s.ServiceAccountName,
 	}
-	if s.NeedsStepBinary {
+	if p.InstallsStepBinary(s) {
 		t.InitContainers = []wfv1.UserContainer{{Container: pipeline.InstallStepContainer(p, stepImage, s.Resources)}}
 	}
 	c := s.Container("main", p, replacer)

@@ -290,7 +290,19 @@ func pipelineOf(child *batchv1.Job, volumes []corev1.Volume) *pipeline.Pipeline 
 	if len(spec.Containers) > 0 {
 		p.ImagePullPolicy = spec.Containers[0].ImagePullPolicy
 	}
+	p.StepBinaryImage = stepBinaryImage(child)
 	return p
+}
+
+// stepBinaryImage is the step image the child's pod mounts opr8r-step
+// from (an image volume), or "" when it installs it (installImage).
+func stepBinaryImage(child *batchv1.Job) string {
+	for _, v := range child.Spec.Template.Spec.Volumes {
+		if v.Name == pipeline.StepBinVolume && v.Image != nil {
+			return v.Image.Reference
+		}
+	}
+	return ""
 }
 
 // installImage is the step image the child installs opr8r-step from.

@@ -219,8 +219,9 @@ func (Engine) Sealed(obj client.Object) ([]byte, error) {
 		NodeSelector    map[string]string
 		Tolerations     []corev1.Toleration
 		InstallImage    string
+		StepBinaryImage string `json:",omitempty"` // absent from the seals of children made before it
 	}{Annotations: map[string]string{}, ServiceAccount: spec.ServiceAccountName, SecurityContext: spec.SecurityContext,
-		NodeSelector: spec.NodeSelector, Tolerations: spec.Tolerations, InstallImage: installImage(child)}
+		NodeSelector: spec.NodeSelector, Tolerations: spec.Tolerations, InstallImage: installImage(child), StepBinaryImage: stepBinaryImage(child)}
 	for _, k := range []string{annoSteps, annoApproval, annoChecks, annoWorkspace} {
 		sealed.Annotations[k] = child.Annotations[k]
 	}
@@ -295,7 +296,7 @@ func jobSpec(tmpl corev1.PodTemplateSpec, deadline time.Duration) batchv1.JobSpe
 func podTemplate(p *pipeline.Pipeline, r *strings.Replacer, step, stepImage string, steps ...pipeline.Step) corev1.PodTemplateSpec {
 	var cs []corev1.Container
 	for i, s := range steps {
-		if s.NeedsStepBinary && (i == 0 || !steps[i-1].NeedsStepBinary) {
+		if p.InstallsStepBinary(s) && (i == 0 || !p.InstallsStepBinary(steps[i-1])) {
 			cs = append(cs, pipeline.InstallStepContainer(p, stepImage, s.Resources))
 		}
 		c := s.Container(s.Name, p, r)
@@ -326,7 +327,7 @@ func ownerFromLabel(spec *corev1.PodSpec) {
 }
 
 func podSpec(p *pipeline.Pipeline, child string, volumes []corev1.Volume) corev1.PodSpec {
-	vols := append(pipeline.ScratchVolumes(), corev1.Volume{Name: pipeline.WorkspaceVolume, VolumeSource: corev1.VolumeSource{
+	vols := append(p.ScratchVolumes(), corev1.Volume{Name: pipeline.WorkspaceVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: workspaceName(child)},
 	}})
 	return corev1.PodSpec{

@@ -3,6 +3,7 @@ package job_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -372,6 +373,59 @@ func TestDriveReadsOneView(t *testing.T) {
 			t.Fatalf("the driver made %s: cleanup already succeeded in apply's pod", j.Name)
 		}
 	}
+}
+
+// TestLaterJobsMountTheStepImage: a child built to mount the step image
+// (--step-binary=image-volume) has its later Jobs built alike: no
+// container installs opr8r-step, and their opr8r-bin volume is the step
+// image the child's is.
+func TestLaterJobsMountTheStepImage(t *testing.T) {
+	cfg := testutil.Config
+	cfg.StepBinaryFromImage = true
+	child := buildWith(t, cfg, testutil.MakeRun("r", "ns").Auto().Obj(), infrav1.RunApply)
+	child.UID = jobUID("r-1", "plan")
+	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
+	if err := seals.Seal(job.New(), child); err != nil {
+		t.Fatal(err)
+	}
+	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "clone", "init")
+	c := fakeClient(t, child, planned)
+	prog, err := job.New().Observe(child, []client.Object{planned}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := job.New().Drive(context.Background(), c, c, child, prog, engine.DriveInput{Verify: seals.Verifier(job.New())}); err != nil {
+		t.Fatal(err)
+	}
+	for _, j := range []*batchv1.Job{child, getJob(t, c, "r-1-apply")} {
+		spec := j.Spec.Template.Spec
+		var cs []string
+		for _, c := range append(spec.InitContainers, spec.Containers...) {
+			cs = append(cs, c.Name)
+		}
+		if slices.Contains(cs, "install-opr8r-step") {
+			t.Errorf("Job %s's pod installs opr8r-step: %v", j.Name, cs)
+		}
+		var bin *corev1.Volume
+		for i := range spec.Volumes {
+			if spec.Volumes[i].Name == pipeline.StepBinVolume {
+				bin = &spec.Volumes[i]
+			}
+		}
+		if bin == nil || bin.Image == nil || bin.Image.Reference != cfg.StepImage {
+			t.Errorf("Job %s's %s volume is %+v, want the image volume %s", j.Name, pipeline.StepBinVolume, bin, cfg.StepImage)
+		}
+	}
+}
+
+func getJob(t *testing.T, c client.Client, name string) *batchv1.Job {
+	t.Helper()
+	j := &batchv1.Job{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: "ns", Name: name}, j); err != nil {
+		t.Fatal(err)
+	}
+	return j
 }
 
 func phaseOf(p engine.Progress, step string) infrav1.StepPhase {

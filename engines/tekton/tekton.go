@@ -242,14 +242,14 @@ func taskRunSpecs(p *pipeline.Pipeline, tasks []tektonv1.PipelineTask) []tektonv
 func taskSpec(p *pipeline.Pipeline, stepImage, label string, results []string, steps ...pipeline.Step) *tektonv1.EmbeddedTask {
 	ts := tektonv1.TaskSpec{
 		Workspaces: []tektonv1.WorkspaceDeclaration{{Name: pipeline.WorkspaceVolume, MountPath: pipeline.WorkspaceDir, ReadOnly: steps[0].WorkspaceReadOnly}},
-		Volumes:    append(pipeline.ScratchVolumes(), p.UsedVolumes(steps...)...),
+		Volumes:    append(p.ScratchVolumes(), p.UsedVolumes(steps...)...),
 	}
 	for _, r := range append(results, pipeline.ResultError) {
 		ts.Results = append(ts.Results, tektonv1.TaskResult{Name: r, Type: tektonv1.ResultsTypeString})
 	}
 	needsBin := false
 	for _, s := range steps {
-		needsBin = needsBin || s.NeedsStepBinary
+		needsBin = needsBin || p.InstallsStepBinary(s)
 	}
 	if needsBin {
 		ts.Steps = append(ts.Steps, step(pipeline.InstallStepContainer(p, stepImage, steps[0].Resources)))

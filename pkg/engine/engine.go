@@ -280,6 +280,12 @@ type Config struct {
 	CheckServiceAccount string
 	// ImagePullPolicy of every step container; empty means the cluster default.
 	ImagePullPolicy string
+	// StepBinaryFromImage mounts StepImage into the pods of terraform
+	// steps as a Kubernetes image volume, from which they run opr8r-step,
+	// instead of an init container copying it there in every pod
+	// (--step-binary). Image volumes are GA in Kubernetes 1.36 and need
+	// containerd 2.1 or CRI-O 1.31 on the nodes.
+	StepBinaryFromImage bool
 	// PlanTimeout and ApplyTimeout bound the steps of a run that sets no
 	// spec.timeouts of its own (--default-plan-timeout,
 	// --default-apply-timeout); zero: pipeline's defaults.

@@ -43,6 +43,11 @@ type Pipeline struct {
 	Labels map[string]string
 	// ImagePullPolicy of every container.
 	ImagePullPolicy corev1.PullPolicy
+	// StepBinaryImage, when set, is the image the step-binary volume
+	// mounts (a Kubernetes image volume): steps run opr8r-step from it and
+	// no container installs it. Empty: InstallStepContainer copies it into
+	// an emptyDir in each pod that needs it.
+	StepBinaryImage string `json:",omitempty"`
 }
 
 // Step is one container step, or the approval gate.
@@ -211,6 +216,9 @@ func Build(req engine.Request) (*Pipeline, error) {
 		PodSecurityContext: podSecurityContext(run.Spec.Runner.SecurityContext),
 		Labels:             ChildLabels(run, req.Type, req.SpecHash, req.Number),
 		ImagePullPolicy:    corev1.PullPolicy(req.Config.ImagePullPolicy),
+	}
+	if req.Config.StepBinaryFromImage {
+		p.StepBinaryImage = req.Config.StepImage
 	}
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
 	p.Steps = append(p.Steps, b.checks()...)

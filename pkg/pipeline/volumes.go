@@ -234,12 +234,25 @@ func keyItems(keys, paths []string) []corev1.KeyToPath {
 }
 
 // ScratchVolumes are the per-pod volumes every step mounts: /tmp, and the
-// directory the step binary is installed into.
-func ScratchVolumes() []corev1.Volume {
+// directory of the step binary: the step image itself, read-only, when the
+// pipeline mounts it as an image volume (StepBinaryImage), else an
+// emptyDir InstallStepContainer copies it into.
+func (p *Pipeline) ScratchVolumes() []corev1.Volume {
+	bin := corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}
+	if p.StepBinaryImage != "" {
+		bin = corev1.VolumeSource{Image: &corev1.ImageVolumeSource{Reference: p.StepBinaryImage, PullPolicy: p.ImagePullPolicy}}
+	}
 	return []corev1.Volume{
 		{Name: TmpVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
-		{Name: StepBinVolume, VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{}}},
+		{Name: StepBinVolume, VolumeSource: bin},
 	}
+}
+
+// InstallsStepBinary says whether a step's pod needs InstallStepContainer
+// before it: the step runs opr8r-step in an image that lacks it, and the
+// pipeline does not mount the step image.
+func (p *Pipeline) InstallsStepBinary(s Step) bool {
+	return s.NeedsStepBinary && p.StepBinaryImage == ""
 }
 
 // UsedVolumes returns the pipeline's Secret and ConfigMap volumes that the

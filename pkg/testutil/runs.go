@@ -152,12 +152,16 @@ type GoldenCase struct {
 }
 
 // GoldenConfig is the install configuration the golden case of that name
-// is built with: Config, and for provider-cache an install with a provider
-// mirror and a shared plugin cache.
+// is built with: Config; for provider-cache an install with a provider
+// mirror and a shared plugin cache; for step-binary-image one that mounts
+// the step image instead of installing opr8r-step (--step-binary).
 func GoldenConfig(name string) engine.Config {
 	c := Config
-	if name == "provider-cache" {
+	switch name {
+	case "provider-cache":
 		c.Providers = engine.Providers{Mirror: "https://providers.opr8r-system.svc/", MirrorCA: GoldenMirrorCA, CacheClaim: "opr8r-provider-cache"}
+	case "step-binary-image":
+		c.StepBinaryFromImage = true
 	}
 	return c
 }
@@ -220,7 +224,9 @@ func GoldenCases() map[string]GoldenCase {
 		"checks-auto": {MakeRun("dns", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunApply},
 		"dependencies": {MakeRun("app", "team-a").DependsOn("", "network", false, "vpc_id", "subnet_ids=subnets").DependsOn("platform", "db", false, "password=db_password").DependsOn("", "dns", false),
 			infrav1.RunApply},
-		"provider-cache":   {MakeRun("cached", "team-a").Auto(), infrav1.RunApply},
+		"provider-cache": {MakeRun("cached", "team-a").Auto(), infrav1.RunApply},
+		"step-binary-image": {MakeRun("fast", "team-a").Auto().Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"),
+			infrav1.RunApply},
 		"checks-plan-only": {MakeRun("preview", "team-a").Check("policy", "docker.io/openpolicyagent/conftest:v0.62.0", "opa-policies", "conftest", "test", "--policy", "/opr8r/check", "/workspace/plan/plan.json"), infrav1.RunPlan},
 	}
 }
