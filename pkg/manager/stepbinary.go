@@ -46,7 +46,9 @@ func StepBinaryFromImage(mode string, gitVersion func() (string, error)) (bool, 
 	}
 	v, err := version.ParseGeneric(gv)
 	if err != nil {
-		return false, "", fmt.Errorf("--step-binary=auto: the API server's version %q: %w (set --step-binary=%s or %s)", gv, err, StepBinaryImageVolume, StepBinaryInitContainer)
+		// The copy works on any version: a server whose version does not
+		// parse gets it, and the log says why.
+		return false, fmt.Sprintf("the API server's version %q does not parse (%v): set --step-binary=%s if it serves image volumes", gv, err, StepBinaryImageVolume), nil
 	}
 	if v.AtLeast(imageVolumesGA) {
 		return true, "the API server is " + gv + ": image volumes are GA", nil
