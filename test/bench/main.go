@@ -86,6 +86,7 @@ type result struct {
 	// the baseline, the floor and the manager's P1.
 	P1BaselineCPU, P1FloorCPU, P1CPU [3]float64
 	P2                               []time.Duration
+	P2Parts                          p2Breakdown
 	P3ResyncWrites                   int
 	P3StatusWritesPerChange          float64
 	P4RSS, P4RSSForeign              int64
@@ -228,6 +229,7 @@ func print(r result) {
 	}
 	fmt.Printf("P2 started after %.1fs of waiting for an idle control plane (CPU seconds meanwhile: %s)\n", r.P2Settle.Seconds(), fmtCPU(r.P2SettleCPU))
 	fmt.Printf("P2 latency over %d events: p50 %dms, p95 %dms, p99 %dms (target p99 <= 100ms)\n", len(r.P2), pct(r.P2, .5).Milliseconds(), pct(r.P2, .95).Milliseconds(), pct(r.P2, .99).Milliseconds())
+	printP2Breakdown(r.P2, r.P2Parts)
 	fmt.Printf("P3 writes: %.2f status writes per observed child change; %d writes on a resync of %d Ready runs (target 0)\n", r.P3StatusWritesPerChange, r.P3ResyncWrites, r.N)
 	fmt.Printf("P4 memory: manager RSS %d MiB with %d runs; %d MiB after %d plan Secrets of 16 KiB and %d foreign Workflows and PipelineRuns (%+.1f%%; targets <= 120 MiB at 5000, +0%%)\n",
 		r.P4RSS>>20, r.N, r.P4RSSForeign>>20, r.N, 2*r.N, 100*float64(r.P4RSSForeign-r.P4RSS)/float64(r.P4RSS))
@@ -305,7 +307,12 @@ func benchOne(n int) (result, error) {
 	_ = os.WriteFile(kcPath, kc, 0o600)
 	res.ManagerFlags = os.Getenv("BENCH_MANAGER_FLAGS")
 	res.ManagerEnv = os.Getenv("BENCH_MANAGER_ENV")
-	mgr, pprofAddr, err := startManager(kcPath, nil)
+	// Its metrics, served for P2's breakdown (p2tail.go).
+	metricsAddr, err := freeAddr()
+	if err != nil {
+		return res, err
+	}
+	mgr, pprofAddr, err := startManager(kcPath, []string{"--metrics-bind-address=" + metricsAddr, "--metrics-secure=false"})
 	if err != nil {
 		return res, err
 	}
@@ -447,6 +454,8 @@ func benchOne(n int) (result, error) {
 	if err != nil {
 		return res, err
 	}
+	metricsBefore, metricsErr := scrapeMetrics(metricsAddr)
+	var ownWrites []time.Duration
 	for i := 0; i < events; i++ {
 		name := fmt.Sprintf("r%05d", i)
 		run := &infrav1.TerraformRun{}
@@ -458,6 +467,7 @@ func benchOne(n int) (result, error) {
 		if err := p.StepDone(ctx, c, key("runs", child)); err != nil {
 			return res, err
 		}
+		ownWrites = append(ownWrites, time.Since(t0))
 		if err := runs.await(name, time.Minute, cloneDone); err != nil {
 			runs.stop()
 			return res, fmt.Errorf("P2: %w", err)
@@ -465,6 +475,12 @@ func benchOne(n int) (result, error) {
 		res.P2 = append(res.P2, time.Since(t0))
 	}
 	runs.stop()
+	res.P2Parts = p2Breakdown{Write: ownWrites}
+	if metricsAfter, err := scrapeMetrics(metricsAddr); err == nil && metricsErr == nil {
+		res.P2Parts = breakdown(metricsBefore, metricsAfter, ownWrites)
+	} else {
+		logf("P2: the manager's metrics: %v %v", metricsErr, err)
+	}
 	statusAfter := settled(auditLog, countStatusWrites)
 	res.P3StatusWritesPerChange = float64(statusAfter-statusBefore) / float64(events)
 
