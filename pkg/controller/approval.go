@@ -20,6 +20,10 @@ import (
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
+// decisionRequeue is how soon a pass follows one that recorded a
+// decision a driver acts on.
+const decisionRequeue = 100 * time.Millisecond
+
 // reconcileApproval records and makes the approval decision of the active
 // run's plan. Sets Approved: Unknown while the gate waits, True when
 // approved (through the TerraformRun, in the engine or automatically), False
@@ -37,7 +41,16 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	}
 	switch prog.Gate.State {
 	case engine.GateApproved, engine.GateRejected:
-		return gateErr(r.setEngineDecision(ctx, run, st, prog.Gate, digest))
+		before := run.Status.Approval
+		res, err := gateErr(r.setEngineDecision(ctx, run, st, prog.Gate, digest))
+		if _, drives := st.engine.(engine.Driver); drives && err == nil && run.Status.Approval != before {
+			// The driver ran earlier in this pass, without the decision
+			// recorded only now, and a status write wakes no pass: the
+			// next one acts on it. (The gate opened before its decision
+			// reached status: a manager that crashed between the two.)
+			res.RequeueAfter = decisionRequeue
+		}
+		return res, err
 	case engine.GatePending:
 		return r.decideGate(ctx, run, st)
 	}

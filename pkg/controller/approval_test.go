@@ -382,3 +382,39 @@ func TestEngineForBeforeTheFirstLook(t *testing.T) {
 		t.Fatalf("available: %v %v", e, err)
 	}
 }
+
+// TestRecordedEngineDecisionWakesTheDriver: a decision the gate shows but
+// status does not record yet (a manager that crashed after opening the
+// Job engine's gate, before its status write) is recorded in a pass whose
+// driver has already run without it, and a status write wakes no pass: the
+// pass asks for the next one, which drives with it. Once recorded, nothing
+// more (CI of 2026-11-30: the chaos spec's c188 waited 90 s for its apply
+// Job after such a crash).
+func TestRecordedEngineDecisionWakesTheDriver(t *testing.T) {
+	const digest = "sha256:aa"
+	decided := metav1.NewTime(t0.Add(-time.Minute))
+	for _, gate := range []engine.GateState{engine.GateApproved, engine.GateRejected} {
+		d := &drivenEngine{fakeEngine: fakeEngine{progress: map[string]engine.Progress{}}}
+		r, _ := newReconciler(t, d)
+		run := withRun(r, aRun("a"), 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+		child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+		r, _ = newReconciler(t, d, child)
+		st := r.newPassState(run)
+		st.engine, st.child = d, child
+		st.progress = engine.Progress{Phase: infrav1.RunRunning, Gate: engine.Gate{State: gate, By: "alice", Stamped: true, DecidedAt: &decided},
+			Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest}}
+		res, err := r.reconcileApproval(ctx(), run, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Status.Approval == nil || run.Status.Approval.Digest != digest || run.Status.Approval.Approved != (gate == engine.GateApproved) {
+			t.Fatalf("%s: status.approval = %+v", gate, run.Status.Approval)
+		}
+		if res.RequeueAfter != decisionRequeue {
+			t.Errorf("%s, newly recorded: requeue after %s, want %s", gate, res.RequeueAfter, decisionRequeue)
+		}
+		if res, err = r.reconcileApproval(ctx(), run, st); err != nil || res.RequeueAfter != 0 {
+			t.Errorf("%s, already recorded: requeue after %s (%v), want none", gate, res.RequeueAfter, err)
+		}
+	}
+}
