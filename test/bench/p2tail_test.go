@@ -16,10 +16,10 @@ func TestHistQuantile(t *testing.T) {
 	// 100 items in the window: 90 under 1 ms, 8 under 10 ms, 1 under
 	// 100 ms, 1 beyond.
 	after := metricsSnapshot{
-		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.001"}`: 100,
-		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.01"}`:  108,
-		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.1"}`:   109,
-		`workqueue_queue_duration_seconds_bucket{` + l + `le="+Inf"}`:  110,
+		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.001"}`:                        100,
+		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.01"}`:                         108,
+		`workqueue_queue_duration_seconds_bucket{` + l + `le="0.1"}`:                          109,
+		`workqueue_queue_duration_seconds_bucket{` + l + `le="+Inf"}`:                         110,
 		`workqueue_queue_duration_seconds_bucket{controller="other",name="other",le="0.001"}`: 5000,
 	}
 	for _, tc := range []struct {
