@@ -143,14 +143,22 @@ func planResults(t *testing.T, has bool) string {
 	return string(b)
 }
 
-func TestObserveAndDrive(t *testing.T) {
-	manual := build(t, testutil.MakeRun("r", "ns").Obj(), infrav1.RunApply)
-	manual.UID = jobUID("r-1", "plan")
-	manual.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
+// sealedPlanDone makes child the run r-1's plan Job, completed, and seals
+// it as the manager does; it returns the seals that verify it.
+func sealedPlanDone(t *testing.T, child *batchv1.Job) engine.Seals {
+	t.Helper()
+	child.UID = jobUID("r-1", "plan")
+	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
 	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
-	if err := seals.Seal(job.New(), manual); err != nil {
+	if err := seals.Seal(job.New(), child); err != nil {
 		t.Fatal(err)
 	}
+	return seals
+}
+
+func TestObserveAndDrive(t *testing.T) {
+	manual := build(t, testutil.MakeRun("r", "ns").Obj(), infrav1.RunApply)
+	seals := sealedPlanDone(t, manual)
 	approvedPlan := &engine.RecordedDecision{Approved: true, Digest: "sha256:aa"}
 	tampered := manual.DeepCopy()
 	tampered.Annotations["infra.opr8r.io/approval"] = "auto"
@@ -341,12 +349,7 @@ func TestObserveAndDrive(t *testing.T) {
 // CI of 2026-11-30).
 func TestDriveReadsOneView(t *testing.T) {
 	child := build(t, testutil.MakeRun("r", "ns").Obj(), infrav1.RunApply)
-	child.UID = jobUID("r-1", "plan")
-	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
-	if err := seals.Seal(job.New(), child); err != nil {
-		t.Fatal(err)
-	}
+	seals := sealedPlanDone(t, child)
 	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "install-opr8r-step", "clone", "init")
 	carries := []string{"apply", "export-outputs", "cleanup"}
 	earlierJob, earlierPod := carrier("r-1", "apply", map[string]corev1.ContainerState{"apply": term(0, ""), "export-outputs": term(0, ""), "cleanup": {Running: &corev1.ContainerStateRunning{}}}, carries...)
@@ -383,12 +386,7 @@ func TestLaterJobsMountTheStepImage(t *testing.T) {
 	cfg := testutil.Config
 	cfg.StepBinaryFromImage = true
 	child := buildWith(t, cfg, testutil.MakeRun("r", "ns").Auto().Obj(), infrav1.RunApply)
-	child.UID = jobUID("r-1", "plan")
-	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
-	if err := seals.Seal(job.New(), child); err != nil {
-		t.Fatal(err)
-	}
+	seals := sealedPlanDone(t, child)
 	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "clone", "init")
 	c := fakeClient(t, child, planned)
 	prog, err := job.New().Observe(child, []client.Object{planned}, time.Now())
@@ -460,12 +458,7 @@ func fakeClient(t *testing.T, objs ...client.Object) client.Client {
 // other step Jobs as the runner.
 func TestChecksRunAsTheCheckServiceAccount(t *testing.T) {
 	child := build(t, testutil.MakeRun("r", "ns").Check("policy", "conftest:1", "", "conftest", "test").Obj(), infrav1.RunApply)
-	child.UID = jobUID("r-1", "plan")
-	child.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobComplete, Status: corev1.ConditionTrue}}
-	seals := engine.Seals{Key: []byte("a seal key of at least 32 bytes..")}
-	if err := seals.Seal(job.New(), child); err != nil {
-		t.Fatal(err)
-	}
+	seals := sealedPlanDone(t, child)
 	planned := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "install-opr8r-step", "clone", "init")
 	prog, err := job.New().Observe(child, []client.Object{planned}, time.Now())
 	if err != nil {
