@@ -98,16 +98,26 @@ func TestGuardListCreatedBesideIt(t *testing.T) {
 	}
 }
 
-// TestGuardEditsOneAtATime: 40 passes of one manager list their children
-// in one namespace at once. Every child is listed and no update is refused
-// with a conflict: the passes take the namespace's lock in turn. Without
-// the lock they read and wrote the list side by side (make bench-checks
-// saw a fifth of its guard updates refused).
-func TestGuardEditsOneAtATime(t *testing.T) {
+// TestGuardEditsShareWrites: 40 passes of one manager list their children
+// in one namespace at once, against an API server that takes 5 ms per
+// write. Every child is listed; no update is refused with a conflict (the
+// passes write one at a time); and the passes that waited share writes,
+// with no read past the cache after the first: a write carries every edit
+// queued behind it. Before, each pass did its own GET and UPDATE in turn,
+// and make bench's P1 at 1,000 runs went from 20.4 to 29.4 s.
+func TestGuardEditsShareWrites(t *testing.T) {
 	r, c := newReconciler(t, &fakeEngine{})
-	var conflicts atomic.Int32
-	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+	var conflicts, updates, gets atomic.Int32
+	cl := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
+		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			if key.Name == GuardConfigMapName {
+				gets.Add(1)
+			}
+			return cl.Get(ctx, key, obj, opts...)
+		},
 		Update: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+			updates.Add(1)
+			time.Sleep(5 * time.Millisecond)
 			err := cl.Update(ctx, obj, opts...)
 			if apierrors.IsConflict(err) {
 				conflicts.Add(1)
@@ -115,9 +125,11 @@ func TestGuardEditsOneAtATime(t *testing.T) {
 			return err
 		},
 	})
+	r.Client, r.APIReader = cl, cl
 	if err := r.guardChild(ctx(), "ns", "first-1"); err != nil {
 		t.Fatal(err)
 	}
+	gets.Store(0)
 	const passes = 40
 	var wg sync.WaitGroup
 	errs := make(chan error, passes)
@@ -144,6 +156,50 @@ func TestGuardEditsOneAtATime(t *testing.T) {
 		t.Errorf("%d children listed, want %d: %v", len(listed), passes+1, listed)
 	}
 	if n := conflicts.Load(); n != 0 {
-		t.Errorf("%d guard updates refused with a conflict, want 0: the passes of one manager edit the list one at a time", n)
+		t.Errorf("%d guard updates refused with a conflict, want 0: the passes of one manager write the list one at a time", n)
+	}
+	if n := updates.Load(); n > passes/4 {
+		t.Errorf("%d guard updates for %d passes that overlapped, want at most %d: passes that wait share a write", n, passes, passes/4)
+	}
+	if n := gets.Load(); n != 0 {
+		t.Errorf("%d reads of the guard list, want 0: the manager keeps the list it last wrote", n)
+	}
+}
+
+// TestGuardReadsAgainAfterAnotherWrite: another manager (a shard) writes
+// the list between two of this manager's writes. The kept copy is stale:
+// its update is refused with a conflict, the list is read again, and both
+// managers' children stay listed. The same when the list was deleted.
+func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
+	r, c := newReconciler(t, &fakeEngine{})
+	get := func() *corev1.ConfigMap {
+		cm := &corev1.ConfigMap{}
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+			t.Fatal(err)
+		}
+		return cm
+	}
+	if err := r.guardChild(ctx(), "ns", "web-1"); err != nil {
+		t.Fatal(err)
+	}
+	other := get()
+	other.Data[GuardChildrenKey] += "\nshard-1"
+	if err := c.Update(ctx(), other); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.guardChild(ctx(), "ns", "web-2"); err != nil {
+		t.Fatalf("a stale kept list failed the pass: %v", err)
+	}
+	if got, want := get().Data[GuardChildrenKey], "shard-1\nweb-1\nweb-2"; got != want {
+		t.Fatalf("guard list %q, want %q: the other manager's child and both of this one's", got, want)
+	}
+	if err := c.Delete(ctx(), get()); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.guardChild(ctx(), "ns", "web-3"); err != nil {
+		t.Fatalf("a deleted list failed the pass: %v", err)
+	}
+	if got := get().Data[GuardChildrenKey]; got != "web-3" {
+		t.Fatalf("guard list %q after it was deleted, want web-3 (made again)", got)
 	}
 }

@@ -109,9 +109,10 @@ type TerraformRunReconciler struct {
 	// writes are the manager's own last writes of each TerraformRun: a
 	// pass waits for the cache to show them (ownwrites.go).
 	writes ownWrites
-	// guardLocks holds a *sync.Mutex per namespace: this manager's passes
-	// edit a namespace's guard list one at a time (guard.go).
-	guardLocks sync.Map
+	// guardBatches holds a *guardBatch per namespace: this manager's
+	// passes write a namespace's guard list one at a time, each write
+	// carrying every edit that waited for it (guard.go).
+	guardBatches sync.Map
 	// Seals seals the children of engines whose driver reads back from them
 	// (engine.Sealer), under a key only the manager holds.
 	Seals engine.Seals
