@@ -152,6 +152,30 @@ type ApprovalTally struct {
 	// Ignored are decisions that do not count, and why.
 	// +optional
 	Ignored []IgnoredDecision `json:"ignored,omitempty"`
+	// Rules are the rules of spec.approval.rules that matched the plan,
+	// and what each required.
+	// +optional
+	Rules []RuleTally `json:"rules,omitempty"`
+}
+
+// RuleTally is one rule that matched a plan.
+type RuleTally struct {
+	// Name is the rule's.
+	Name string `json:"name"`
+	// Effect is the rule's.
+	Effect RuleEffect `json:"effect"`
+	// Required is how many approvals a Require rule needs.
+	// +optional
+	Required int32 `json:"required,omitempty"`
+	// ApprovedBy are the approvals that count for a Require rule.
+	// +optional
+	ApprovedBy []string `json:"approvedBy,omitempty"`
+	// Needed is how many more approvals a Require rule needs.
+	// +optional
+	Needed int32 `json:"needed,omitempty"`
+	// Message is the rule's message, or why its condition failed.
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // IgnoredDecision is a decision the approval policy does not count.

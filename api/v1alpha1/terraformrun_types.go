@@ -666,6 +666,79 @@ type ApprovalSpec struct {
 	// +kubebuilder:default=Any
 	// +optional
 	Rejection RejectionRule `json:"rejection,omitempty"`
+
+	// Rules decide a plan's approval from what it changes
+	// (docs/policies.md): each has a CEL condition over the plan and the
+	// run, and one effect. Any matching Deny wins; otherwise every
+	// matching Require must be met (replacing requiredApprovals);
+	// otherwise a matching AutoApprove approves; otherwise the rest of
+	// spec.approval decides. A run with rules always stops at the approval
+	// gate, in mode Auto too, so a Deny holds. Setting or changing rules
+	// needs the right to update terraformruns/approvalpolicy (the
+	// opr8r-policy-admin role): those the rules constrain cannot change
+	// them.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	// +optional
+	Rules []ApprovalRule `json:"rules,omitempty"`
+}
+
+// ApprovalRule is a CEL condition over a plan, and what follows when it
+// matches.
+//
+// +kubebuilder:validation:XValidation:rule="self.effect == 'Require' ? has(self.require) : !has(self.require)",message="spec.approval.rules[]: require (approvals, approvers) is set when, and only when, effect is Require"
+type ApprovalRule struct {
+	// Name names the rule in status and messages.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Condition is a CEL expression that gives a bool. It sees plan (add,
+	// change, destroy, replace, hasChanges, resourceChanges[] with address,
+	// module, mode, type, name, provider, actions, replace, and
+	// outputChanges[] with name and actions) and run (name, namespace,
+	// type: Apply or Destroy, trigger, author, authors). It is compiled
+	// when a run starts: a condition that does not compile stalls the run,
+	// naming the rule, with the compiler's message.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=4096
+	Condition string `json:"condition"`
+	// Effect is AutoApprove, Require or Deny.
+	Effect RuleEffect `json:"effect"`
+	// Require is how many distinct approvers, and from whom, when Effect is
+	// Require.
+	// +optional
+	Require *RuleRequirement `json:"require,omitempty"`
+	// Message is shown when the rule matches (a Deny's reason).
+	// +kubebuilder:validation:MaxLength=256
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// RuleEffect is what a matching rule does.
+// +kubebuilder:validation:Enum=AutoApprove;Require;Deny
+type RuleEffect string
+
+const (
+	// RuleAutoApprove approves the plan without a person.
+	RuleAutoApprove RuleEffect = "AutoApprove"
+	// RuleRequire needs approvals from distinct people.
+	RuleRequire RuleEffect = "Require"
+	// RuleDeny rejects the plan.
+	RuleDeny RuleEffect = "Deny"
+)
+
+// RuleRequirement is what a Require rule needs.
+type RuleRequirement struct {
+	// Approvals is how many distinct users must approve.
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=10
+	Approvals int32 `json:"approvals"`
+	// Approvers, when set, are whose approvals count for this rule (on top
+	// of spec.approval.approvers and selfApproval, which every approval
+	// must meet).
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
 }
 
 // OutputsSpec says where Terraform outputs go. Values, sensitive or not, are
@@ -1144,6 +1217,9 @@ const (
 	ApprovedAutomatically ApprovalSource = "Auto"
 	// ApprovalTimedOut was rejected because spec.approval.timeout expired.
 	ApprovalTimedOut ApprovalSource = "Timeout"
+	// ApprovedByRule was approved or rejected by a rule of
+	// spec.approval.rules (AutoApprove or Deny).
+	ApprovedByRule ApprovalSource = "Rule"
 )
 
 // ApprovalStatus records the decision about the latest plan.

@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -35,7 +36,7 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 		return ctrl.Result{}, nil
 	}
 	digest := prog.Plan.Digest
-	if st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto && prog.Plan.HasChanges {
+	if autoWithoutGate(st.eff) && prog.Plan.HasChanges {
 		r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 		return ctrl.Result{}, nil
 	}
@@ -82,13 +83,23 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		votes = beforeDeadline(votes, deadline)
 	}
 	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
+	rules, err := r.planRules(ctx, run, st)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	applyRules(&t, rules, ap.Mode, votes)
 	run.Status.Approvals = &t
-	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && t.Needed > 0 {
-		if err := pub.PublishGate(ctx, r.Client, st.child, gatePolicy(ap, r.runAuthors(run), t)); err != nil {
+	denied := rules != nil && rules.Decision == planpolicy.Deny
+	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && !denied && t.Needed > 0 {
+		gp := gatePolicy(ap, r.runAuthors(run), t)
+		ruleGatePolicy(&gp, ap, rules, t)
+		if err := pub.PublishGate(ctx, r.Client, st.child, gp); err != nil {
 			return gateErr(err)
 		}
 	}
 	switch {
+	case denied:
+		err = r.denyByRule(ctx, run, st, approver, rules.DenyMessage())
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
 	case t.Needed == 0:
@@ -96,7 +107,8 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("plan %s is approved; its apply is queued: %s", digest, wait))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}
-		err = r.approve(ctx, run, st, approver, votes, t)
+		src, msg := ruleApproval(rules, ap.Mode)
+		err = r.approve(ctx, run, st, approver, votes, t, src, msg)
 	case !deadline.IsZero() && !r.now().Before(deadline):
 		err = r.timeOut(ctx, run, st, approver, timeout)
 	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
@@ -113,6 +125,12 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{RequeueAfter: left}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// autoWithoutGate says whether a run's plans are approved as they are
+// made: mode Auto, and no spec.approval.rules (which need the gate).
+func autoWithoutGate(eff *infrav1.TerraformRun) bool {
+	return eff.Spec.Approval.Mode == infrav1.ApprovalAuto && len(eff.Spec.Approval.Rules) == 0
 }
 
 // beforeDeadline keeps the votes known to be cast before the approval
@@ -197,23 +215,32 @@ func (r *TerraformRunReconciler) approvalHint(run *infrav1.TerraformRun, st *pas
 	return hint
 }
 
-func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []vote, t infrav1.ApprovalTally) error {
+// approve passes the gate. src and msg, when set, say how a plan that
+// needed no person's approval was approved (ruleApproval).
+func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []vote, t infrav1.ApprovalTally, src infrav1.ApprovalSource, msg string) error {
 	digest := st.progress.Plan.Digest
 	by := strings.Join(t.ApprovedBy, ", ")
+	if src != "" {
+		by = ""
+	}
 	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelApproved); err != nil {
 		return err
 	}
 	if err := a.Approve(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: by}); err != nil {
 		return err
 	}
-	src := approvalSource(votes)
-	via := "spec.approval.approvedPlan"
-	if src == infrav1.ApprovedByApproval {
-		via = "TerraformRunApproval"
-	}
-	msg := "plan " + digest + " approved through " + via
-	if by != "" {
-		msg += " by " + by
+	if src != "" {
+		msg = "plan " + digest + " " + msg
+	} else {
+		src = approvalSource(votes)
+		via := "spec.approval.approvedPlan"
+		if src == infrav1.ApprovedByApproval {
+			via = "TerraformRunApproval"
+		}
+		msg = "plan " + digest + " approved through " + via
+		if by != "" {
+			msg += " by " + by
+		}
 	}
 	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Approved: true, Source: src, By: by, At: metav1.NewTime(r.now())}, msg)
 	approvalWait.Observe(engine.Elapsed(r.now(), st.progress.Gate.Since).Seconds())
@@ -242,6 +269,20 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 		msg += " by " + by
 	}
 	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: src, By: by, At: metav1.NewTime(r.now()), Reason: reason}, msg+": "+reason)
+	return nil
+}
+
+// denyByRule rejects the plan at the gate because spec.approval.rules
+// deny it: a Deny rule matched, or the rules could not decide.
+func (r *TerraformRunReconciler) denyByRule(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, reason string) error {
+	digest := st.progress.Plan.Digest
+	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelRejected); err != nil {
+		return err
+	}
+	if err := a.Reject(ctx, r.Client, st.child, engine.Decision{Digest: digest, By: "rule", Reason: reason}); err != nil {
+		return err
+	}
+	r.setApproval(run, infrav1.ApprovalStatus{Digest: digest, Source: infrav1.ApprovedByRule, At: metav1.NewTime(r.now()), Reason: reason}, "plan "+digest+" rejected: "+reason)
 	return nil
 }
 
@@ -309,7 +350,15 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at.Time})
 	}
 	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
+	rules, err := r.planRules(ctx, run, st)
+	if err != nil {
+		return err
+	}
+	applyRules(&t, rules, st.eff.Spec.Approval.Mode, votes)
 	run.Status.Approvals = &t
+	if rules != nil && rules.Decision == planpolicy.Deny {
+		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+rules.DenyMessage())
+	}
 	if t.Needed == 0 {
 		a.By = strings.Join(t.ApprovedBy, ", ")
 		if !stamped {
@@ -376,12 +425,14 @@ func (r *TerraformRunReconciler) setApproval(run *infrav1.TerraformRun, a infrav
 	}
 	run.Status.Approval = &a
 	switch {
-	case a.Approved && a.Source == infrav1.ApprovedAutomatically:
+	case a.Approved && (a.Source == infrav1.ApprovedAutomatically || a.Source == infrav1.ApprovedByRule):
 		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonAutoApproved, msg)
 	case a.Approved:
 		r.transition(run, infrav1.ApprovedCondition, metav1True, infrav1.ReasonApproved, msg)
 	case a.Source == infrav1.ApprovalTimedOut:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonApprovalTimeout, msg)
+	case a.Source == infrav1.ApprovedByRule:
+		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonDeniedByRule, msg)
 	default:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonRejected, msg)
 	}

@@ -90,7 +90,7 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 // Applied and Ready.
 func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infrav1.TerraformRun, st *passState) error {
 	cur, prog := run.Status.Run, st.progress
-	if prog.Plan != nil && prog.Plan.HasChanges && st.eff.Spec.Approval.Mode == infrav1.ApprovalAuto {
+	if prog.Plan != nil && prog.Plan.HasChanges && autoWithoutGate(st.eff) {
 		r.setApproval(run, infrav1.ApprovalStatus{Digest: prog.Plan.Digest, Approved: true, Source: infrav1.ApprovedAutomatically, At: metav1.NewTime(r.now())}, "plan approved automatically (approval mode Auto)")
 	}
 	if prog.Gate.State == engine.GateApproved && prog.Plan != nil {

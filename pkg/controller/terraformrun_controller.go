@@ -113,6 +113,9 @@ type TerraformRunReconciler struct {
 	// passes write a namespace's guard list one at a time, each write
 	// carrying every edit that waited for it (guard.go).
 	guardBatches sync.Map
+	// rules keeps compiled spec.approval.rules and the plans they read
+	// (rules.go).
+	rules ruleCache
 	// Seals seals the children of engines whose driver reads back from them
 	// (engine.Sealer), under a key only the manager holds.
 	Seals engine.Seals

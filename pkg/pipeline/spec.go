@@ -155,8 +155,10 @@ func ModuleDir(run *infrav1.TerraformRun) string {
 // runs, and the destroy a deletion runs, of a TerraformRun whose approval
 // is Manual; a destroy goes without when a platform admin set
 // infra.opr8r.io/destroy-without-approval. Plan-only runs never apply.
+// A run with spec.approval.rules has a gate in mode Auto too: a rule may
+// deny or require approvals, which only a gate can hold.
 func HasGate(run *infrav1.TerraformRun, t infrav1.RunType) bool {
-	if run.Spec.Approval.Mode == infrav1.ApprovalAuto {
+	if run.Spec.Approval.Mode == infrav1.ApprovalAuto && len(run.Spec.Approval.Rules) == 0 {
 		return false
 	}
 	switch t {

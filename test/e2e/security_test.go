@@ -583,6 +583,7 @@ func (e *env) attackThePolicy(t *testing.T, engine, name string) {
 	for _, c := range []struct{ what, user, patch, want string }{
 		{"an editor switches the run to Auto", mallory, `{"spec":{"approval":{"mode":"Auto"}}}`, "spec.approval.mode"},
 		{"the author allows self-approval of the plan waiting", trent, `{"spec":{"approval":{"selfApproval":"Allowed"}}}`, "spec.approval.selfApproval"},
+		{"an editor adds a rule that approves every plan", mallory, `{"spec":{"approval":{"rules":[{"name":"all","condition":"true","effect":"AutoApprove"}]}}}`, "spec.approval.rules"},
 		{"an editor widens the approvers", mallory, `{"spec":{"approval":{"approvers":{"users":["opr8r-e2e-mallory"]}}}}`, ""},
 	} {
 		wants := []string{"terraformruns/approvalpolicy"}

@@ -217,6 +217,7 @@ var _ = Describe("engine conformance", func() {
 			runIdentity(given{e})
 			continuous(given{e})
 			approvalPolicy(given{e})
+			planRules(given{e})
 			userChecks(given{e})
 			stacks(given{e})
 		})

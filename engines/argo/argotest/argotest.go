@@ -273,9 +273,14 @@ func (a Sim) Plan(add, change, destroy int, digest string) {
 func (a Sim) PlanResult(p results.Plan) {
 	a.Update(func(wf *wfv1.Workflow) {
 		v := p.Values()
-		finishPod(wf, names.StepPlan, Params(pipeline.ResultCommit, wf.Annotations[simCommit],
-			results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs]),
-			containersOf(wf, names.StepPlan)...)
+		kv := []string{pipeline.ResultCommit, wf.Annotations[simCommit],
+			results.HasChanges, v[results.HasChanges], results.Digest, v[results.Digest], results.Summary, v[results.Summary], results.Inputs, v[results.Inputs]}
+		for _, k := range []string{results.PlanTextDigest, results.PlanJSONDigest, results.PlanSensitiveJSONDigest} {
+			if v[k] != "" {
+				kv = append(kv, k, v[k])
+			}
+		}
+		finishPod(wf, names.StepPlan, Params(kv...), containersOf(wf, names.StepPlan)...)
 	})
 }
 

@@ -247,6 +247,11 @@ func (c Sim) PlanResult(p results.Plan) {
 			result(results.Summary, v[results.Summary]),
 			result(results.Inputs, v[results.Inputs]),
 		}
+		for _, k := range []string{results.PlanTextDigest, results.PlanJSONDigest, results.PlanSensitiveJSONDigest} {
+			if v[k] != "" {
+				tr.Status.Results = append(tr.Status.Results, result(k, v[k]))
+			}
+		}
 	})
 	if p.HasChanges && c.hasTask("export-outputs") {
 		// The export task runs only after a plan without changes: Tekton

@@ -1,0 +1,247 @@
+package controller
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/planpolicy"
+	"github.com/opr8r/opr8r/pkg/records"
+)
+
+// Plan rules (spec.approval.rules, docs/policies.md): CEL conditions over
+// the plan waiting at the gate decide it, on top of the rest of
+// spec.approval. What the conditions read is the plan as JSON the plan
+// step kept (masked), checked against the digest the plan step recorded:
+// a record that does not match, or that is not there, denies (fail
+// closed), as does a rule that cannot be evaluated.
+
+// planCacheSize bounds the plans kept read: they are named by their
+// digest, so an entry never goes stale, and a full cache starts over.
+const planCacheSize = 256
+
+// ruleCache keeps compiled rules and read plans between passes.
+type ruleCache struct {
+	mu       sync.Mutex
+	policies map[string]*planpolicy.Policy
+	plans    map[string]planpolicy.Plan
+}
+
+func (c *ruleCache) policy(rules []infrav1.ApprovalRule) (*planpolicy.Policy, error) {
+	b, _ := json.Marshal(rules)
+	key := string(b)
+	c.mu.Lock()
+	p, ok := c.policies[key]
+	c.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	p, err := planpolicy.Compile(rules)
+	if err != nil {
+		return nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.policies == nil || len(c.policies) >= planCacheSize {
+		c.policies = map[string]*planpolicy.Policy{}
+	}
+	c.policies[key] = p
+	return p, nil
+}
+
+func (c *ruleCache) plan(digest string) (planpolicy.Plan, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.plans[digest]
+	return p, ok
+}
+
+func (c *ruleCache) keep(digest string, p planpolicy.Plan) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.plans == nil || len(c.plans) >= planCacheSize {
+		c.plans = map[string]planpolicy.Plan{}
+	}
+	c.plans[digest] = p
+}
+
+// checkRules compiles spec.approval.rules when a run starts: a rule that
+// does not compile stalls the run, named, with the compiler's message.
+func (r *TerraformRunReconciler) checkRules(eff *infrav1.TerraformRun) error {
+	if len(eff.Spec.Approval.Rules) == 0 {
+		return nil
+	}
+	if _, err := r.rules.policy(eff.Spec.Approval.Rules); err != nil {
+		return stalling(infrav1.ReasonInvalidSpec, "%w; fix the condition (docs/policies.md lists what it can read), or test it with kubectl tfrun policy test", err)
+	}
+	return nil
+}
+
+// planRules evaluates spec.approval.rules against the plan waiting at the
+// gate (nil without rules). An error is one to retry (the records could
+// not be read); everything else that keeps the rules from deciding
+// denies.
+func (r *TerraformRunReconciler) planRules(ctx context.Context, run *infrav1.TerraformRun, st *passState) (*planpolicy.Outcome, error) {
+	rules := st.eff.Spec.Approval.Rules
+	if len(rules) == 0 {
+		return nil, nil
+	}
+	pol, err := r.rules.policy(rules)
+	if err != nil {
+		o := planpolicy.Failed(err)
+		return &o, nil
+	}
+	plan, err := r.rulePlan(ctx, run, st)
+	var refused *planRefused
+	if errors.As(err, &refused) {
+		o := planpolicy.Failed(err)
+		return &o, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	o := pol.Evaluate(ctx, plan, planpolicy.RunOf(run))
+	return &o, nil
+}
+
+// planRefused is a plan the rules cannot read: they deny.
+type planRefused struct{ msg string }
+
+func (e *planRefused) Error() string { return e.msg }
+
+// rulePlan reads the plan waiting at the gate as the rules see it: the
+// plan as JSON the plan step kept, verified against the digest it
+// recorded.
+func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.TerraformRun, st *passState) (planpolicy.Plan, error) {
+	p := st.progress.Plan
+	if p.JSONDigest == "" {
+		return planpolicy.Plan{}, &planRefused{"the plan step recorded no digest of the plan as JSON, which the rules read"}
+	}
+	if plan, ok := r.rules.plan(p.JSONDigest); ok {
+		return plan, nil
+	}
+	if r.Records == nil {
+		return planpolicy.Plan{}, &planRefused{"this manager keeps no records, so the plan the rules read is not there"}
+	}
+	k := records.Key{Namespace: run.Namespace, Run: run.Name, RunID: st.child.GetName(), Step: names.StepPlan, Kind: records.KindPlanJSON}
+	b, err := r.Records.Get(ctx, k)
+	if errors.Is(err, records.ErrNotFound) {
+		return planpolicy.Plan{}, &planRefused{fmt.Sprintf("the plan as JSON of run %s is not kept (%v)", k.RunID, err)}
+	}
+	if err != nil {
+		return planpolicy.Plan{}, generic("ReadPlan", err, "reading the plan as JSON for spec.approval.rules")
+	}
+	sum := sha256.Sum256(b)
+	if got := "sha256:" + hex.EncodeToString(sum[:]); got != p.JSONDigest {
+		return planpolicy.Plan{}, &planRefused{fmt.Sprintf("the plan as JSON of run %s has the digest %s, but its plan step recorded %s: it was changed after the plan step wrote it", k.RunID, got, p.JSONDigest)}
+	}
+	plan, err := planpolicy.FromJSON(b)
+	if err != nil {
+		return planpolicy.Plan{}, &planRefused{err.Error()}
+	}
+	r.rules.keep(p.JSONDigest, plan)
+	return plan, nil
+}
+
+// applyRules puts what the rules decided into the tally t of votes:
+// every matched rule is listed; Require rules replace requiredApprovals,
+// each counting the approvals that also meet its approvers, and the plan
+// needs what the furthest from met still needs; AutoApprove (and mode Auto
+// where no rule matched) needs none.
+func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, votes []vote) {
+	if o == nil {
+		return
+	}
+	groups := map[string][]string{}
+	for _, v := range votes {
+		if v.approve {
+			groups[v.user] = v.groups
+		}
+	}
+	for _, m := range o.Matched {
+		rt := infrav1.RuleTally{Name: m.Rule.Name, Effect: m.Rule.Effect, Message: m.Rule.Message}
+		if m.Err != nil {
+			rt.Effect, rt.Message = infrav1.RuleDeny, "could not be evaluated, so it denies: "+m.Err.Error()
+			if rt.Name == "" {
+				rt.Name = "(rules)"
+			}
+		}
+		t.Rules = append(t.Rules, rt)
+	}
+	switch o.Decision {
+	case planpolicy.Require:
+		t.Required, t.Needed = 0, 0
+		for _, rule := range o.Require {
+			i := indexRule(t.Rules, rule.Name)
+			rt := &t.Rules[i]
+			rt.Required = rule.Require.Approvals
+			for _, u := range t.ApprovedBy {
+				if approvalpolicy.Allowed(rule.Require.Approvers, u, groups[u]) {
+					rt.ApprovedBy = append(rt.ApprovedBy, u)
+				}
+			}
+			rt.Needed = max(rt.Required-int32(len(rt.ApprovedBy)), 0)
+			t.Required = max(t.Required, rt.Required)
+			t.Needed = max(t.Needed, rt.Needed)
+		}
+		t.Summary = fmt.Sprintf("%d/%d", t.Required-min(t.Needed, t.Required), t.Required)
+	case planpolicy.AutoApprove:
+		t.Needed = 0
+	case planpolicy.Default:
+		if mode == infrav1.ApprovalAuto {
+			t.Needed = 0
+		}
+	}
+}
+
+func indexRule(rules []infrav1.RuleTally, name string) int {
+	for i, r := range rules {
+		if r.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// ruleApproval says how a plan the tally lets through was approved when
+// no person's approval was needed: by an AutoApprove rule, or by mode
+// Auto where no rule matched ("" when people approved it).
+func ruleApproval(o *planpolicy.Outcome, mode infrav1.ApprovalMode) (infrav1.ApprovalSource, string) {
+	switch {
+	case o == nil:
+		return "", ""
+	case o.Decision == planpolicy.AutoApprove:
+		return infrav1.ApprovedByRule, "approved automatically by rule " + o.AutoApprove.Name
+	case o.Decision == planpolicy.Default && mode == infrav1.ApprovalAuto:
+		return infrav1.ApprovedAutomatically, "approved automatically (approval mode Auto; no rule of spec.approval.rules matched)"
+	}
+	return "", ""
+}
+
+// ruleGatePolicy narrows who may pass the gate in the engine to the
+// approvers of the one Require rule still unmet, when spec.approval names
+// none: an engine-native approval is then counted by the same rules
+// (setEngineDecision), and one that does not meet them is refused.
+func ruleGatePolicy(p *engine.GatePolicy, ap infrav1.ApprovalSpec, o *planpolicy.Outcome, t infrav1.ApprovalTally) {
+	if o == nil || o.Decision != planpolicy.Require || ap.Approvers != nil {
+		return
+	}
+	var unmet []infrav1.ApprovalRule
+	for _, rule := range o.Require {
+		if i := indexRule(t.Rules, rule.Name); i >= 0 && t.Rules[i].Needed > 0 && rule.Require.Approvers != nil {
+			unmet = append(unmet, rule)
+		}
+	}
+	if len(unmet) == 1 {
+		p.Users = append([]string{}, unmet[0].Require.Approvers.Users...)
+		p.Groups = append([]string{}, unmet[0].Require.Approvers.Groups...)
+	}
+}

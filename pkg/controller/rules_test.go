@@ -1,0 +1,199 @@
+package controller
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
+)
+
+// Plans as JSON the rules read: one that only adds, one that destroys an
+// IAM role.
+const (
+	addOnlyJSON = `{"resource_changes":[{"address":"aws_s3_bucket.logs","mode":"managed","type":"aws_s3_bucket","name":"logs","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["create"]}}]}`
+	destroyJSON = `{"resource_changes":[{"address":"aws_iam_role.ci","mode":"managed","type":"aws_iam_role","name":"ci","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["delete"]}},{"address":"aws_s3_bucket.logs","mode":"managed","type":"aws_s3_bucket","name":"logs","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["no-op"]}}]}`
+)
+
+func jsonDigest(b string) string {
+	s := sha256.Sum256([]byte(b))
+	return "sha256:" + hex.EncodeToString(s[:])
+}
+
+var teamRules = []infrav1.ApprovalRule{
+	{Name: "add-only", Condition: "plan.destroy == 0 && plan.change == 0", Effect: infrav1.RuleAutoApprove},
+	{Name: "destroys-need-security", Condition: "plan.destroy > 0", Effect: infrav1.RuleRequire,
+		Require: &infrav1.RuleRequirement{Approvals: 2, Approvers: &infrav1.Approvers{Groups: []string{"security"}}}},
+	{Name: "no-iam-deletes", Condition: "plan.resourceChanges.exists(r, r.type.startsWith('aws_iam_') && 'delete' in r.actions)", Effect: infrav1.RuleDeny,
+		Message: "IAM roles are deleted by the security team's own pipeline"},
+}
+
+func inGroup(a *infrav1.TerraformRunApproval, groups ...string) *infrav1.TerraformRunApproval {
+	a.Spec.Groups = groups
+	return a
+}
+
+func TestPlanRulesDecide(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-time.Minute))
+	decided := metav1.NewTime(t0.Add(-time.Second))
+	pending := engine.Gate{State: engine.GatePending, Since: &since}
+	cases := map[string]struct {
+		mode         infrav1.ApprovalMode
+		rules        []infrav1.ApprovalRule
+		plan         string // the plan as JSON kept
+		recorded     string // the JSON digest the plan step recorded ("": that of plan)
+		gate         engine.Gate
+		approvals    []*infrav1.TerraformRunApproval
+		wantApproved string
+		wantMessage  string
+		wantSource   infrav1.ApprovalSource
+		wantApprove  int
+		wantReject   int
+		wantCancel   bool
+		wantRules    string // the matched rules, "name:needed" each
+		wantSummary  string
+	}{
+		"an add-only plan auto-approves in mode Manual": {
+			rules: teamRules, plan: addOnlyJSON, gate: pending,
+			wantApproved: "True/AutoApproved", wantMessage: "approved automatically by rule add-only", wantSource: infrav1.ApprovedByRule, wantApprove: 1,
+			wantRules: "add-only:0",
+		},
+		"a Deny rule wins: rejected at the gate, with its message": {
+			rules: teamRules, plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security"), inGroup(approval("x2", "a", digest, "sue", true), "security")},
+			wantApproved: "False/DeniedByRule", wantMessage: "denied by rule no-iam-deletes: IAM roles are deleted by the security team's own pipeline",
+			wantSource: infrav1.ApprovedByRule, wantReject: 1, wantRules: "destroys-need-security:0,no-iam-deletes:0",
+		},
+		"a destroy waits for two from security: one is not enough": {
+			rules: teamRules[:2], plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security"), approval("x2", "a", digest, "dev", true)},
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "1/2 approvals", wantRules: "destroys-need-security:1", wantSummary: "1/2",
+		},
+		"a destroy with two from security is approved": {
+			rules: teamRules[:2], plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security"), inGroup(approval("x2", "a", digest, "sue", true), "security")},
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantApprove: 1, wantRules: "destroys-need-security:0", wantSummary: "2/2",
+		},
+		"mode Auto with rules: no rule matched, approved as Auto": {
+			mode: infrav1.ApprovalAuto, rules: teamRules[1:2], plan: addOnlyJSON, gate: pending,
+			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically, wantApprove: 1, wantRules: "",
+		},
+		"mode Auto with rules: a Require rule holds the plan": {
+			mode: infrav1.ApprovalAuto, rules: teamRules[1:2], plan: destroyJSON, gate: pending,
+			wantApproved: "Unknown/AwaitingApproval", wantRules: "destroys-need-security:2",
+		},
+		"a plan record that is not the one the plan step wrote: denied, fail closed": {
+			rules: teamRules, plan: addOnlyJSON, recorded: jsonDigest(destroyJSON), gate: pending,
+			wantApproved: "False/DeniedByRule", wantMessage: "it was changed after the plan step wrote it", wantReject: 1,
+		},
+		"no plan record: denied, fail closed": {
+			rules: teamRules, recorded: jsonDigest(addOnlyJSON), gate: pending,
+			wantApproved: "False/DeniedByRule", wantMessage: "is not kept", wantReject: 1,
+		},
+		"an Argo resume by someone outside the rule's approvers is refused": {
+			rules: teamRules[:2], plan: destroyJSON,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security")},
+			gate:         engine.Gate{State: engine.GateApproved, By: "dev", ByGroups: []string{"devs"}, Stamped: true, DecidedAt: &decided},
+			wantApproved: "False/ApprovedOutsidePolicy", wantMessage: "1/2 approvals", wantCancel: true,
+		},
+		"an Argo resume that meets the rule is recorded": {
+			rules: teamRules[:2], plan: destroyJSON,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security")},
+			gate:         engine.Gate{State: engine.GateApproved, By: "sue", ByGroups: []string{"security"}, Stamped: true, DecidedAt: &decided},
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByEngine, wantRules: "destroys-need-security:0",
+		},
+		"an Argo resume of a denied plan is refused": {
+			rules: teamRules, plan: destroyJSON,
+			gate:         engine.Gate{State: engine.GateApproved, By: "sue", ByGroups: []string{"security"}, Stamped: true, DecidedAt: &decided},
+			wantApproved: "False/ApprovedOutsidePolicy", wantMessage: "denied by rule no-iam-deletes", wantCancel: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{}}
+			run := aRun("a")
+			run.Spec.Approval = infrav1.ApprovalSpec{Mode: tc.mode, Rules: tc.rules}
+			r, _ := newReconciler(t, f)
+			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+			objs := []client.Object{child}
+			for _, a := range tc.approvals {
+				objs = append(objs, a)
+			}
+			r, _ = newReconciler(t, f, objs...)
+			store := newMemStore(r.now)
+			if tc.plan != "" {
+				k := records.Key{Namespace: run.Namespace, Run: run.Name, RunID: child.Name, Step: names.StepPlan, Kind: records.KindPlanJSON}
+				if err := store.Put(ctx(), k, []byte(tc.plan)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			r.Records = store
+			recorded := tc.recorded
+			if recorded == "" {
+				recorded = jsonDigest(tc.plan)
+			}
+			st := r.newPassState(run)
+			st.engine, st.child = f, child
+			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest, JSONDigest: recorded}}
+			if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+				t.Fatal(err)
+			}
+			if got := condOf(run, infrav1.ApprovedCondition); got != tc.wantApproved {
+				t.Errorf("Approved = %s (%v), want %s", got, findCond(run, infrav1.ApprovedCondition), tc.wantApproved)
+			}
+			if c := findCond(run, infrav1.ApprovedCondition); tc.wantMessage != "" && (c == nil || !strings.Contains(c.Message, tc.wantMessage)) {
+				t.Errorf("Approved message %v, want it to contain %q", c, tc.wantMessage)
+			}
+			if tc.wantSource != "" && (run.Status.Approval == nil || run.Status.Approval.Source != tc.wantSource) {
+				t.Errorf("status.approval = %+v, want source %s", run.Status.Approval, tc.wantSource)
+			}
+			if len(f.approved) != tc.wantApprove || len(f.rejected) != tc.wantReject {
+				t.Errorf("engine approved %d and rejected %d times, want %d and %d", len(f.approved), len(f.rejected), tc.wantApprove, tc.wantReject)
+			}
+			if got := len(f.cancelled) == 1; got != tc.wantCancel {
+				t.Errorf("child stopped: %v, want %v", got, tc.wantCancel)
+			}
+			if tc.wantRules != "" || tc.wantSummary != "" {
+				a := run.Status.Approvals
+				if a == nil {
+					t.Fatalf("status.approvals not set")
+				}
+				var got []string
+				for _, rt := range a.Rules {
+					got = append(got, rt.Name+":"+itoa(int64(rt.Needed)))
+				}
+				if g := strings.Join(got, ","); tc.wantRules != "" && g != tc.wantRules {
+					t.Errorf("status.approvals.rules = %s (%+v), want %s", g, a.Rules, tc.wantRules)
+				}
+				if tc.wantSummary != "" && a.Summary != tc.wantSummary {
+					t.Errorf("status.approvals.summary = %s, want %s", a.Summary, tc.wantSummary)
+				}
+			}
+		})
+	}
+}
+
+// A rule that does not compile stalls the run before its child is made,
+// naming the rule, with the compiler's message.
+func TestBadRuleStallsTheRun(t *testing.T) {
+	r, _ := newReconciler(t, &fakeEngine{})
+	run := aRun("a")
+	run.Spec.Approval.Rules = []infrav1.ApprovalRule{teamRules[0], {Name: "typo", Condition: "plan.destroyed > 0", Effect: infrav1.RuleDeny}}
+	err := r.checkRules(run)
+	var stall *StallingError
+	if err == nil || !errors.As(err, &stall) || stall.Reason != infrav1.ReasonInvalidSpec ||
+		!strings.Contains(err.Error(), "spec.approval.rules[1] (typo)") || !strings.Contains(err.Error(), "undefined field 'destroyed'") {
+		t.Fatalf("checkRules = %v, want a stall naming spec.approval.rules[1] (typo) and the compiler's message", err)
+	}
+}

@@ -1,0 +1,371 @@
+// Package planpolicy evaluates spec.approval.rules: CEL conditions over a
+// plan's content, each with one effect (AutoApprove, Require, Deny). The
+// manager decides a waiting plan's approval with it, and kubectl tfrun
+// policy test evaluates the same rules offline against a saved plan, so
+// both say the same.
+//
+// Conditions are compiled with cel-go, the CEL library Kubernetes uses,
+// against declared types: a condition that names a field that does not
+// exist fails to compile, with the compiler's message. Each evaluation is
+// bounded by a cost limit (Kubernetes' own per-expression limit).
+package planpolicy
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Plan is what a condition sees as plan: the counts and every change
+// terraform proposes (no-op and read entries left out).
+type Plan struct {
+	// Add, Change, Destroy and Replace count resources as terraform's
+	// summary does: a replacement counts in add, destroy and replace.
+	Add     int64 `cel:"add" json:"add"`
+	Change  int64 `cel:"change" json:"change"`
+	Destroy int64 `cel:"destroy" json:"destroy"`
+	Replace int64 `cel:"replace" json:"replace"`
+	// HasChanges is true when applying would change a resource or an
+	// output.
+	HasChanges      bool             `cel:"hasChanges" json:"hasChanges"`
+	ResourceChanges []ResourceChange `cel:"resourceChanges" json:"resourceChanges"`
+	OutputChanges   []OutputChange   `cel:"outputChanges" json:"outputChanges"`
+}
+
+// ResourceChange is one resource the plan changes.
+type ResourceChange struct {
+	// Address is the resource's full address, e.g.
+	// module.net.aws_iam_role.ci[0].
+	Address string `cel:"address" json:"address"`
+	// Module is the module's address ("" in the root module).
+	Module string `cel:"module" json:"module"`
+	// Mode is managed or data.
+	Mode string `cel:"mode" json:"mode"`
+	Type string `cel:"type" json:"type"`
+	Name string `cel:"name" json:"name"`
+	// Provider is the provider's source address, e.g.
+	// registry.terraform.io/hashicorp/aws.
+	Provider string `cel:"provider" json:"provider"`
+	// Actions are terraform's: create, update, delete; a replacement is
+	// [delete, create] or [create, delete].
+	Actions []string `cel:"actions" json:"actions"`
+	// Replace is true for a replacement.
+	Replace bool `cel:"replace" json:"replace"`
+}
+
+// OutputChange is one root output the plan changes.
+type OutputChange struct {
+	Name    string   `cel:"name" json:"name"`
+	Actions []string `cel:"actions" json:"actions"`
+}
+
+// Run is what a condition sees as run.
+type Run struct {
+	Name      string `cel:"name" json:"name"`
+	Namespace string `cel:"namespace" json:"namespace"`
+	// Type is Apply or Destroy.
+	Type string `cel:"type" json:"type"`
+	// Trigger is why the run started: Created, SpecChange, RerunRequest,
+	// Deletion, Schedule, SourceChange, Drift or DependencyChange.
+	Trigger string `cel:"trigger" json:"trigger"`
+	// Author is the user who last changed the spec; Authors everyone who
+	// changed it since the last applied run.
+	Author  string   `cel:"author" json:"author"`
+	Authors []string `cel:"authors" json:"authors"`
+}
+
+// CostLimit bounds one evaluation of one condition: Kubernetes' per-call
+// limit for CEL in admission.
+const CostLimit = 1_000_000
+
+var celEnv = func() *cel.Env {
+	env, err := cel.NewEnv(
+		ext.NativeTypes(reflect.TypeFor[Plan](), reflect.TypeFor[Run](), ext.ParseStructTags(true)),
+		cel.Variable("plan", cel.ObjectType("planpolicy.Plan")),
+		cel.Variable("run", cel.ObjectType("planpolicy.Run")),
+		ext.Strings(), ext.Lists(), ext.Sets(),
+	)
+	if err != nil {
+		panic(fmt.Sprintf("planpolicy: the CEL environment: %v", err))
+	}
+	return env
+}()
+
+// Policy is a compiled list of rules.
+type Policy struct {
+	rules []compiled
+}
+
+type compiled struct {
+	rule infrav1.ApprovalRule
+	prg  cel.Program
+}
+
+// RuleError names the rule whose condition does not compile.
+type RuleError struct {
+	Index int
+	Name  string
+	Err   string
+}
+
+func (e *RuleError) Error() string {
+	return fmt.Sprintf("spec.approval.rules[%d] (%s): the condition does not compile: %s", e.Index, e.Name, e.Err)
+}
+
+// Compile compiles rules; the error names the first rule that does not
+// compile, with the compiler's message.
+func Compile(rules []infrav1.ApprovalRule) (*Policy, error) {
+	p := &Policy{}
+	for i, r := range rules {
+		ast, iss := celEnv.Compile(r.Condition)
+		if iss.Err() != nil {
+			return nil, &RuleError{Index: i, Name: r.Name, Err: iss.Err().Error()}
+		}
+		if !ast.OutputType().IsExactType(cel.BoolType) {
+			return nil, &RuleError{Index: i, Name: r.Name, Err: fmt.Sprintf("it is of type %s; a condition must be a bool", ast.OutputType())}
+		}
+		prg, err := celEnv.Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(100))
+		if err != nil {
+			return nil, &RuleError{Index: i, Name: r.Name, Err: err.Error()}
+		}
+		p.rules = append(p.rules, compiled{rule: r, prg: prg})
+	}
+	return p, nil
+}
+
+// Decision is what the rules decide together.
+type Decision string
+
+const (
+	// Deny: a Deny rule matched (or a condition failed to evaluate); the
+	// plan is rejected.
+	Deny Decision = "Deny"
+	// Require: Require rules matched; each must be met.
+	Require Decision = "Require"
+	// AutoApprove: AutoApprove rules, and no other, matched.
+	AutoApprove Decision = "AutoApprove"
+	// Default: no rule matched; spec.approval decides as without rules.
+	Default Decision = "Default"
+)
+
+// Match is one rule that matched, or whose condition failed.
+type Match struct {
+	Rule infrav1.ApprovalRule
+	// Err is why the condition could not be evaluated: the rule then
+	// counts as a Deny (fail closed).
+	Err error
+}
+
+// Outcome is what the rules decided about one plan.
+type Outcome struct {
+	Decision Decision
+	// Matched are the rules that matched, in order.
+	Matched []Match
+	// Deny is the rule that denies (the first), for Decision Deny.
+	Deny *Match
+	// Require are the Require rules that matched.
+	Require []infrav1.ApprovalRule
+	// AutoApprove is the first AutoApprove rule that matched.
+	AutoApprove *infrav1.ApprovalRule
+}
+
+// Failed is the outcome when the rules cannot be evaluated at all (they
+// do not compile, the plan cannot be read): they deny (fail closed).
+func Failed(err error) Outcome {
+	o := Outcome{Decision: Deny, Matched: []Match{{Err: err}}}
+	o.Deny = &o.Matched[0]
+	return o
+}
+
+// DenyMessage says why the plan is denied.
+func (o Outcome) DenyMessage() string {
+	if o.Deny == nil {
+		return ""
+	}
+	if o.Deny.Err != nil && o.Deny.Rule.Name == "" {
+		return fmt.Sprintf("spec.approval.rules could not be evaluated, so the plan is denied (fail closed): %v", o.Deny.Err)
+	}
+	if o.Deny.Err != nil {
+		return fmt.Sprintf("rule %s could not be evaluated, so it denies (fail closed): %v", o.Deny.Rule.Name, o.Deny.Err)
+	}
+	msg := "denied by rule " + o.Deny.Rule.Name
+	if o.Deny.Rule.Message != "" {
+		msg += ": " + o.Deny.Rule.Message
+	}
+	return msg
+}
+
+// Evaluate runs every rule against plan and run and combines what
+// matched: any Deny wins; otherwise the Require rules, each of which must
+// be met (so the largest count binds); otherwise AutoApprove; otherwise
+// Default. A condition that fails to evaluate (its cost limit, an error)
+// denies.
+func (p *Policy) Evaluate(ctx context.Context, plan Plan, run Run) Outcome {
+	var o Outcome
+	vars := map[string]any{"plan": plan, "run": run}
+	for _, c := range p.rules {
+		val, _, err := c.prg.ContextEval(ctx, vars)
+		if err == nil && val.Type() != cel.BoolType {
+			err = fmt.Errorf("it gave %v, not a bool", val)
+		}
+		if err != nil {
+			o.Matched = append(o.Matched, Match{Rule: c.rule, Err: err})
+			continue
+		}
+		if val.Value() == true {
+			o.Matched = append(o.Matched, Match{Rule: c.rule})
+		}
+	}
+	for i, m := range o.Matched {
+		switch {
+		case m.Err != nil || m.Rule.Effect == infrav1.RuleDeny:
+			if o.Deny == nil {
+				o.Deny = &o.Matched[i]
+			}
+		case m.Rule.Effect == infrav1.RuleRequire:
+			o.Require = append(o.Require, m.Rule)
+		case m.Rule.Effect == infrav1.RuleAutoApprove:
+			if o.AutoApprove == nil {
+				r := m.Rule
+				o.AutoApprove = &r
+			}
+		}
+	}
+	switch {
+	case o.Deny != nil:
+		o.Decision = Deny
+	case len(o.Require) > 0:
+		o.Decision = Require
+	case o.AutoApprove != nil:
+		o.Decision = AutoApprove
+	default:
+		o.Decision = Default
+	}
+	return o
+}
+
+// tfPlan is the part of terraform's JSON plan (terraform show -json) the
+// rules read.
+type tfPlan struct {
+	ResourceChanges []struct {
+		Address       string `json:"address"`
+		ModuleAddress string `json:"module_address"`
+		Mode          string `json:"mode"`
+		Type          string `json:"type"`
+		Name          string `json:"name"`
+		ProviderName  string `json:"provider_name"`
+		Change        struct {
+			Actions []string `json:"actions"`
+		} `json:"change"`
+	} `json:"resource_changes"`
+	OutputChanges map[string]struct {
+		Actions []string `json:"actions"`
+	} `json:"output_changes"`
+}
+
+// FromJSON reads a plan as terraform show -json prints it.
+func FromJSON(b []byte) (Plan, error) {
+	var tp tfPlan
+	if err := json.Unmarshal(b, &tp); err != nil {
+		return Plan{}, fmt.Errorf("reading the plan as JSON: %w", err)
+	}
+	var p Plan
+	for _, rc := range tp.ResourceChanges {
+		acts := rc.Change.Actions
+		if len(acts) == 0 || slices.Equal(acts, []string{"no-op"}) || slices.Equal(acts, []string{"read"}) {
+			continue
+		}
+		c := ResourceChange{Address: rc.Address, Module: rc.ModuleAddress, Mode: rc.Mode, Type: rc.Type, Name: rc.Name,
+			Provider: rc.ProviderName, Actions: acts, Replace: slices.Contains(acts, "create") && slices.Contains(acts, "delete")}
+		p.ResourceChanges = append(p.ResourceChanges, c)
+		if c.Replace {
+			p.Replace++
+		}
+		for _, a := range acts {
+			switch a {
+			case "create":
+				p.Add++
+			case "update":
+				p.Change++
+			case "delete":
+				p.Destroy++
+			}
+		}
+	}
+	names := make([]string, 0, len(tp.OutputChanges))
+	for n := range tp.OutputChanges {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		acts := tp.OutputChanges[n].Actions
+		if len(acts) == 0 || slices.Equal(acts, []string{"no-op"}) {
+			continue
+		}
+		p.OutputChanges = append(p.OutputChanges, OutputChange{Name: n, Actions: acts})
+	}
+	p.HasChanges = len(p.ResourceChanges) > 0 || len(p.OutputChanges) > 0
+	return p, nil
+}
+
+// RunOf is what a condition sees of run: its current run's type, trigger
+// and authors.
+func RunOf(tr *infrav1.TerraformRun) Run {
+	r := Run{Name: tr.Name, Namespace: tr.Namespace}
+	if cur := tr.Status.Run; cur != nil {
+		r.Type, r.Trigger, r.Author = string(cur.Type), string(cur.Trigger), cur.Author
+		r.Authors = append([]string{}, cur.Authors...)
+		if len(r.Authors) == 0 && cur.Author != "" {
+			r.Authors = []string{cur.Author}
+		}
+	}
+	return r
+}
+
+// Describe says what one rule did, for kubectl tfrun policy test.
+func (o Outcome) Describe(rules []infrav1.ApprovalRule) []string {
+	var out []string
+	for _, r := range rules {
+		i := slices.IndexFunc(o.Matched, func(m Match) bool { return m.Rule.Name == r.Name })
+		switch {
+		case i < 0:
+			out = append(out, fmt.Sprintf("%s: no match", r.Name))
+		case o.Matched[i].Err != nil:
+			out = append(out, fmt.Sprintf("%s: error, counts as Deny: %v", r.Name, o.Matched[i].Err))
+		default:
+			out = append(out, fmt.Sprintf("%s: matched, %s", r.Name, effectText(r)))
+		}
+	}
+	return out
+}
+
+func effectText(r infrav1.ApprovalRule) string {
+	switch r.Effect {
+	case infrav1.RuleRequire:
+		s := fmt.Sprintf("Require %d approvals", r.Require.Approvals)
+		if a := r.Require.Approvers; a != nil {
+			var who []string
+			if len(a.Users) > 0 {
+				who = append(who, "users "+strings.Join(a.Users, ", "))
+			}
+			if len(a.Groups) > 0 {
+				who = append(who, "groups "+strings.Join(a.Groups, ", "))
+			}
+			s += " from " + strings.Join(who, " or ")
+		}
+		return s
+	case infrav1.RuleDeny:
+		if r.Message != "" {
+			return "Deny: " + r.Message
+		}
+	}
+	return string(r.Effect)
+}

@@ -1,0 +1,68 @@
+package plugin_test
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"k8s.io/cli-runtime/pkg/genericclioptions"
+	"k8s.io/cli-runtime/pkg/genericiooptions"
+
+	"github.com/opr8r/opr8r/engines"
+	"github.com/opr8r/opr8r/pkg/plugin"
+)
+
+// offline runs kubectl tfrun with no cluster at all.
+func offline(args ...string) (string, error) {
+	var out bytes.Buffer
+	o := &plugin.Options{IOStreams: genericiooptions.IOStreams{Out: &out, ErrOut: &out}, Flags: genericclioptions.NewConfigFlags(false), Engines: engines.All()}
+	cmd := plugin.NewCommand(o)
+	cmd.SetArgs(args)
+	cmd.SetOut(&out)
+	cmd.SetErr(&out)
+	err := cmd.ExecuteContext(context.Background())
+	return out.String(), err
+}
+
+// kubectl tfrun policy test evaluates the rules of docs/policies.md against
+// a saved plan, offline, and prints what each rule decided.
+func TestPolicyTest(t *testing.T) {
+	dir := t.TempDir()
+	plan := filepath.Join(dir, "plan.json")
+	if err := os.WriteFile(plan, []byte(`{"resource_changes":[
+	  {"address":"aws_s3_bucket.state","mode":"managed","type":"aws_s3_bucket","name":"state","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["delete"]}},
+	  {"address":"aws_s3_bucket.logs","mode":"managed","type":"aws_s3_bucket","name":"logs","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["no-op"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := offline("policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", plan)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	for _, want := range []string{
+		"plan: +0 ~0 -1 (0 replaced), 1 resource changes",
+		"  add-only: no match\n",
+		"  destroys-need-two: matched, Require 2 approvals\n",
+		"  keep-the-state-bucket: matched, Deny: the state bucket is removed by hand, after a backup\n",
+		"decision: Deny: denied by rule keep-the-state-bucket",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("kubectl tfrun policy test printed\n%s\nwant it to contain %q", out, want)
+		}
+	}
+	out, err = offline("policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", plan, "-o", "json")
+	if err != nil || !strings.Contains(out, `"decision": "Deny"`) || !strings.Contains(out, `"address": "aws_s3_bucket.state"`) {
+		t.Errorf("-o json: %v\n%s", err, out)
+	}
+
+	rules := filepath.Join(dir, "rules.yaml")
+	if err := os.WriteFile(rules, []byte("- name: typo\n  condition: plan.destroyed > 0\n  effect: Deny\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = offline("policy", "test", "-f", rules, "--plan", plan)
+	if err == nil || !strings.Contains(err.Error(), "spec.approval.rules[0] (typo)") || !strings.Contains(err.Error(), "undefined field 'destroyed'") {
+		t.Errorf("a rule that does not compile: %v\n%s; want an error naming it, with the compiler's message", err, out)
+	}
+}

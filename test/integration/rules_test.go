@@ -1,0 +1,206 @@
+package integration
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
+	"github.com/opr8r/opr8r/pkg/results"
+)
+
+// Plans as JSON, as terraform show -json prints them (the parts the rules
+// read): one that only adds, one that destroys a ConfigMap named keep.
+const (
+	rulesAddOnly = `{"format_version":"1.2","resource_changes":[{"address":"kubernetes_config_map.app","mode":"managed","type":"kubernetes_config_map","name":"app","provider_name":"registry.terraform.io/hashicorp/kubernetes","change":{"actions":["create"]}}]}`
+	rulesDestroy = `{"format_version":"1.2","resource_changes":[{"address":"kubernetes_config_map.keep","mode":"managed","type":"kubernetes_config_map","name":"keep","provider_name":"registry.terraform.io/hashicorp/kubernetes","change":{"actions":["delete"]}}]}`
+)
+
+var conformanceRules = []infrav1.ApprovalRule{
+	{Name: "add-only", Condition: "plan.change == 0 && plan.destroy == 0", Effect: infrav1.RuleAutoApprove},
+	{Name: "destroys-need-two", Condition: "plan.destroy > 0", Effect: infrav1.RuleRequire,
+		Require: &infrav1.RuleRequirement{Approvals: 2, Approvers: &infrav1.Approvers{Groups: []string{"r-security"}}}},
+	{Name: "keep-the-keeper", Condition: "plan.resourceChanges.exists(r, r.name == 'keep' && 'delete' in r.actions)", Effect: infrav1.RuleDeny,
+		Message: "the keep ConfigMap stays"},
+}
+
+// plannedWithJSON brings a run to its gate with a plan whose JSON record
+// the plan step kept, as the real plan step does (the digest in its
+// results, the record a TerraformRunRecord).
+func (g given) plannedWithJSON(ns string, run *infrav1.TerraformRun, digest, planJSON string) engineSim {
+	Expect(k8sClient.Create(context.Background(), run)).To(Succeed())
+	s := g.active(ns, run.Name)
+	s.Start()
+	k := records.Key{Namespace: ns, Run: run.Name, RunID: s.Key().Name, Step: names.StepPlan, Kind: records.KindPlanJSON}
+	Expect(records.NewRouter(clientset, nil).Put(context.Background(), k, []byte(planJSON))).To(Succeed())
+	sum := sha256.Sum256([]byte(planJSON))
+	s.PlanResult(results.Plan{Add: 1, HasChanges: true, Digest: digest, JSONDigest: "sha256:" + hex.EncodeToString(sum[:])})
+	if g.e.name != infrav1.EngineJob {
+		// The Job engine's gate is opr8r itself: its simulator's Suspend
+		// only waits for a gate still Pending, which a rule may have
+		// decided already.
+		s.Suspend(digest)
+	}
+	// No wait for AwaitingApproval here: a rule may decide the gate in the
+	// pass that first sees it.
+	return s
+}
+
+// planRules is the conformance suite's part on spec.approval.rules: CEL
+// conditions over the plan decide it, on every engine.
+func planRules(g given) {
+	ctx := context.Background()
+
+	It("auto-approves an add-only plan by rule, though the run is Manual", func() {
+		ns := newNamespace()
+		run := g.run("rules-add", ns).Obj()
+		run.Spec.Approval.Rules = conformanceRules
+		s := g.plannedWithJSON(ns, run, digestOf("rules-add"), rulesAddOnly)
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/AutoApproved"))
+		got := getRun(ns, run.Name)
+		Expect(got.Status.Approval.Source).To(Equal(infrav1.ApprovedByRule))
+		Expect(cond(got, infrav1.ApprovedCondition).Message).To(ContainSubstring("approved automatically by rule add-only"))
+		Expect(got.Status.Approvals.Rules).To(HaveLen(1))
+		Expect(got.Status.Approvals.Rules[0].Name).To(Equal("add-only"))
+	})
+
+	It("holds a destroy for two approvers of the rule's group, and one, or others, are not enough", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "r-sam")
+		grant(ns, "approver", "r-sue")
+		grant(ns, "approver", "r-dev")
+		as("r-sam", "r-security")
+		as("r-sue", "r-security")
+		as("r-dev", "r-devs")
+		rules := conformanceRules[:2]
+		run := g.run("rules-two", ns).Obj()
+		run.Spec.Approval.Rules = rules
+		digest := digestOf("rules-two")
+		s := g.plannedWithJSON(ns, run, digest, rulesDestroy)
+		for _, u := range []string{"r-dev", "r-sam"} {
+			_, err := decide(as(u), ns, run.Name, digest, infrav1.DecisionApprove, "")
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Eventually(func() string {
+			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
+				return c.Message
+			}
+			return ""
+		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+		rt := getRun(ns, run.Name).Status.Approvals.Rules
+		Expect(rt).To(HaveLen(1))
+		Expect(rt[0].Name).To(Equal("destroys-need-two"))
+		Expect(rt[0].ApprovedBy).To(Equal([]string{"r-sam"}))
+		Expect(rt[0].Needed).To(Equal(int32(1)))
+
+		_, err := decide(as("r-sue"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+	})
+
+	It("never applies a plan a Deny rule matches, whoever approves it", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "r-sam")
+		grant(ns, "approver", "r-sue")
+		run := g.run("rules-deny", ns).Obj()
+		run.Spec.Approval.Rules = conformanceRules
+		digest := digestOf("rules-deny")
+		s := g.plannedWithJSON(ns, run, digest, rulesDestroy)
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/DeniedByRule"))
+		_, msg, _ := s.Gate()
+		Expect(msg).To(ContainSubstring("denied by rule keep-the-keeper: the keep ConfigMap stays"))
+		Expect(getRun(ns, run.Name).Status.Approval.Source).To(Equal(infrav1.ApprovedByRule))
+		s.CompleteAfterGate()
+		Eventually(phase(ns, run.Name), timeout, interval).Should(Equal(infrav1.RunRejected))
+	})
+
+	It("denies a plan whose JSON record is not the one the plan step wrote (fail closed)", func() {
+		ns := newNamespace()
+		run := g.run("rules-forged", ns).Obj()
+		run.Spec.Approval.Rules = conformanceRules
+		digest := digestOf("rules-forged")
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		s.Start()
+		k := records.Key{Namespace: ns, Run: run.Name, RunID: s.Key().Name, Step: names.StepPlan, Kind: records.KindPlanJSON}
+		// The record says add-only; the plan step recorded the digest of
+		// another plan (one no spec has shown the manager: it keeps the
+		// plans it read by their digest).
+		Expect(records.NewRouter(clientset, nil).Put(ctx, k, []byte(rulesAddOnly))).To(Succeed())
+		sum := sha256.Sum256([]byte(rulesDestroy + " " + ns))
+		s.PlanResult(results.Plan{Add: 1, HasChanges: true, Digest: digest, JSONDigest: "sha256:" + hex.EncodeToString(sum[:])})
+		s.Suspend(digest)
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		Expect(cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring("changed after the plan step wrote it"))
+	})
+}
+
+// Who may write the rules, and a rule that does not compile, do not
+// depend on the engine.
+var _ = Describe("plan rules", func() {
+	ctx := context.Background()
+
+	It("lets only a policy admin set, change or remove spec.approval.rules", func() {
+		ns := newNamespace()
+		grant(ns, "editor", "r-editor")
+		grant(ns, "editor", "r-admin")
+		grant(ns, "policy-admin", "r-admin")
+		editor, admin := as("r-editor"), as("r-admin")
+
+		run := testRun("ruled", ns)
+		run.Spec.Approval.Rules = conformanceRules
+		err := editor.Create(ctx, run)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("spec.approval.rules"), ContainSubstring("terraformruns/approvalpolicy")))
+
+		Expect(admin.Create(ctx, run)).To(Succeed())
+		got := getRun(ns, "ruled")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.Approval.Rules = got.Spec.Approval.Rules[1:]
+		err = editor.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred(), "an editor removed a rule")
+		Expect(err.Error()).To(ContainSubstring("spec.approval.rules: setting, changing or removing a rule"))
+
+		got = getRun(ns, "ruled")
+		p = client.MergeFrom(got.DeepCopy())
+		got.Spec.History.KeepRecords = ptrTo(int32(2))
+		Expect(editor.Patch(ctx, got, p)).To(Succeed(), "an edit that leaves the rules as they are")
+
+		got = getRun(ns, "ruled")
+		p = client.MergeFrom(got.DeepCopy())
+		got.Spec.Approval.Rules[0].Condition = "true"
+		Expect(admin.Patch(ctx, got, p)).To(Succeed())
+	})
+
+	It("refuses a Require rule without its requirement at admission, naming the field", func() {
+		ns := newNamespace()
+		run := testRun("norequire", ns)
+		run.Spec.Approval.Rules = []infrav1.ApprovalRule{{Name: "x", Condition: "true", Effect: infrav1.RuleRequire}}
+		err := k8sClient.Create(ctx, run)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("require (approvals, approvers) is set when, and only when, effect is Require"))
+	})
+
+	It("stalls a run whose rule does not compile before it starts, naming the rule and the compiler's message", func() {
+		ns := newNamespace()
+		run := given{engineCases[0]}.run("badrule", ns).Obj()
+		run.Spec.Approval.Rules = []infrav1.ApprovalRule{conformanceRules[0], {Name: "typo", Condition: "plan.destroyed > 0", Effect: infrav1.RuleDeny}}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(condReason(ns, "badrule", infrav1.StalledCondition), timeout, interval).Should(Equal("True/InvalidSpec"))
+		msg := cond(getRun(ns, "badrule"), infrav1.StalledCondition).Message
+		Expect(msg).To(And(ContainSubstring("spec.approval.rules[1] (typo)"), ContainSubstring("undefined field 'destroyed'")))
+		Expect(getRun(ns, "badrule").Status.Run).To(BeNil(), "no child was made")
+	})
+})
