@@ -20,6 +20,7 @@ const (
 // creates another one (the newest decision of a user counts).
 //
 // +kubebuilder:validation:XValidation:rule="self == oldSelf",message="spec is immutable: a TerraformRunApproval is a decision made once; create a new one (kubectl tfrun approve or reject) to change it"
+// +kubebuilder:validation:XValidation:rule="!has(self.overrideChangeWindows) || !self.overrideChangeWindows || !has(self.decision) || self.decision == 'Approve'",message="spec.overrideChangeWindows goes with an approval (decision Approve), not a rejection"
 type TerraformRunApprovalSpec struct {
 	// RunName is the TerraformRun, in the same namespace, whose plan this
 	// decides.
@@ -55,6 +56,13 @@ type TerraformRunApprovalSpec struct {
 	// +listType=atomic
 	// +optional
 	Groups []string `json:"groups,omitempty"`
+
+	// OverrideChangeWindows, on an approval, lets the plan apply now though
+	// spec.approval.windows hold it. It needs the right to update
+	// terraformruns/approvalpolicy (the opr8r-policy-admin role), and the
+	// run's status records who overrode.
+	// +optional
+	OverrideChangeWindows bool `json:"overrideChangeWindows,omitempty"`
 }
 
 // TerraformRunApproval records one user's approval or rejection of a
@@ -156,6 +164,26 @@ type ApprovalTally struct {
 	// and what each required.
 	// +optional
 	Rules []RuleTally `json:"rules,omitempty"`
+	// ChangeWindow says whether spec.approval.windows let the plan apply
+	// now, and when they will if not.
+	// +optional
+	ChangeWindow *ChangeWindowStatus `json:"changeWindow,omitempty"`
+}
+
+// ChangeWindowStatus is where spec.approval.windows stand for a plan.
+type ChangeWindowStatus struct {
+	// Open is true when the plan may apply now.
+	Open bool `json:"open"`
+	// Message says which window holds the plan.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// OpensAt is when the plan may apply, if it is held.
+	// +optional
+	OpensAt *metav1.Time `json:"opensAt,omitempty"`
+	// OverriddenBy names the policy admin, and their TerraformRunApproval,
+	// who let the plan apply outside its windows.
+	// +optional
+	OverriddenBy string `json:"overriddenBy,omitempty"`
 }
 
 // RuleTally is one rule that matched a plan.

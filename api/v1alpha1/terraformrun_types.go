@@ -682,7 +682,61 @@ type ApprovalSpec struct {
 	// +kubebuilder:validation:MaxItems=32
 	// +optional
 	Rules []ApprovalRule `json:"rules,omitempty"`
+
+	// Windows say when an approved plan may apply (docs/policies.md): never
+	// inside a Deny window, and, when there are Allow windows, only inside
+	// one of them. Outside, the approved plan waits at the gate (Approved
+	// Unknown, reason OutsideChangeWindow, saying when it opens) and
+	// applies when it opens, if it is still approved. A policy admin's
+	// TerraformRunApproval with overrideChangeWindows lets one plan apply
+	// now, and is recorded. A run with windows always stops at the gate,
+	// in mode Auto too. Setting or changing windows needs the right to
+	// update terraformruns/approvalpolicy.
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=16
+	// +optional
+	Windows []ChangeWindow `json:"windows,omitempty"`
 }
+
+// ChangeWindow is a recurring time span: it opens on a cron schedule and
+// stays open for a duration.
+type ChangeWindow struct {
+	// Name names the window in status and messages.
+	// +kubebuilder:validation:Pattern=`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+	// Type is Allow (plans apply only inside Allow windows) or Deny (never
+	// inside).
+	Type WindowType `json:"type"`
+	// Schedule is when the window opens, in cron's five fields (minute hour
+	// day-of-month month day-of-week, e.g. "0 18 * * 5" for Fridays at
+	// 18:00) or a descriptor such as @daily. The time zone is timeZone's.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=100
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('TZ=') && !self.startsWith('CRON_TZ=')",message="spec.approval.windows[].schedule: set the time zone in timeZone, not in the schedule"
+	Schedule string `json:"schedule"`
+	// Duration is how long the window stays open, e.g. 8h or 63h.
+	// +kubebuilder:validation:Type=string
+	// +kubebuilder:validation:XValidation:rule="duration(self) > duration('0s') && duration(self) <= duration('8760h')",message="spec.approval.windows[].duration must be positive and at most 8760h, e.g. 8h"
+	Duration metav1.Duration `json:"duration"`
+	// TimeZone is the IANA time zone of schedule, e.g. Europe/Berlin
+	// (default UTC).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	TimeZone string `json:"timeZone,omitempty"`
+}
+
+// WindowType says what a change window does.
+// +kubebuilder:validation:Enum=Allow;Deny
+type WindowType string
+
+const (
+	// WindowAllow: plans apply only inside Allow windows.
+	WindowAllow WindowType = "Allow"
+	// WindowDeny: plans never apply inside.
+	WindowDeny WindowType = "Deny"
+)
 
 // ApprovalRule is a CEL condition over a plan, and what follows when it
 // matches.
@@ -1240,6 +1294,11 @@ type ApprovalStatus struct {
 	// Reason is the reason given for a rejection.
 	// +optional
 	Reason string `json:"reason,omitempty"`
+	// ChangeWindowOverriddenBy names the policy admin, and their
+	// TerraformRunApproval, who let the plan apply outside
+	// spec.approval.windows.
+	// +optional
+	ChangeWindowOverriddenBy string `json:"changeWindowOverriddenBy,omitempty"`
 }
 
 // RunRecord is one finished run in status.history.

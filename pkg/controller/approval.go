@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/results"
 )
@@ -88,7 +89,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{}, err
 	}
 	applyRules(&t, rules, ap.Mode, votes)
-	run.Status.Approvals = &t
+	run.Status.Approvals = &t // the changes below show too
 	denied := rules != nil && rules.Decision == planpolicy.Deny
 	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && !denied && t.Needed > 0 {
 		gp := gatePolicy(ap, r.runAuthors(run), t)
@@ -103,12 +104,28 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
 	case t.Needed == 0:
+		src, msg := ruleApproval(rules, ap.Mode)
+		if w := r.windowState(st.eff, votes); w != nil {
+			t.ChangeWindow = w
+			if !w.Open {
+				how := msg
+				if how == "" {
+					how = tallyMessage(t)
+				}
+				r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonOutsideChangeWindow,
+					fmt.Sprintf("plan %s (%s) is approved (%s) and %s", prog.Plan.Short(), digest, how, windowHeld(w)))
+				return ctrl.Result{RequeueAfter: windowWait(w, r.now())}, nil
+			}
+		}
 		if ok, wait := r.slotForApply(run); !ok {
 			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("plan %s is approved; its apply is queued: %s", digest, wait))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}
-		src, msg := ruleApproval(rules, ap.Mode)
 		err = r.approve(ctx, run, st, approver, votes, t, src, msg)
+		if w := t.ChangeWindow; err == nil && w != nil && w.OverriddenBy != "" {
+			run.Status.Approval.ChangeWindowOverriddenBy = w.OverriddenBy
+			r.event(run, "Warning", "ChangeWindowOverridden", "Approved", fmt.Sprintf("plan %s applies outside its change windows (%s): overridden by %s", digest, w.Message, w.OverriddenBy))
+		}
 	case !deadline.IsZero() && !r.now().Before(deadline):
 		err = r.timeOut(ctx, run, st, approver, timeout)
 	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
@@ -130,7 +147,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 // autoWithoutGate says whether a run's plans are approved as they are
 // made: mode Auto, and no spec.approval.rules (which need the gate).
 func autoWithoutGate(eff *infrav1.TerraformRun) bool {
-	return eff.Spec.Approval.Mode == infrav1.ApprovalAuto && len(eff.Spec.Approval.Rules) == 0
+	return !pipeline.ApprovalNeedsGate(eff.Spec.Approval)
 }
 
 // beforeDeadline keeps the votes known to be cast before the approval
@@ -358,6 +375,13 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	run.Status.Approvals = &t
 	if rules != nil && rules.Decision == planpolicy.Deny {
 		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+rules.DenyMessage())
+	}
+	if w := r.windowState(st.eff, votes); t.Needed == 0 && w != nil {
+		t.ChangeWindow = w
+		if !w.Open {
+			return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine while the plan "+windowHeld(w))
+		}
+		a.ChangeWindowOverriddenBy = w.OverriddenBy
 	}
 	if t.Needed == 0 {
 		a.By = strings.Join(t.ApprovedBy, ", ")

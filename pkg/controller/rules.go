@@ -8,9 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/approvalpolicy"
+	"github.com/opr8r/opr8r/pkg/changewindow"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
@@ -73,16 +77,68 @@ func (c *ruleCache) keep(digest string, p planpolicy.Plan) {
 	c.plans[digest] = p
 }
 
-// checkRules compiles spec.approval.rules when a run starts: a rule that
-// does not compile stalls the run, named, with the compiler's message.
+// checkRules compiles spec.approval.rules and windows when a run starts:
+// a rule that does not compile, or a window that does not parse, stalls
+// the run, named, with the compiler's or the parser's message.
 func (r *TerraformRunReconciler) checkRules(eff *infrav1.TerraformRun) error {
-	if len(eff.Spec.Approval.Rules) == 0 {
-		return nil
+	if len(eff.Spec.Approval.Rules) > 0 {
+		if _, err := r.rules.policy(eff.Spec.Approval.Rules); err != nil {
+			return stalling(infrav1.ReasonInvalidSpec, "%w; fix the condition (docs/policies.md lists what it can read), or test it with kubectl tfrun policy test", err)
+		}
 	}
-	if _, err := r.rules.policy(eff.Spec.Approval.Rules); err != nil {
-		return stalling(infrav1.ReasonInvalidSpec, "%w; fix the condition (docs/policies.md lists what it can read), or test it with kubectl tfrun policy test", err)
+	if _, err := changewindow.Compile(eff.Spec.Approval.Windows); err != nil {
+		return stalling(infrav1.ReasonInvalidSpec, "%w (docs/policies.md)", err)
 	}
 	return nil
+}
+
+// windowState says whether spec.approval.windows let the plan approved by
+// votes apply now (nil without windows): open, overridden by a policy
+// admin's approval, or held until a time.
+func (r *TerraformRunReconciler) windowState(eff *infrav1.TerraformRun, votes []vote) *infrav1.ChangeWindowStatus {
+	if len(eff.Spec.Approval.Windows) == 0 {
+		return nil
+	}
+	ws, err := changewindow.Compile(eff.Spec.Approval.Windows)
+	if err != nil {
+		// checkRules stalled the run before it started; a spec changed
+		// since holds the plan (fail closed).
+		return &infrav1.ChangeWindowStatus{Message: err.Error()}
+	}
+	open, why, next := ws.State(r.now())
+	if open {
+		return &infrav1.ChangeWindowStatus{Open: true}
+	}
+	for _, v := range votes {
+		if v.override && v.approve && v.user != "" && !r.UntrustedIdentity {
+			return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.user + " (" + v.source + ")"}
+		}
+	}
+	st := &infrav1.ChangeWindowStatus{Message: why}
+	if !next.IsZero() {
+		at := metav1.NewTime(next)
+		st.OpensAt = &at
+	}
+	return st
+}
+
+// windowWait is how long a plan held by its change windows waits before
+// its next look: until they open (an hour when they do not within a
+// year, in case the spec changes).
+func windowWait(w *infrav1.ChangeWindowStatus, now time.Time) time.Duration {
+	if w.OpensAt == nil {
+		return time.Hour
+	}
+	return max(w.OpensAt.Sub(now), time.Second)
+}
+
+// windowHeld says why a plan waits for its change window.
+func windowHeld(w *infrav1.ChangeWindowStatus) string {
+	at := "no window opens within a year"
+	if w.OpensAt != nil {
+		at = "it applies at " + w.OpensAt.UTC().Format(time.RFC3339) + " if still approved"
+	}
+	return "waits for its change window (spec.approval.windows): " + w.Message + "; " + at + ", or now with a policy admin's kubectl tfrun approve --override-change-windows"
 }
 
 // planRules evaluates spec.approval.rules against the plan waiting at the
@@ -158,6 +214,11 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 // where no rule matched) needs none.
 func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, votes []vote) {
 	if o == nil {
+		// No rules: mode Auto approves what reaches the gate (a run in mode
+		// Auto stops there only for its change windows).
+		if mode == infrav1.ApprovalAuto {
+			t.Needed = 0
+		}
 		return
 	}
 	groups := map[string][]string{}
@@ -216,6 +277,8 @@ func indexRule(rules []infrav1.RuleTally, name string) int {
 // Auto where no rule matched ("" when people approved it).
 func ruleApproval(o *planpolicy.Outcome, mode infrav1.ApprovalMode) (infrav1.ApprovalSource, string) {
 	switch {
+	case o == nil && mode == infrav1.ApprovalAuto:
+		return infrav1.ApprovedAutomatically, "approved automatically (approval mode Auto)"
 	case o == nil:
 		return "", ""
 	case o.Decision == planpolicy.AutoApprove:

@@ -197,3 +197,123 @@ func TestBadRuleStallsTheRun(t *testing.T) {
 		t.Fatalf("checkRules = %v, want a stall naming spec.approval.rules[1] (typo) and the compiler's message", err)
 	}
 }
+
+// Change windows hold an approved plan at the gate until they open; a
+// policy admin's override lets it apply now, recorded. t0 is Monday
+// 2026-11-23 12:00 UTC.
+func TestChangeWindowsHold(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-time.Minute))
+	decided := metav1.NewTime(t0.Add(-time.Second))
+	pending := engine.Gate{State: engine.GatePending, Since: &since}
+	window := func(typ infrav1.WindowType, schedule string, d time.Duration) infrav1.ChangeWindow {
+		return infrav1.ChangeWindow{Name: "w-" + strings.ToLower(string(typ)), Type: typ, Schedule: schedule, Duration: metav1.Duration{Duration: d}}
+	}
+	mondayNoonFreeze := window(infrav1.WindowDeny, "0 11 * * 1", 2*time.Hour) // 11:00 to 13:00
+	override := approval("x2", "a", digest, "admin", true)
+	override.Spec.OverrideChangeWindows = true
+	cases := map[string]struct {
+		mode         infrav1.ApprovalMode
+		windows      []infrav1.ChangeWindow
+		gate         engine.Gate
+		approvals    []*infrav1.TerraformRunApproval
+		untrusted    bool
+		wantApproved string
+		wantMessage  string
+		wantApprove  int
+		wantCancel   bool
+		wantRequeue  time.Duration
+		wantOverride string
+	}{
+		"approved inside a deny window: held, saying when it opens": {
+			windows: []infrav1.ChangeWindow{mondayNoonFreeze}, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true)},
+			wantApproved: "Unknown/OutsideChangeWindow", wantMessage: "inside deny window w-deny; it applies at 2026-11-23T13:00:00Z if still approved",
+			wantRequeue: time.Hour,
+		},
+		"not approved yet: waits for approval as always": {
+			windows: []infrav1.ChangeWindow{mondayNoonFreeze}, gate: pending,
+			wantApproved: "Unknown/AwaitingApproval",
+		},
+		"approved inside an allow window: applies": {
+			windows: []infrav1.ChangeWindow{window(infrav1.WindowAllow, "0 12 * * 1", time.Hour)}, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true)},
+			wantApproved: "True/Approved", wantApprove: 1,
+		},
+		"approved before an allow window: held until it opens": {
+			windows: []infrav1.ChangeWindow{window(infrav1.WindowAllow, "30 12 * * *", time.Hour)}, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "alice", true)},
+			wantApproved: "Unknown/OutsideChangeWindow", wantMessage: "outside every allow window (the next is w-allow)", wantRequeue: 30 * time.Minute,
+		},
+		"mode Auto inside a deny window: held": {
+			mode: infrav1.ApprovalAuto, windows: []infrav1.ChangeWindow{mondayNoonFreeze}, gate: pending,
+			wantApproved: "Unknown/OutsideChangeWindow", wantMessage: "is approved (approved automatically (approval mode Auto))", wantRequeue: time.Hour,
+		},
+		"a policy admin's override: applies now, recorded": {
+			windows: []infrav1.ChangeWindow{mondayNoonFreeze}, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{override},
+			wantApproved: "True/Approved", wantApprove: 1, wantOverride: "admin (TerraformRunApproval/x2)",
+		},
+		"an override nobody's identity was stamped for does not count": {
+			windows: []infrav1.ChangeWindow{mondayNoonFreeze}, gate: pending, untrusted: true, mode: infrav1.ApprovalAuto,
+			approvals:    []*infrav1.TerraformRunApproval{override},
+			wantApproved: "Unknown/OutsideChangeWindow", wantRequeue: time.Hour,
+		},
+		"an Argo resume inside a deny window is refused": {
+			windows:      []infrav1.ChangeWindow{mondayNoonFreeze},
+			gate:         engine.Gate{State: engine.GateApproved, By: "alice", Stamped: true, DecidedAt: &decided},
+			wantApproved: "False/ApprovedOutsidePolicy", wantMessage: "inside deny window w-deny", wantCancel: true,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{}}
+			run := aRun("a")
+			run.Spec.Approval = infrav1.ApprovalSpec{Mode: tc.mode, Windows: tc.windows}
+			r, _ := newReconciler(t, f)
+			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+			objs := []client.Object{child}
+			for _, a := range tc.approvals {
+				objs = append(objs, a.DeepCopy())
+			}
+			r, _ = newReconciler(t, f, objs...)
+			r.UntrustedIdentity = tc.untrusted
+			st := r.newPassState(run)
+			st.engine, st.child = f, child
+			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest}}
+			res, err := r.reconcileApproval(ctx(), run, st)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := condOf(run, infrav1.ApprovedCondition); got != tc.wantApproved {
+				t.Errorf("Approved = %s (%v), want %s", got, findCond(run, infrav1.ApprovedCondition), tc.wantApproved)
+			}
+			if c := findCond(run, infrav1.ApprovedCondition); tc.wantMessage != "" && (c == nil || !strings.Contains(c.Message, tc.wantMessage)) {
+				t.Errorf("Approved message %v, want it to contain %q", c, tc.wantMessage)
+			}
+			if len(f.approved) != tc.wantApprove {
+				t.Errorf("engine approved %d times, want %d", len(f.approved), tc.wantApprove)
+			}
+			if got := len(f.cancelled) == 1; got != tc.wantCancel {
+				t.Errorf("child stopped: %v, want %v", got, tc.wantCancel)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("requeue after %s, want %s", res.RequeueAfter, tc.wantRequeue)
+			}
+			if tc.wantOverride != "" {
+				if a := run.Status.Approval; a == nil || a.ChangeWindowOverriddenBy != tc.wantOverride {
+					t.Errorf("status.approval = %+v, want changeWindowOverriddenBy %q", a, tc.wantOverride)
+				}
+				if w := run.Status.Approvals.ChangeWindow; w == nil || w.OverriddenBy != tc.wantOverride {
+					t.Errorf("status.approvals.changeWindow = %+v, want overriddenBy %q", w, tc.wantOverride)
+				}
+			}
+			if tc.wantApproved == "Unknown/OutsideChangeWindow" {
+				if w := run.Status.Approvals.ChangeWindow; w == nil || w.Open || w.OpensAt == nil {
+					t.Errorf("status.approvals.changeWindow = %+v, want closed, with when it opens", w)
+				}
+			}
+		})
+	}
+}

@@ -25,6 +25,9 @@ type vote struct {
 	reason  string
 	source  string
 	at      time.Time
+	// override is an approval that lets the plan apply outside
+	// spec.approval.windows (admission let only a policy admin make it).
+	override bool
 }
 
 // votes gathers the decisions about digest: the run's TerraformRunApprovals
@@ -50,6 +53,7 @@ func (r *TerraformRunReconciler) votes(ctx context.Context, run *infrav1.Terrafo
 		out = append(out, vote{
 			user: a.Spec.User, groups: a.Spec.Groups, approve: a.Spec.Decision != infrav1.DecisionReject,
 			reason: a.Spec.Reason, source: "TerraformRunApproval/" + a.Name, at: a.CreationTimestamp.Time,
+			override: a.Spec.OverrideChangeWindows,
 		})
 	}
 	if r.UntrustedIdentity {

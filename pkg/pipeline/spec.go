@@ -155,10 +155,11 @@ func ModuleDir(run *infrav1.TerraformRun) string {
 // runs, and the destroy a deletion runs, of a TerraformRun whose approval
 // is Manual; a destroy goes without when a platform admin set
 // infra.opr8r.io/destroy-without-approval. Plan-only runs never apply.
-// A run with spec.approval.rules has a gate in mode Auto too: a rule may
-// deny or require approvals, which only a gate can hold.
+// A run with spec.approval.rules or windows has a gate in mode Auto too:
+// a rule may deny or require approvals, and a window hold an approved
+// plan, which only a gate can do.
 func HasGate(run *infrav1.TerraformRun, t infrav1.RunType) bool {
-	if run.Spec.Approval.Mode == infrav1.ApprovalAuto && len(run.Spec.Approval.Rules) == 0 {
+	if !ApprovalNeedsGate(run.Spec.Approval) {
 		return false
 	}
 	switch t {
@@ -168,6 +169,12 @@ func HasGate(run *infrav1.TerraformRun, t infrav1.RunType) bool {
 		return run.Annotations[infrav1.DestroyWithoutApprovalAnnotation] != "true"
 	}
 	return false
+}
+
+// ApprovalNeedsGate says whether an approval policy needs the gate: mode
+// Manual, or rules or windows that may hold a plan in mode Auto.
+func ApprovalNeedsGate(ap infrav1.ApprovalSpec) bool {
+	return ap.Mode != infrav1.ApprovalAuto || len(ap.Rules) > 0 || len(ap.Windows) > 0
 }
 
 // HasChecks says whether runs of a type run spec.checks: apply runs and

@@ -128,11 +128,13 @@ func (o *Options) listCommand() *cobra.Command {
 
 func (o *Options) approveCommand() *cobra.Command {
 	var pin string
+	var override bool
 	approve := &cobra.Command{
 		Use: "approve NAME", Short: "Approve the plan waiting at the gate (bound to its digest)", Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return o.approve(cmd.Context(), args[0], pin) },
+		RunE: func(cmd *cobra.Command, args []string) error { return o.approve(cmd.Context(), args[0], pin, override) },
 	}
 	approve.Flags().StringVar(&pin, "plan", "", "Approve only if the waiting plan has this digest")
+	approve.Flags().BoolVar(&override, "override-change-windows", false, "Let the plan apply now though spec.approval.windows hold it (a policy admin's right; recorded in the run's status)")
 	return approve
 }
 
@@ -561,7 +563,7 @@ func waiting(run *infrav1.TerraformRun) (string, error) {
 	return run.Status.Plan.Digest, nil
 }
 
-func (o *Options) approve(ctx context.Context, name, pin string) error {
+func (o *Options) approve(ctx context.Context, name, pin string, override bool) error {
 	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
 		return err
@@ -579,11 +581,15 @@ func (o *Options) approve(ctx context.Context, name, pin string) error {
 				ErrNotCounted, digest, name, user, why)
 		}
 	}
-	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionApprove, "")
+	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionApprove, "", override)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s as %s (TerraformRunApproval %s)%s\n", digest, run.Status.Plan.Summary, name, who(a), a.Name, policyNote(run))
+	note := policyNote(run)
+	if override {
+		note += "; it may apply outside its change windows (spec.approval.windows)"
+	}
+	fmt.Fprintf(o.Out, "approved plan %s (%s) of TerraformRun %s as %s (TerraformRunApproval %s)%s\n", digest, run.Status.Plan.Summary, name, who(a), a.Name, note)
 	return nil
 }
 
@@ -614,7 +620,7 @@ func (o *Options) reject(ctx context.Context, name, reason string) error {
 	if err != nil {
 		return errors.New(strings.Replace(err.Error(), "nothing to approve", "nothing to reject", 1))
 	}
-	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionReject, reason)
+	a, err := o.decide(ctx, c, cs, run, digest, infrav1.DecisionReject, reason, false)
 	if err != nil {
 		return err
 	}
@@ -627,13 +633,13 @@ func (o *Options) reject(ctx context.Context, name, reason string) error {
 // at admission; the user is also filled in from a SelfSubjectReview, which
 // the API server checks, so a cluster with the validating policy but not
 // the mutating one accepts it too.
-func (o *Options) decide(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, digest string, d infrav1.Decision, reason string) (*infrav1.TerraformRunApproval, error) {
+func (o *Options) decide(ctx context.Context, c client.Client, cs kubernetes.Interface, run *infrav1.TerraformRun, digest string, d infrav1.Decision, reason string, override bool) (*infrav1.TerraformRunApproval, error) {
 	a := &infrav1.TerraformRunApproval{
 		ObjectMeta: metav1.ObjectMeta{
 			GenerateName: run.Name + "-", Namespace: run.Namespace,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID}},
 		},
-		Spec: infrav1.TerraformRunApprovalSpec{RunName: run.Name, PlanDigest: digest, Decision: d, Reason: reason},
+		Spec: infrav1.TerraformRunApprovalSpec{RunName: run.Name, PlanDigest: digest, Decision: d, Reason: reason, OverrideChangeWindows: override},
 	}
 	a.Spec.User, a.Spec.Groups = whoAmI(ctx, cs)
 	if err := c.Create(ctx, a, client.FieldOwner(FieldManager)); err != nil {

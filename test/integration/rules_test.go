@@ -9,6 +9,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -202,5 +203,76 @@ var _ = Describe("plan rules", func() {
 		msg := cond(getRun(ns, "badrule"), infrav1.StalledCondition).Message
 		Expect(msg).To(And(ContainSubstring("spec.approval.rules[1] (typo)"), ContainSubstring("undefined field 'destroyed'")))
 		Expect(getRun(ns, "badrule").Status.Run).To(BeNil(), "no child was made")
+	})
+})
+
+var _ = Describe("change windows", func() {
+	ctx := context.Background()
+	freeze := infrav1.ChangeWindow{Name: "friday-freeze", Type: infrav1.WindowDeny, Schedule: "0 15 * * 5", Duration: metav1.Duration{Duration: 63 * time.Hour}, TimeZone: "Europe/Berlin"}
+
+	It("lets only a policy admin set windows, or override them", func() {
+		ns := newNamespace()
+		grant(ns, "editor", "w-editor")
+		grant(ns, "approver", "w-editor")
+		grant(ns, "editor", "w-admin")
+		grant(ns, "approver", "w-admin")
+		grant(ns, "policy-admin", "w-admin")
+		editor, admin := as("w-editor"), as("w-admin")
+
+		run := testRun("windowed", ns)
+		run.Spec.Approval.Windows = []infrav1.ChangeWindow{freeze}
+		err := editor.Create(ctx, run)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(And(ContainSubstring("spec.approval.windows: setting, changing or removing a change window"), ContainSubstring("terraformruns/approvalpolicy")))
+		Expect(admin.Create(ctx, run)).To(Succeed())
+
+		got := getRun(ns, "windowed")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Spec.Approval.Windows = nil
+		err = editor.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred(), "an editor removed the freeze")
+		Expect(err.Error()).To(ContainSubstring("spec.approval.windows"))
+
+		override := func(c client.Client) error {
+			a := &infrav1.TerraformRunApproval{
+				ObjectMeta: metav1.ObjectMeta{GenerateName: "windowed-", Namespace: ns},
+				Spec:       infrav1.TerraformRunApprovalSpec{RunName: "windowed", PlanDigest: digestOf("windowed"), Decision: infrav1.DecisionApprove, OverrideChangeWindows: true},
+			}
+			return c.Create(ctx, a)
+		}
+		err = override(editor)
+		Expect(err).To(HaveOccurred(), "an approver overrode the windows")
+		Expect(err.Error()).To(ContainSubstring("spec.overrideChangeWindows: w-editor may not let a plan apply outside its change windows"))
+		Expect(override(admin)).To(Succeed())
+	})
+
+	It("refuses a schedule with its own time zone, and an override of a rejection, at admission", func() {
+		ns := newNamespace()
+		run := testRun("tzwindow", ns)
+		bad := freeze
+		bad.Schedule = "CRON_TZ=Europe/Berlin 0 15 * * 5"
+		run.Spec.Approval.Windows = []infrav1.ChangeWindow{bad}
+		err := k8sClient.Create(ctx, run)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("set the time zone in timeZone"))
+
+		a := &infrav1.TerraformRunApproval{
+			ObjectMeta: metav1.ObjectMeta{GenerateName: "x-", Namespace: ns},
+			Spec:       infrav1.TerraformRunApprovalSpec{RunName: "x", PlanDigest: digestOf("x"), Decision: infrav1.DecisionReject, OverrideChangeWindows: true},
+		}
+		err = k8sClient.Create(ctx, a)
+		Expect(apierrors.IsInvalid(err)).To(BeTrue(), "%v", err)
+		Expect(err.Error()).To(ContainSubstring("spec.overrideChangeWindows goes with an approval"))
+	})
+
+	It("stalls a run whose window does not parse before it starts, naming it", func() {
+		ns := newNamespace()
+		run := given{engineCases[0]}.run("badwindow", ns).Obj()
+		bad := freeze
+		bad.TimeZone = "Mars/Olympus_Mons"
+		run.Spec.Approval.Windows = []infrav1.ChangeWindow{bad}
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		Eventually(condReason(ns, "badwindow", infrav1.StalledCondition), timeout, interval).Should(Equal("True/InvalidSpec"))
+		Expect(cond(getRun(ns, "badwindow"), infrav1.StalledCondition).Message).To(ContainSubstring(`spec.approval.windows[0] (friday-freeze).timeZone "Mars/Olympus_Mons"`))
 	})
 })
