@@ -133,6 +133,15 @@ func tallyMessage(t infrav1.ApprovalTally) string {
 	if t.Needed > 0 {
 		s += fmt.Sprintf(", %d more needed", t.Needed)
 	}
+	for _, r := range t.Rules {
+		if r.Effect == infrav1.RuleRequire {
+			s += fmt.Sprintf(" (rule %s: %d/%d", r.Name, r.Required-r.Needed, r.Required)
+			if len(r.ApprovedBy) > 0 {
+				s += " by " + strings.Join(r.ApprovedBy, ", ")
+			}
+			s += ")"
+		}
+	}
 	for _, ig := range t.Ignored {
 		user := ig.User
 		if user == "" {
