@@ -22,8 +22,8 @@ import (
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;update
 
 // The guard list: in every namespace where it runs children, the manager
-// keeps the ConfigMap opr8r-guard, with a data key child.<name> for each of
-// its children that may still have pods. Every object
+// keeps the ConfigMap opr8r-guard, whose data key children lists the names
+// of its children that may still have pods (one per line). Every object
 // made for a child (its pods, TaskRuns, step Jobs, Secrets, ConfigMaps) has
 // a name that starts with the child's name and a dash. opr8r's admission
 // policies read the list as a parameter (config/policy/runner-guard.yaml):
@@ -32,21 +32,9 @@ import (
 // before opr8r uses it), the name tells them it is opr8r's. A child is
 // listed before it is created and dropped once it settled; only the manager
 // may write the ConfigMap.
-//
-// One key per child, not one list: the policies look a name up by the
-// names it begins with (split at its dashes), a few map lookups per
-// admission, where a list had to be split and scanned whole by every
-// admission of a Secret, ConfigMap, pod or child in the namespace. With
-// 5,000 active runs in one namespace that scan held make bench's API
-// server at 150% CPU.
 const (
 	GuardConfigMapName = "opr8r-guard"
-	// GuardChildKeyPrefix begins the key of each listed child.
-	GuardChildKeyPrefix = "child."
-	// GuardChildrenKey is the list the manager kept before (one child per
-	// line): read, so that children listed by an older manager stay
-	// listed, and dropped at the next write.
-	GuardChildrenKey = "children"
+	GuardChildrenKey   = "children"
 	// GuardRunnersKey lists the service accounts opr8r's step pods run as
 	// in the namespace (the default runner, the checks', and every
 	// spec.runner.serviceAccountName a child used): the policies let only
@@ -175,7 +163,7 @@ func (r *TerraformRunReconciler) writeGuard(ctx context.Context, ns string, b *g
 				}
 				cm = &corev1.ConfigMap{
 					ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: GuardConfigMapName, Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue}},
-					Data:       guardData(g),
+					Data:       map[string]string{GuardChildrenKey: joinGuard(g.children), GuardRunnersKey: joinGuard(g.runners)},
 				}
 				if err := r.Create(ctx, cm); err != nil {
 					return err
@@ -187,13 +175,17 @@ func (r *TerraformRunReconciler) writeGuard(ctx context.Context, ns string, b *g
 				return err
 			}
 		}
-		want := guardData(edit(readGuard(cm.Data)))
-		if maps.Equal(want, cm.Data) {
+		g := edit(guardList{children: splitGuard(cm.Data[GuardChildrenKey]), runners: splitGuard(cm.Data[GuardRunnersKey])})
+		want := map[string]string{GuardChildrenKey: joinGuard(g.children), GuardRunnersKey: joinGuard(g.runners)}
+		if want[GuardChildrenKey] == cm.Data[GuardChildrenKey] && want[GuardRunnersKey] == cm.Data[GuardRunnersKey] {
 			b.last = cm
 			return nil
 		}
 		cm = cm.DeepCopy()
-		cm.Data = want
+		if cm.Data == nil {
+			cm.Data = map[string]string{}
+		}
+		maps.Copy(cm.Data, want)
 		if err := r.Update(ctx, cm); err != nil {
 			return err
 		}
@@ -201,31 +193,6 @@ func (r *TerraformRunReconciler) writeGuard(ctx context.Context, ns string, b *g
 		return nil
 	})
 }
-
-// readGuard reads the list from the ConfigMap's data: the child.<name>
-// keys, and the list an older manager kept.
-func readGuard(data map[string]string) guardList {
-	g := guardList{children: splitGuard(data[GuardChildrenKey]), runners: splitGuard(data[GuardRunnersKey])}
-	for k := range data {
-		if child, ok := strings.CutPrefix(k, GuardChildKeyPrefix); ok {
-			g.children = appendNew(g.children, child)
-		}
-	}
-	slices.Sort(g.children)
-	return g
-}
-
-// guardData is the ConfigMap's data for the list.
-func guardData(g guardList) map[string]string {
-	data := map[string]string{GuardRunnersKey: joinGuard(g.runners)}
-	for _, c := range g.children {
-		data[GuardChildKeyPrefix+c] = ""
-	}
-	return data
-}
-
-// GuardedChildren are the children a guard ConfigMap's data lists.
-func GuardedChildren(data map[string]string) []string { return readGuard(data).children }
 
 func splitGuard(s string) []string {
 	return slices.DeleteFunc(strings.Split(s, "\n"), func(n string) bool { return n == "" })

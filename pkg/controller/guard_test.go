@@ -3,8 +3,6 @@ package controller
 import (
 	"context"
 	"fmt"
-	"maps"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -26,7 +24,7 @@ func TestGuardList(t *testing.T) {
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
 			t.Fatal(err)
 		}
-		return strings.Join(GuardedChildren(cm.Data), "\n")
+		return cm.Data[GuardChildrenKey]
 	}
 	for _, child := range []string{"web-2", "net-1", "web-2", "net-destroy-3", "netapp-1"} {
 		if err := r.guardChild(ctx(), "ns", child, "deployer"); err != nil {
@@ -80,7 +78,7 @@ func TestGuardListCreatedBesideIt(t *testing.T) {
 				// the other pass's create lands first
 				raced = true
 				other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: GuardConfigMapName},
-					Data: map[string]string{GuardChildKeyPrefix + "other-1": "", GuardRunnersKey: "opr8r-runner"}}
+					Data: map[string]string{GuardChildrenKey: "other-1", GuardRunnersKey: "opr8r-runner"}}
 				if err := cl.Create(ctx, other); err != nil {
 					return err
 				}
@@ -95,7 +93,7 @@ func TestGuardListCreatedBesideIt(t *testing.T) {
 	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := strings.Join(GuardedChildren(cm.Data), "\n"), "other-1\nweb-1"; !raced || got != want {
+	if got, want := cm.Data[GuardChildrenKey], "other-1\nweb-1"; !raced || got != want {
 		t.Fatalf("guard list %q (raced %v), want %q: both passes' children", got, raced, want)
 	}
 }
@@ -153,7 +151,7 @@ func TestGuardEditsShareWrites(t *testing.T) {
 	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
 		t.Fatal(err)
 	}
-	listed := GuardedChildren(cm.Data)
+	listed := splitGuard(cm.Data[GuardChildrenKey])
 	if len(listed) != passes+1 {
 		t.Errorf("%d children listed, want %d: %v", len(listed), passes+1, listed)
 	}
@@ -185,14 +183,14 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := get()
-	other.Data[GuardChildKeyPrefix+"shard-1"] = ""
+	other.Data[GuardChildrenKey] += "\nshard-1"
 	if err := c.Update(ctx(), other); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.guardChild(ctx(), "ns", "web-2"); err != nil {
 		t.Fatalf("a stale kept list failed the pass: %v", err)
 	}
-	if got, want := strings.Join(GuardedChildren(get().Data), "\n"), "shard-1\nweb-1\nweb-2"; got != want {
+	if got, want := get().Data[GuardChildrenKey], "shard-1\nweb-1\nweb-2"; got != want {
 		t.Fatalf("guard list %q, want %q: the other manager's child and both of this one's", got, want)
 	}
 	if err := c.Delete(ctx(), get()); err != nil {
@@ -201,30 +199,7 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 	if err := r.guardChild(ctx(), "ns", "web-3"); err != nil {
 		t.Fatalf("a deleted list failed the pass: %v", err)
 	}
-	if got := strings.Join(GuardedChildren(get().Data), "\n"); got != "web-3" {
+	if got := get().Data[GuardChildrenKey]; got != "web-3" {
 		t.Fatalf("guard list %q after it was deleted, want web-3 (made again)", got)
-	}
-}
-
-// TestGuardKeysPerChild: each child is a key of its own, which the
-// policies look up; a list an older manager kept is read, and its children
-// move to keys at the next write.
-func TestGuardKeysPerChild(t *testing.T) {
-	r, c := newReconciler(t, &fakeEngine{})
-	old := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: GuardConfigMapName},
-		Data: map[string]string{GuardChildrenKey: "legacy-1\nlegacy-2", GuardRunnersKey: "opr8r-runner"}}
-	if err := c.Create(ctx(), old); err != nil {
-		t.Fatal(err)
-	}
-	if err := r.guardChild(ctx(), "ns", "web-1"); err != nil {
-		t.Fatal(err)
-	}
-	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
-		t.Fatal(err)
-	}
-	want := map[string]string{"child.legacy-1": "", "child.legacy-2": "", "child.web-1": "", GuardRunnersKey: "opr8r-check\nopr8r-runner"}
-	if !maps.Equal(cm.Data, want) {
-		t.Fatalf("guard data %v, want %v: a key per child, the old list moved to keys", cm.Data, want)
 	}
 }

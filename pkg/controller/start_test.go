@@ -100,7 +100,7 @@ func TestReconcileStart(t *testing.T) {
 					t.Errorf("child %s: %v, controlled by the run: %v", tc.wantID, err, err == nil && metav1.IsControlledBy(got, run))
 				}
 				guard := &corev1.ConfigMap{}
-				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, guard); tc.wantCreated && (err != nil || !slices.Contains(GuardedChildren(guard.Data), tc.wantID)) {
+				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, guard); tc.wantCreated && (err != nil || !slices.Contains(splitGuard(guard.Data[GuardChildrenKey]), tc.wantID)) {
 					t.Errorf("the new child %s is not in the namespace's guard list (%v): %+v", tc.wantID, err, guard.Data)
 				}
 			}

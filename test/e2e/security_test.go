@@ -173,8 +173,8 @@ func (e *env) guardState() string {
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.GuardConfigMapName}, cm); err != nil {
 		return "ConfigMap " + controller.GuardConfigMapName + ": " + err.Error()
 	}
-	return fmt.Sprintf("ConfigMap %s (resourceVersion %s): children %q, %s %q", controller.GuardConfigMapName, cm.ResourceVersion,
-		controller.GuardedChildren(cm.Data), controller.GuardRunnersKey, cm.Data[controller.GuardRunnersKey])
+	return fmt.Sprintf("ConfigMap %s (resourceVersion %s): %s %q, %s %q", controller.GuardConfigMapName, cm.ResourceVersion,
+		controller.GuardChildrenKey, cm.Data[controller.GuardChildrenKey], controller.GuardRunnersKey, cm.Data[controller.GuardRunnersKey])
 }
 
 // admissionReason is the refusal's own words, without kubectl's preamble.

@@ -277,9 +277,7 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 
 		By("opr8r's manager lists its active children in the namespace, with the runner service accounts")
 		Expect(k8sClient.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "opr8r-guard", Namespace: ns},
-			// A key per child, as the manager writes it, and tk-1 in the
-			// list an older manager kept, which the policies still read.
-			Data: map[string]string{"child.jb-1": "", "child.net-1": "", "child.net-1-1": "", "children": "tk-1", "runnerServiceAccounts": runnerSA}})).To(Succeed())
+			Data: map[string]string{"children": "jb-1\nnet-1\nnet-1-1\ntk-1", "runnerServiceAccounts": runnerSA}})).To(Succeed())
 	})
 
 	Describe("the identities and the guard list", func() {
