@@ -261,7 +261,7 @@ func TestDocRulesOnRealPlans(t *testing.T) {
 		{"a drift repair that only updates applies by itself", update, drift, AutoApprove, "drift-repair-safe"},
 		{"a drift repair that replaces needs two, and sre", replace, drift, Require, "destroys-need-two,drift-repair-destructive"},
 		{"an IAM change needs security", []byte(iamJSON), apply, Require, "iam-needs-security"},
-		{"the state bucket is never destroyed", []byte(stateJSON), apply, Deny, "destroys-need-two,keep-the-state-bucket"},
+		{"the state bucket is never destroyed", []byte(stateJSON), apply, Deny, "destroys-need-two,protected-resources"},
 	} {
 		o := pol.Evaluate(context.Background(), read(tc.plan), tc.run)
 		var got []string

@@ -45,8 +45,8 @@ func TestPolicyTest(t *testing.T) {
 		"plan: +0 ~0 -1 (0 replaced), 1 resource changes",
 		"  add-only: no match\n",
 		"  destroys-need-two: matched, Require 2 approvals\n",
-		"  keep-the-state-bucket: matched, Deny: the state bucket is removed by hand, after a backup\n",
-		"decision: Deny: denied by rule keep-the-state-bucket",
+		"  protected-resources: matched, Deny: protected resources are removed by hand, after a backup\n",
+		"decision: Deny: denied by rule protected-resources",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl tfrun policy test printed\n%s\nwant it to contain %q", out, want)

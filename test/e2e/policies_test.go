@@ -6,11 +6,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -55,6 +58,17 @@ resource "kubernetes_config_map" "managed" {
 resource "terraform_data" "stamp" {
   triggers_replace = data.kubernetes_config_map.ext.data
 }
+resource "kubernetes_role" "reader" {
+  metadata {
+    name      = "%[1]s-reader"
+    namespace = "%[2]s"
+  }
+  rule {
+    api_groups = [""]
+    resources  = ["configmaps"]
+    verbs      = ["get"]
+  }
+}
 %[3]s
 `, name, ns, keepCM)
 }
@@ -65,8 +79,8 @@ func rulesSource(name string, keep bool) string {
 }
 
 // rulesRun: Manual approval, with the rules of docs/policies.md that the
-// module can meet (the IAM and state bucket examples name AWS types; their
-// kubernetes and Deny forms are here), checked for drift every 10s and
+// module can meet (its IAM rule as it is, for e2e's group; a Deny of the
+// keep ConfigMap for its state bucket one), checked for drift every 10s and
 // repairing it.
 func rulesRun(name, engine string) string {
 	return fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
@@ -89,6 +103,10 @@ spec:
         condition: "plan.destroy > 0 || run.type == 'Destroy'"
         effect: Require
         require: {approvals: 2, approvers: {groups: [e2e-approvers]}}
+      - name: iam-needs-security
+        condition: "plan.resourceChanges.exists(r, r.type.startsWith('aws_iam_') || r.type.startsWith('kubernetes_cluster_role') || r.type.startsWith('kubernetes_role'))"
+        effect: Require
+        require: {approvals: 1, approvers: {groups: [e2e-approvers]}}
       - name: drift-repair-safe
         condition: "run.trigger == 'Drift' && plan.destroy == 0"
         effect: AutoApprove
@@ -97,6 +115,19 @@ spec:
         effect: Deny
         message: the keep ConfigMap is removed by the platform team
 `, name, ns, engine, name)
+}
+
+// savePlanJSON writes the run's current plan as JSON (kubectl tfrun plan
+// --json, verified against its digest) to file, without logging it whole.
+func (e *env) savePlanJSON(t *testing.T, name, file string) {
+	t.Helper()
+	out, err := e.as("", "", e.tfrun, "plan", name, "-n", ns, "--json")
+	if err != nil {
+		t.Fatalf("kubectl tfrun plan %s --json: %v\n%s", name, err, out)
+	}
+	if err := os.WriteFile(file, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func ruleNeeds(run *infrav1.TerraformRun, rule string) (int32, bool) {
@@ -124,15 +155,40 @@ func planRulesScenario(t *testing.T, e *env, engine string) {
 		for _, cm := range []string{"-ext", "-managed", "-keep", "-src"} {
 			_ = e.c.Delete(ctx, &corev1.ConfigMap{ObjectMeta: objMeta(name + cm)})
 		}
+		_ = e.c.Delete(ctx, &rbacv1.Role{ObjectMeta: objMeta(name + "-reader")})
 	})
 	e.sh(t, fmt.Sprintf("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: %s-ext, namespace: %s}\ndata: {v: \"1\"}\n", name, ns), e.kubectl, "apply", "-f", "-")
 	e.sh(t, rulesSource(name, true), e.kubectl, "apply", "-f", "-")
 	e.sh(t, rulesRun(name, engine), e.kubectl, "apply", "-f", "-")
 
-	// 1. The first plan only adds: rule add-only approves it.
-	run := e.waitFor(t, name, "the add-only plan applied by rule", 6*time.Minute, ready)
-	if a := run.Status.Approval; a == nil || a.Source != infrav1.ApprovedByRule || !strings.Contains(condOf(run, infrav1.ApprovedCondition), "approved automatically by rule add-only") {
-		t.Fatalf("%s: the first apply's approval = %+v (%s), want by rule add-only", name, run.Status.Approval, condOf(run, infrav1.ApprovedCondition))
+	// 1. The first plan only adds, but adds a Role: rule iam-needs-security
+	// (docs/policies.md's, on the real provider's plan) holds it for one
+	// approver of e2e-approvers, though add-only matches too.
+	run := e.waitFor(t, name, "the first plan, which adds a Role, waiting for an approver", 6*time.Minute, func(r *infrav1.TerraformRun) bool {
+		n, ok := ruleNeeds(r, "iam-needs-security")
+		return runPhase(r) == infrav1.RunAwaitingApproval && ok && n == 1
+	})
+	t.Logf("%s: %s", name, condOf(run, infrav1.ApprovedCondition))
+	// The rules of docs/policies.md, offline, on this real plan.
+	planFile := filepath.Join(t.TempDir(), "plan.json")
+	e.savePlanJSON(t, name, planFile)
+	out := e.sh(t, "", e.tfrun, "policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", planFile)
+	for _, want := range []string{"add-only: matched, AutoApprove", "iam-needs-security: matched, Require 1 approvals from groups security", "destroys-need-two: no match", "decision: Require"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: kubectl tfrun policy test with docs/examples/plan-rules.yaml on the real plan: want %q in\n%s", name, want, out)
+		}
+	}
+	approve := func(user string) {
+		out, err := e.as(user, "", e.tfrun, "approve", name, "-n", ns)
+		t.Logf("$ (as %s) kubectl tfrun approve %s\n%s", user, name, out)
+		if err != nil {
+			t.Fatalf("%s approving: %v", user, err)
+		}
+	}
+	approve("alice")
+	run = e.waitFor(t, name, "the plan with the Role applied after one approver of the group", 6*time.Minute, ready)
+	if a := run.Status.Approval; a == nil || a.Source != infrav1.ApprovedByApproval || a.By != "opr8r-e2e-alice" {
+		t.Fatalf("%s: the first apply's approval = %+v, want alice's", name, run.Status.Approval)
 	}
 	first := run.Status.Run.ID
 
@@ -159,13 +215,6 @@ func planRulesScenario(t *testing.T, e *env, engine string) {
 		t.Fatalf("%s: the drift repair's plan = %+v, want one replacement", name, run.Status.Plan)
 	}
 	t.Logf("%s: %s", name, condOf(run, infrav1.ApprovedCondition))
-	approve := func(user string) {
-		out, err := e.as(user, "", e.tfrun, "approve", name, "-n", ns)
-		t.Logf("$ (as %s) kubectl tfrun approve %s\n%s", user, name, out)
-		if err != nil {
-			t.Fatalf("%s approving: %v", user, err)
-		}
-	}
 	// trent may approve in e2e, but is not in e2e-approvers: counted for
 	// nothing the rule needs.
 	approve(trent)
@@ -195,6 +244,14 @@ func planRulesScenario(t *testing.T, e *env, engine string) {
 	run = e.waitFor(t, name, "the denied run ended", 3*time.Minute, func(r *infrav1.TerraformRun) bool {
 		return runPhase(r) == infrav1.RunRejected
 	})
+	// docs/policies.md's protected-resources rule, offline, on this real plan.
+	e.savePlanJSON(t, name, planFile)
+	out = e.sh(t, "", e.tfrun, "policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", planFile)
+	for _, want := range []string{"protected-resources: matched, Deny", "decision: Deny: denied by rule protected-resources"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("%s: kubectl tfrun policy test with docs/examples/plan-rules.yaml on the real plan that deletes keep: want %q in\n%s", name, want, out)
+		}
+	}
 	cm := &corev1.ConfigMap{}
 	if err := e.c.Get(ctx, types.NamespacedName{Namespace: ns, Name: name + "-keep"}, cm); err != nil {
 		t.Fatalf("%s: the keep ConfigMap is gone after a denied plan: %v", name, err)
@@ -257,10 +314,27 @@ spec:
 	}
 }
 
+// runnerMayManageRoles lets the step pods' service account manage the Role
+// the rules module creates (it holds the get on ConfigMaps the Role grants).
+const runnerMayManageRoles = `apiVersion: rbac.authorization.k8s.io/v1
+kind: Role
+metadata: {name: e2e-rules-roles, namespace: e2e}
+rules:
+- {apiGroups: [rbac.authorization.k8s.io], resources: [roles], verbs: [get, list, watch, create, update, patch, delete]}
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: RoleBinding
+metadata: {name: e2e-rules-roles, namespace: e2e}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: e2e-rules-roles}
+subjects:
+- {kind: ServiceAccount, name: opr8r-runner, namespace: e2e}
+`
+
 func TestPlanRules(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
 	e.sh(t, runnerMayManageConfigMaps, e.kubectl, "apply", "-f", "-")
+	e.sh(t, runnerMayManageRoles, e.kubectl, "apply", "-f", "-")
 	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
