@@ -314,12 +314,16 @@ spec:
 	}
 }
 
-// runnerMayManageRoles lets the step pods' service account manage the Role
-// the rules module creates (it holds the get on ConfigMaps the Role grants).
+// runnerMayManageRoles lets the step pods' service account manage the
+// ConfigMaps and the Role the rules module creates (it holds the get on
+// ConfigMaps the Role grants). A Role of its own: TestDrift, running beside
+// it, applies e2e-drift-configmaps, and two kubectl applies creating one
+// object at once race (AlreadyExists).
 const runnerMayManageRoles = `apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata: {name: e2e-rules-roles, namespace: e2e}
 rules:
+- {apiGroups: [""], resources: [configmaps], verbs: [get, list, watch, create, update, patch, delete]}
 - {apiGroups: [rbac.authorization.k8s.io], resources: [roles], verbs: [get, list, watch, create, update, patch, delete]}
 ---
 apiVersion: rbac.authorization.k8s.io/v1
@@ -333,7 +337,6 @@ subjects:
 func TestPlanRules(t *testing.T) {
 	t.Parallel()
 	e := setup(t)
-	e.sh(t, runnerMayManageConfigMaps, e.kubectl, "apply", "-f", "-")
 	e.sh(t, runnerMayManageRoles, e.kubectl, "apply", "-f", "-")
 	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
