@@ -1409,6 +1409,12 @@ type TerraformRunStatus struct {
 	// +optional
 	LastHandledRunRequest string `json:"lastHandledRunRequest,omitempty"`
 
+	// LastHandledPush echoes the infra.opr8r.io/source-push annotation (a
+	// receiver's push) once a run covered that commit, or found it was the
+	// commit its last run already used.
+	// +optional
+	LastHandledPush string `json:"lastHandledPush,omitempty"`
+
 	// LastRunNumber is the number of the latest run started; the next run
 	// gets a higher one.
 	// +optional

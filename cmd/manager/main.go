@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/time/rate"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -27,8 +28,10 @@ import (
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/notify"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/providers"
+	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records/s3"
 )
 
@@ -53,6 +56,10 @@ type settings struct {
 	recordsRetention                   time.Duration
 	providerMirrorCA                   string
 	stepBinary                         string
+	webhookAddr                        string
+	webhookRate                        float64
+	webhookBurst                       int
+	notifications                      bool
 }
 
 func main() {
@@ -106,6 +113,10 @@ func main() {
 	flag.StringVar(&s.cfg.Providers.CacheClaim, "provider-cache-claim", "", "Name of a PersistentVolumeClaim, in each run's namespace, that keeps terraform's plugin cache across that namespace's runs; the manager makes it when missing (empty: each run fetches its providers into its own workspace). docs/performance.md, P10.")
 	flag.StringVar(&s.cfg.Providers.CacheSize, "provider-cache-size", controller.DefaultProviderCacheSize, "Requested size of the provider cache claims the manager makes.")
 	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
+	flag.StringVar(&s.webhookAddr, "webhook-bind-address", ":9292", "Address of the webhook server that takes forges' push webhooks for TerraformRunReceivers (docs/pull-requests.md); 0 disables it. Expose it with the opr8r-webhook Service (an Ingress in front for the forge).")
+	flag.Float64Var(&s.webhookRate, "webhook-rate", 1, "Webhook requests each receiver takes per second, on average (more are answered 429).")
+	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once.")
+	flag.BoolVar(&s.notifications, "notifications", true, "Send runs' happenings to the TerraformRunNotifiers of their namespaces (docs/notifications.md).")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -196,6 +207,8 @@ func run(s settings) error {
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 		SealKey: sealKey, DefaultApprovalTimeout: s.defaultApprovalTimeout,
+		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst},
+		Notify:   notifier(s.notifications),
 	}); err != nil {
 		return err
 	}
@@ -346,4 +359,12 @@ func servedEngine(cfg *rest.Config, engines []engine.Engine) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("--default-engine=auto: the cluster serves the child kind of none of the enabled engines %v", engineNames(engines))
+}
+
+// notifier is the notifications' dispatcher, or nil when they are off.
+func notifier(on bool) *notify.Dispatcher {
+	if !on {
+		return nil
+	}
+	return &notify.Dispatcher{}
 }

@@ -37,6 +37,18 @@ func main() {
 	}
 	fmt.Printf("\n## TerraformRunRecord\n")
 	kind(record, []string{"spec"}, "###")
+	for _, k := range []struct{ file, name string }{
+		{"config/crd/bases/infra.opr8r.io_terraformrunreceivers.yaml", "TerraformRunReceiver"},
+		{"config/crd/bases/infra.opr8r.io_terraformrunnotifiers.yaml", "TerraformRunNotifier"},
+	} {
+		c, err := read(k.file)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		fmt.Printf("\n## %s\n", k.name)
+		kind(c, []string{"spec", "status"}, "###")
+	}
 }
 
 func read(path string) (*apiextensionsv1.CustomResourceDefinition, error) {

@@ -482,7 +482,7 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 	}
 	cur := run.Status.Run
 	why := "a spec change"
-	if trigger == infrav1.TriggerDependencyChange {
+	if trigger == infrav1.TriggerDependencyChange || trigger == infrav1.TriggerSourceChange {
 		why = detail
 	}
 	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelSuperseded); err != nil {

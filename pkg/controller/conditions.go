@@ -117,6 +117,7 @@ func (r *TerraformRunReconciler) event(run *infrav1.TerraformRun, typ, reason, a
 		return
 	}
 	r.Recorder.Eventf(run, nil, typ, reason, action, "%s", truncate(msg, 1024))
+	r.notify(run, reason, msg)
 }
 
 // outcomeKind is what a pass found of the run as a whole.

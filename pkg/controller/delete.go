@@ -89,7 +89,7 @@ func (r *TerraformRunReconciler) nextDestroy(ctx context.Context, run *infrav1.T
 		}
 		return res, err
 	case cur.Phase == infrav1.RunSucceeded:
-		r.event(run, corev1.EventTypeNormal, "Destroyed", "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
+		r.event(run, corev1.EventTypeNormal, reasonDestroyed, "Destroy", "destroy run "+cur.ID+" succeeded; removing the finalizer")
 		return ctrl.Result{}, r.removeFinalizer(ctx, run)
 	case cur.ApprovalMode == infrav1.ApprovalManual && !pipeline.HasGate(st.eff, infrav1.RunDestroy):
 		// Stopped at its gate: a platform admin let it go without approval.

@@ -79,9 +79,13 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 		if a := run.Status.Approval; a != nil && a.Source == infrav1.ApprovalTimedOut {
 			reason = infrav1.ReasonApprovalTimeout
 		}
-		st.report(stalled, reason, fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, prog.Message, run.Name))
+		msg := fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, prog.Message, run.Name)
+		st.report(stalled, reason, msg)
+		r.notifyOf(run, infrav1.NotifyFailed, msg)
 	default:
-		st.report(stalled, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
+		msg := fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message)
+		st.report(stalled, infrav1.ReasonRunFailed, msg)
+		r.notifyOf(run, infrav1.NotifyFailed, msg)
 	}
 	return nil
 }
@@ -104,7 +108,9 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 		}
 	}
 	if prog.Applied {
-		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, "applied plan "+digestOf(run)+" ("+run.Status.PlanSummary+")")
+		msg := "applied plan " + digestOf(run) + " (" + run.Status.PlanSummary + ")"
+		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, msg)
+		r.notifyOf(run, infrav1.NotifyApplied, "run "+cur.ID+" "+msg)
 	} else {
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
 	}
@@ -122,7 +128,9 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 func (r *TerraformRunReconciler) finishPlanOnly(run *infrav1.TerraformRun, st *passState) {
 	cur, prog := run.Status.Run, st.progress
 	if prog.Phase != infrav1.RunSucceeded || prog.Plan == nil {
-		st.report(stalled, infrav1.ReasonRunFailed, fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message))
+		msg := fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message)
+		st.report(stalled, infrav1.ReasonRunFailed, msg)
+		r.notifyOf(run, infrav1.NotifyFailed, msg)
 		return
 	}
 	st.report(ready, infrav1.ReasonPlannedOnly,

@@ -40,6 +40,10 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 	}
 	if !want {
 		run.Status.ObservedGeneration = run.Generation
+		// A push of the commit the latest run used is handled without a run.
+		if push := run.Annotations[infrav1.SourcePushAnnotation]; push != "" && !pushPending(run) && run.Spec.Source.Git != nil {
+			run.Status.LastHandledPush = push
+		}
 		return ctrl.Result{}, nil
 	}
 	if run.Spec.Suspend {
@@ -82,8 +86,35 @@ func (r *TerraformRunReconciler) wantRun(run *infrav1.TerraformRun, st *passStat
 		return infrav1.TriggerRerunRequest, request, true
 	case st.deps.change != nil:
 		return st.deps.change.trigger, st.deps.change.detail, true
+	case pushPending(run):
+		return infrav1.TriggerSourceChange, "a push moved " + run.Spec.Source.Git.Ref + " to " + shortSHA(run.Annotations[infrav1.SourcePushAnnotation]), true
 	}
 	return "", "", false
+}
+
+// pushPending says whether a receiver marked the TerraformRun with a pushed
+// commit (infra.opr8r.io/source-push) that no run has covered: not the
+// commit of the latest run (or the last apply), and not handled before. A
+// push of the commit already used starts nothing.
+func pushPending(run *infrav1.TerraformRun) bool {
+	push := run.Annotations[infrav1.SourcePushAnnotation]
+	if push == "" || push == run.Status.LastHandledPush || run.Spec.Source.Git == nil {
+		return false
+	}
+	if cur := run.Status.Run; cur != nil && cur.Commit == push {
+		return false
+	}
+	if last := run.Status.LastApplied; last != nil && last.Revision == push {
+		return false
+	}
+	return true
+}
+
+func shortSHA(s string) string {
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
 }
 
 // newRun describes a run to start.
@@ -151,6 +182,10 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 	run.Status.LastRunNumber = number
 	if n.trigger == infrav1.TriggerRerunRequest {
 		run.Status.LastHandledRunRequest = run.Annotations[infrav1.RunRequestAnnotation]
+	}
+	if push := run.Annotations[infrav1.SourcePushAnnotation]; push != "" && n.typ != infrav1.RunDestroy {
+		// Every run clones the ref's head, which a push already reached.
+		run.Status.LastHandledPush = push
 	}
 	st.active = true
 	reason := infrav1.ReasonProgressing

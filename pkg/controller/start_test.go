@@ -151,3 +151,45 @@ func TestWaitsForAnotherActiveChild(t *testing.T) {
 		t.Fatalf("started %s while a-1 still runs", run.Status.Run.ID)
 	}
 }
+
+// TestPushPending: a receiver's push starts a run only for a commit that
+// neither the latest run nor the last apply used, and that no run covered.
+func TestPushPending(t *testing.T) {
+	const a, b = "1111111111111111111111111111111111111111", "2222222222222222222222222222222222222222"
+	mk := func(push, cur, applied, handled string) *infrav1.TerraformRun {
+		run := &infrav1.TerraformRun{}
+		run.Spec.Source.Git = &infrav1.GitSource{URL: "https://git.example.com/x.git", Ref: "main"}
+		if push != "" {
+			run.Annotations = map[string]string{infrav1.SourcePushAnnotation: push}
+		}
+		if cur != "" {
+			run.Status.Run = &infrav1.RunStatus{Commit: cur}
+		}
+		if applied != "" {
+			run.Status.LastApplied = &infrav1.AppliedRevision{Revision: applied}
+		}
+		run.Status.LastHandledPush = handled
+		return run
+	}
+	for _, tc := range []struct {
+		name string
+		run  *infrav1.TerraformRun
+		want bool
+	}{
+		{"no push", mk("", a, a, ""), false},
+		{"the latest run's commit", mk(a, a, "", ""), false},
+		{"the last apply's commit", mk(a, b, a, ""), false},
+		{"handled before", mk(b, a, a, b), false},
+		{"a new commit", mk(b, a, a, ""), true},
+		{"a new commit, no run yet", mk(b, "", "", ""), true},
+	} {
+		if got := pushPending(tc.run); got != tc.want {
+			t.Errorf("%s: pushPending = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	inline := mk(b, a, a, "")
+	inline.Spec.Source = infrav1.Source{Inline: &infrav1.InlineSource{}}
+	if pushPending(inline) {
+		t.Error("a push marks a run without a git source")
+	}
+}

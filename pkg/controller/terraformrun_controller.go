@@ -65,6 +65,8 @@ type TerraformRunReconciler struct {
 	Settled client.Reader
 	// Recorder emits Events on condition transitions.
 	Recorder events.EventRecorder
+	// Notifier, when set, is told of the Events people act on (notify.go).
+	Notifier Notifier
 	// Engines are the enabled engines.
 	Engines *engine.Registry
 	// Available says which engines' CRDs are served.

@@ -28,6 +28,8 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/notify"
+	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/records/s3"
 )
@@ -85,6 +87,12 @@ type Options struct {
 	// approval when its TerraformRun sets no spec.approval.timeout (0: wait
 	// without limit).
 	DefaultApprovalTimeout time.Duration
+	// Receiver, when set with an address, is the webhook server of the
+	// TerraformRunReceivers (pkg/receiver).
+	Receiver *receiver.Server
+	// Notify, when set, sends the runs' happenings to the
+	// TerraformRunNotifiers of their namespaces (pkg/notify).
+	Notify *notify.Dispatcher
 }
 
 // CacheOptions restricts the manager's caches to objects opr8r made
@@ -213,6 +221,8 @@ func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard
 		ByObject: map[client.Object]cache.ByObject{
 			&infrav1.TerraformRun{}:         {Label: withShard(labels.Everything(), shard)},
 			&infrav1.TerraformRunApproval{}: {Label: labels.Everything()},
+			&infrav1.TerraformRunReceiver{}: {Label: labels.Everything()},
+			&infrav1.TerraformRunNotifier{}: {Label: labels.Everything()},
 			&corev1.Secret{}:                {Label: withShard(SecretSelector(), shard), Transform: slimSecret},
 		},
 	}
@@ -425,6 +435,19 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	}
 	if err := addRecords(mgr, r, o); err != nil {
 		return nil, err
+	}
+	if err := receiver.Setup(mgr, o.Receiver); err != nil {
+		return nil, err
+	}
+	if d := o.Notify; d != nil {
+		d.Cache, d.API, d.Client = mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient()
+		if d.Recorder == nil {
+			d.Recorder = mgr.GetEventRecorder("opr8r-notifier")
+		}
+		r.Notifier = d
+		if err := mgr.Add(d); err != nil {
+			return nil, err
+		}
 	}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {

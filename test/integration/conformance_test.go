@@ -218,6 +218,7 @@ var _ = Describe("engine conformance", func() {
 			continuous(given{e})
 			approvalPolicy(given{e})
 			planRules(given{e})
+			pushes(given{e})
 			userChecks(given{e})
 			stacks(given{e})
 		})

@@ -27,6 +27,8 @@ import (
 
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/manager"
+	"github.com/opr8r/opr8r/pkg/notify"
+	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/testutil"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
@@ -101,8 +103,14 @@ func testManagerOptions() manager.Options {
 		EnginePollPeriod: 200 * time.Millisecond,
 		MinCheckInterval: time.Second,
 		SealKey:          testutil.SealKey,
+		Receiver:         &receiver.Server{Addr: "127.0.0.1:0"},
+		// The sinks listen on 127.0.0.1, which production refuses.
+		Notify: &notify.Dispatcher{HTTP: notify.GuardedClient(true), Backoff: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
 	}
 }
+
+// suiteReceiver is the webhook server of the manager startManager started.
+var suiteReceiver *receiver.Server
 
 // startManager starts the production manager setup against envtest, with
 // the suite's options changed by opts.
@@ -126,6 +134,7 @@ func startManagerIn(namespaces []string, opts ...func(*manager.Options)) {
 	}
 	r, err := manager.Setup(mgr, o)
 	Expect(err).NotTo(HaveOccurred())
+	suiteReceiver = o.Receiver
 	ctx, cancel := context.WithCancel(context.Background())
 	stopMgr = cancel
 	mgrDone = make(chan struct{})

@@ -1,0 +1,258 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// ReceiverType is the forge whose webhooks a TerraformRunReceiver takes.
+// +kubebuilder:validation:Enum=Gitea;GitHub;GitLab
+type ReceiverType string
+
+const (
+	// ReceiverGitea takes Gitea's and Forgejo's webhooks, signed with
+	// HMAC-SHA256 of the body (X-Gitea-Signature, X-Forgejo-Signature).
+	ReceiverGitea ReceiverType = "Gitea"
+	// ReceiverGitHub takes GitHub's webhooks, signed with HMAC-SHA256 of the
+	// body (X-Hub-Signature-256).
+	ReceiverGitHub ReceiverType = "GitHub"
+	// ReceiverGitLab takes GitLab's webhooks, which carry the secret token
+	// itself (X-Gitlab-Token).
+	ReceiverGitLab ReceiverType = "GitLab"
+)
+
+// ReceiverEvent is a kind of forge event a receiver acts on.
+// +kubebuilder:validation:Enum=push;tag
+type ReceiverEvent string
+
+const (
+	// ReceiverPush is a push to a branch.
+	ReceiverPush ReceiverEvent = "push"
+	// ReceiverTag is a tag pushed or moved.
+	ReceiverTag ReceiverEvent = "tag"
+)
+
+// SourcePushAnnotation is set on a TerraformRun by a receiver: the commit a
+// push moved the tracked branch or tag to. A TerraformRun whose last run
+// already used that commit starts nothing; otherwise it starts a run
+// (SourceChange) at once, without waiting for spec.interval. The value is
+// a commit SHA (40 or 64 hex digits).
+const SourcePushAnnotation = "infra.opr8r.io/source-push"
+
+// TerraformRunReceiverSpec says which forge's webhooks a receiver takes, how
+// they are verified, and which TerraformRuns of its namespace a push wakes.
+type TerraformRunReceiverSpec struct {
+	// Type is the forge: Gitea (and Forgejo), GitHub or GitLab.
+	Type ReceiverType `json:"type"`
+
+	// Events are the events acted on: push (a branch moved) and tag (a tag
+	// pushed). Other events (a ping, a pull request) are verified and
+	// answered without effect.
+	// +kubebuilder:default={push}
+	// +listType=set
+	// +kubebuilder:validation:MinItems=1
+	// +optional
+	Events []ReceiverEvent `json:"events,omitempty"`
+
+	// SecretRef names a Secret in the receiver's namespace whose key
+	// `token` is the webhook's secret: the key of Gitea's and GitHub's
+	// HMAC signatures, GitLab's secret token. It is also part of the
+	// receiver's unguessable path (status.webhookPath). At least 16
+	// characters.
+	SecretRef LocalObjectReference `json:"secretRef"`
+
+	// RunSelector limits the TerraformRuns a push may wake, in the
+	// receiver's namespace (unset: all of them). Of those, a push wakes the
+	// ones whose spec.source.git.url is the pushed repository and whose
+	// spec.source.git.ref is the pushed branch or tag.
+	// +optional
+	RunSelector *metav1.LabelSelector `json:"runSelector,omitempty"`
+}
+
+// TerraformRunReceiverStatus is where the receiver listens.
+type TerraformRunReceiverStatus struct {
+	// ObservedGeneration is the generation this status is for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// WebhookPath is the path on the manager's webhook server that takes
+	// this receiver's webhooks: /hook/ and the SHA-256 of the token, the
+	// receiver's name and namespace. Give the forge
+	// https://<the opr8r-webhook Service's address><webhookPath>.
+	// +optional
+	WebhookPath string `json:"webhookPath,omitempty"`
+
+	// Conditions: Ready says whether the receiver takes webhooks.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// TerraformRunReceiver takes a forge's webhooks for the TerraformRuns of its
+// namespace: a push to a branch (or a tag) that TerraformRuns track makes
+// them look at their source now, instead of at their next spec.interval.
+// Each receiver has its own unguessable path, and every request must carry
+// the forge's signature (or token) made with the receiver's secret; any
+// other request is refused, logged and counted, and starts nothing.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tfreceiver,categories=opr8r
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Path",type=string,JSONPath=`.status.webhookPath`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TerraformRunReceiver struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is the receiver.
+	Spec TerraformRunReceiverSpec `json:"spec"`
+	// Status is where it listens.
+	// +optional
+	Status TerraformRunReceiverStatus `json:"status,omitempty"`
+}
+
+// TerraformRunReceiverList is a list of TerraformRunReceivers.
+//
+// +kubebuilder:object:root=true
+type TerraformRunReceiverList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the receivers.
+	Items []TerraformRunReceiver `json:"items"`
+}
+
+// NotifierType is the body a notifier sends.
+// +kubebuilder:validation:Enum=Webhook;CloudEvents;Slack
+type NotifierType string
+
+const (
+	// NotifierWebhook POSTs opr8r's JSON body, signed with HMAC-SHA256
+	// (header X-Opr8r-Signature: sha256=<hex>) when the Secret has a
+	// `token`.
+	NotifierWebhook NotifierType = "Webhook"
+	// NotifierCloudEvents POSTs a CloudEvent 1.0 in binary content mode
+	// (ce-* headers, the same JSON body as data), signed like Webhook.
+	NotifierCloudEvents NotifierType = "CloudEvents"
+	// NotifierSlack POSTs a Slack incoming-webhook body ({"text", "blocks"}),
+	// which Slack, Mattermost, Rocket.Chat and others take.
+	NotifierSlack NotifierType = "Slack"
+)
+
+// NotifyEvent is a happening a notifier sends.
+// +kubebuilder:validation:Enum=ApprovalRequired;Applied;Failed;DriftDetected;Destroyed
+type NotifyEvent string
+
+const (
+	// NotifyApprovalRequired: a plan with changes waits at the gate.
+	NotifyApprovalRequired NotifyEvent = "ApprovalRequired"
+	// NotifyApplied: an apply run applied its plan.
+	NotifyApplied NotifyEvent = "Applied"
+	// NotifyFailed: a run failed, was rejected or timed out.
+	NotifyFailed NotifyEvent = "Failed"
+	// NotifyDriftDetected: a scheduled check found drift.
+	NotifyDriftDetected NotifyEvent = "DriftDetected"
+	// NotifyDestroyed: a destroy run finished (the TerraformRun is going).
+	NotifyDestroyed NotifyEvent = "Destroyed"
+)
+
+// TerraformRunNotifierSpec says what is sent, where, and for which runs.
+type TerraformRunNotifierSpec struct {
+	// Type is the body sent: Webhook, CloudEvents or Slack.
+	Type NotifierType `json:"type"`
+
+	// SecretRef names a Secret in the notifier's namespace: key `address`
+	// is the URL POSTed to (http or https; it is a secret because a Slack
+	// URL is a credential), key `token`, if present, the HMAC key of the
+	// signature (Webhook, CloudEvents).
+	SecretRef LocalObjectReference `json:"secretRef"`
+
+	// Events are the happenings sent (unset: all of them).
+	// +listType=set
+	// +optional
+	Events []NotifyEvent `json:"events,omitempty"`
+
+	// RunSelector limits the TerraformRuns of the notifier's namespace it
+	// sends for (unset: all of them); a per-run notifier selects one run by
+	// a label of its own.
+	// +optional
+	RunSelector *metav1.LabelSelector `json:"runSelector,omitempty"`
+
+	// Suspend stops sending.
+	// +optional
+	Suspend bool `json:"suspend,omitempty"`
+}
+
+// TerraformRunNotifierStatus says how deliveries went.
+type TerraformRunNotifierStatus struct {
+	// ObservedGeneration is the generation this status is for.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// Conditions: Ready is False, reason DeliveryFailed, while the last
+	// delivery failed after its retries, with the destination's answer.
+	// +listType=map
+	// +listMapKey=type
+	// +optional
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// LastDelivery is the last delivery tried.
+	// +optional
+	LastDelivery *NotifierDelivery `json:"lastDelivery,omitempty"`
+}
+
+// NotifierDelivery is one delivery of one event.
+type NotifierDelivery struct {
+	// Event sent.
+	Event NotifyEvent `json:"event"`
+	// Run is the TerraformRun's name and run ID.
+	Run string `json:"run"`
+	// At is when it ended.
+	At metav1.Time `json:"at"`
+	// Attempts made.
+	Attempts int32 `json:"attempts"`
+	// Succeeded says whether the destination took it (a 2xx answer).
+	Succeeded bool `json:"succeeded"`
+	// Message is the destination's answer or the error.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// TerraformRunNotifier sends what happens to the TerraformRuns of its
+// namespace (a plan waits for approval, applied, failed, drift, destroyed)
+// to a webhook, a CloudEvents sink or a Slack-compatible chat. Deliveries
+// are retried with backoff; a destination that fails never holds up a run,
+// and shows in this object's Ready condition and an Event.
+//
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:shortName=tfnotifier,categories=opr8r
+// +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Last",type=string,JSONPath=`.status.lastDelivery.event`,priority=1
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type TerraformRunNotifier struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// Spec is what is sent, where.
+	Spec TerraformRunNotifierSpec `json:"spec"`
+	// Status says how deliveries went.
+	// +optional
+	Status TerraformRunNotifierStatus `json:"status,omitempty"`
+}
+
+// TerraformRunNotifierList is a list of TerraformRunNotifiers.
+//
+// +kubebuilder:object:root=true
+type TerraformRunNotifierList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// Items are the notifiers.
+	Items []TerraformRunNotifier `json:"items"`
+}
+
+func init() {
+	SchemeBuilder.Register(&TerraformRunReceiver{}, &TerraformRunReceiverList{}, &TerraformRunNotifier{}, &TerraformRunNotifierList{})
+}

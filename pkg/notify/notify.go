@@ -1,0 +1,497 @@
+// Package notify sends what happens to TerraformRuns to the destinations of
+// their namespace's TerraformRunNotifiers: a signed JSON webhook, a
+// CloudEvent over HTTP, or a Slack-compatible incoming webhook. The
+// reconciler hands it a Notice and goes on; deliveries run in the
+// background, are retried with backoff, and a destination that keeps
+// failing shows in its notifier's Ready condition and an Event, never in a
+// run.
+package notify
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	cloudevents "github.com/cloudevents/sdk-go/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/events"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/receiver"
+)
+
+// +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunnotifiers,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunnotifiers/status,verbs=get;update;patch
+
+// Keys of a notifier's Secret.
+const (
+	AddressKey = "address"
+	TokenKey   = "token"
+)
+
+// SignatureHeader carries the HMAC-SHA256 of the body under the Secret's
+// token: sha256=<hex>, as GitHub signs.
+const SignatureHeader = "X-Opr8r-Signature"
+
+// EventSource is the CloudEvents source of every event.
+const EventSource = "opr8r.io/terraformruns"
+
+// Notice is one happening of one TerraformRun: the body every destination
+// gets (Slack's as text). It carries names, counts and opr8r's own
+// messages, never a variable's or an output's value.
+type Notice struct {
+	Event     infrav1.NotifyEvent `json:"event"`
+	Namespace string              `json:"namespace"`
+	Name      string              `json:"name"`
+	UID       string              `json:"uid"`
+	// RunID is the run (its child's name); for DriftDetected, the
+	// TerraformRun's latest run.
+	RunID   string            `json:"runID,omitempty"`
+	Type    string            `json:"type,omitempty"`
+	Trigger string            `json:"trigger,omitempty"`
+	Commit  string            `json:"commit,omitempty"`
+	Plan    *Plan             `json:"plan,omitempty"`
+	Message string            `json:"message"`
+	Hint    string            `json:"hint,omitempty"`
+	Time    time.Time         `json:"time"`
+	Labels  map[string]string `json:"-"`
+}
+
+// Plan is a plan's counts and digest.
+type Plan struct {
+	Add     int32  `json:"add"`
+	Change  int32  `json:"change"`
+	Destroy int32  `json:"destroy"`
+	Digest  string `json:"digest,omitempty"`
+}
+
+// NoticeOf makes the notice of a run's happening now.
+func NoticeOf(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, msg string, now time.Time) Notice {
+	n := Notice{Event: ev, Namespace: run.Namespace, Name: run.Name, UID: string(run.UID), Message: msg, Time: now.UTC(), Labels: run.Labels}
+	if cur := run.Status.Run; cur != nil {
+		n.RunID, n.Type, n.Trigger, n.Commit = cur.ID, string(cur.Type), string(cur.Trigger), cur.Commit
+	}
+	if p := run.Status.Plan; p != nil && ev != infrav1.NotifyDriftDetected {
+		n.Plan = &Plan{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Digest: p.Digest}
+	}
+	switch ev {
+	case infrav1.NotifyApprovalRequired:
+		n.Hint = fmt.Sprintf("kubectl tfrun plan %s -n %s; kubectl tfrun approve %s -n %s", run.Name, run.Namespace, run.Name, run.Namespace)
+	case infrav1.NotifyFailed:
+		n.Hint = fmt.Sprintf("kubectl tfrun logs %s -n %s", run.Name, run.Namespace)
+	case infrav1.NotifyDriftDetected:
+		n.Hint = fmt.Sprintf("kubectl tfrun rerun %s -n %s", run.Name, run.Namespace)
+	}
+	return n
+}
+
+var (
+	deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opr8r_notifications_total",
+		Help: "Notification deliveries by notifier type and result (delivered, failed after retries, dropped: the queue was full).",
+	}, []string{"type", "result"})
+)
+
+func init() { metrics.Registry.MustRegister(deliveries) }
+
+// Dispatcher delivers notices. Notify never blocks.
+type Dispatcher struct {
+	// Cache lists the notifiers.
+	Cache client.Reader
+	// API reads their Secrets.
+	API client.Reader
+	// Client writes their status.
+	Client client.Client
+	// Recorder emits Events on notifiers and runs when a delivery fails.
+	Recorder events.EventRecorder
+	// HTTP sends; nil: a client that refuses loopback, link-local and
+	// unspecified addresses (Guard) with a 10 s timeout.
+	HTTP *http.Client
+	// Backoff are the waits between attempts (nil: 1, 2, 4, 8 s: five
+	// attempts).
+	Backoff []time.Duration
+	// Parallel bounds the deliveries under way (0: 8).
+	Parallel int
+
+	once  sync.Once
+	queue chan Notice
+	slots chan struct{}
+	mu    sync.Mutex
+	seen  map[string]time.Time
+}
+
+func (d *Dispatcher) init() {
+	d.once.Do(func() {
+		d.queue = make(chan Notice, 1024)
+		p := d.Parallel
+		if p == 0 {
+			p = 8
+		}
+		d.slots = make(chan struct{}, p)
+		d.seen = map[string]time.Time{}
+		if d.HTTP == nil {
+			d.HTTP = GuardedClient(false)
+		}
+		if d.Backoff == nil {
+			d.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
+		}
+	})
+}
+
+// Notify queues a notice for the notifiers of the run's namespace. The
+// same happening of the same run (a pass repeated after a conflict, or a
+// failure that two conditions report) is sent once.
+func (d *Dispatcher) Notify(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, msg string) {
+	d.init()
+	n := NoticeOf(run, ev, msg, time.Now())
+	// A run's failure shows in two conditions (the step's and Stalled),
+	// each with its Event: one notice per run and happening. Drift is
+	// found by checks, which are not runs: their messages name them.
+	key := strings.Join([]string{n.UID, string(ev), n.RunID}, "\x00")
+	if ev == infrav1.NotifyDriftDetected {
+		key += "\x00" + msg
+	}
+	d.mu.Lock()
+	if _, dup := d.seen[key]; dup {
+		d.mu.Unlock()
+		return
+	}
+	if len(d.seen) > 10000 {
+		for k, t := range d.seen {
+			if time.Since(t) > time.Hour {
+				delete(d.seen, k)
+			}
+		}
+	}
+	d.seen[key] = time.Now()
+	d.mu.Unlock()
+	select {
+	case d.queue <- n:
+	default:
+		deliveries.WithLabelValues("", "dropped").Inc()
+		ctrl.Log.WithName("notify").Info("notification dropped: the queue is full", "run", n.Namespace+"/"+n.Name, "event", ev)
+	}
+}
+
+// NeedLeaderElection is true: notices come from the leader's reconciler.
+func (d *Dispatcher) NeedLeaderElection() bool { return true }
+
+// Start delivers queued notices until ctx ends.
+func (d *Dispatcher) Start(ctx context.Context) error {
+	d.init()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case n := <-d.queue:
+			d.dispatch(ctx, n)
+		}
+	}
+}
+
+// dispatch starts a delivery to each notifier that wants the notice.
+func (d *Dispatcher) dispatch(ctx context.Context, n Notice) {
+	var list infrav1.TerraformRunNotifierList
+	if err := d.Cache.List(ctx, &list, client.InNamespace(n.Namespace)); err != nil {
+		ctrl.Log.WithName("notify").Error(err, "listing notifiers", "namespace", n.Namespace)
+		return
+	}
+	for i := range list.Items {
+		nf := list.Items[i].DeepCopy()
+		if !Wants(nf, n) {
+			continue
+		}
+		select {
+		case d.slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		go func() {
+			defer func() { <-d.slots }()
+			d.deliver(ctx, nf, n)
+		}()
+	}
+}
+
+// Wants says whether a notifier sends a notice.
+func Wants(nf *infrav1.TerraformRunNotifier, n Notice) bool {
+	if nf.Spec.Suspend || nf.DeletionTimestamp != nil || (len(nf.Spec.Events) > 0 && !slices.Contains(nf.Spec.Events, n.Event)) {
+		return false
+	}
+	if nf.Spec.RunSelector == nil {
+		return true
+	}
+	sel, err := metav1.LabelSelectorAsSelector(nf.Spec.RunSelector)
+	return err == nil && sel.Matches(labels.Set(n.Labels))
+}
+
+// deliver sends one notice to one notifier with retries, then records the
+// outcome in the notifier's status.
+func (d *Dispatcher) deliver(ctx context.Context, nf *infrav1.TerraformRunNotifier, n Notice) {
+	log := ctrl.Log.WithName("notify").WithValues("notifier", nf.Namespace+"/"+nf.Name, "run", n.Name, "event", n.Event)
+	var (
+		attempts int32
+		answer   string
+	)
+	addr, token, err := secretOf(ctx, d.API, nf)
+	if err == nil {
+		if attempts, answer, err = d.sendWithRetries(ctx, nf.Spec.Type, addr, token, n); ctx.Err() != nil {
+			return
+		}
+	}
+	del := infrav1.NotifierDelivery{Event: n.Event, Run: n.Name + "/" + n.RunID, At: metav1.Now(), Attempts: attempts, Succeeded: err == nil, Message: truncate(answer, 256)}
+	cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Delivered", ObservedGeneration: nf.Generation,
+		Message: fmt.Sprintf("delivered %s of %s (attempt %d)", n.Event, n.Name, attempts)}
+	if err != nil {
+		del.Message = truncate(err.Error(), 256)
+		cond.Status, cond.Reason = metav1.ConditionFalse, "DeliveryFailed"
+		cond.Message = fmt.Sprintf("%s of %s not delivered after %d attempts: %s", n.Event, n.Name, attempts, truncate(err.Error(), 512))
+		deliveries.WithLabelValues(string(nf.Spec.Type), "failed").Inc()
+		log.Info("delivery failed", "attempts", attempts, "error", err.Error())
+		if d.Recorder != nil {
+			d.Recorder.Eventf(nf, nil, corev1.EventTypeWarning, "DeliveryFailed", "Notify", "%s", cond.Message)
+			run := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: n.Namespace, UID: types.UID(n.UID)}}
+			run.SetGroupVersionKind(infrav1.GroupVersion.WithKind("TerraformRun"))
+			d.Recorder.Eventf(run, nil, corev1.EventTypeWarning, "NotificationFailed", "Notify", "notifier %s: %s", nf.Name, cond.Message)
+		}
+	} else {
+		deliveries.WithLabelValues(string(nf.Spec.Type), "delivered").Inc()
+	}
+	d.record(ctx, nf, del, cond)
+}
+
+// record writes a delivery's outcome to the notifier's status.
+func (d *Dispatcher) record(ctx context.Context, nf *infrav1.TerraformRunNotifier, del infrav1.NotifierDelivery, cond metav1.Condition) {
+	if d.Client == nil {
+		return
+	}
+	var cur infrav1.TerraformRunNotifier
+	if err := d.Client.Get(ctx, client.ObjectKeyFromObject(nf), &cur); err != nil {
+		return
+	}
+	old := cur.DeepCopy()
+	cur.Status.LastDelivery = &del
+	cur.Status.ObservedGeneration = cur.Generation
+	apimeta.SetStatusCondition(&cur.Status.Conditions, cond)
+	if err := d.Client.Status().Patch(ctx, &cur, client.MergeFrom(old)); err != nil {
+		ctrl.Log.WithName("notify").V(1).Info("recording a delivery", "error", err.Error())
+	}
+}
+
+// sendWithRetries sends a notice, trying again after each wait of Backoff
+// while the destination fails in a way a retry may mend (no answer, 429,
+// 5xx).
+func (d *Dispatcher) sendWithRetries(ctx context.Context, typ infrav1.NotifierType, addr string, token []byte, n Notice) (int32, string, error) {
+	for attempts := int32(1); ; attempts++ {
+		answer, err := d.send(ctx, typ, addr, token, n)
+		if err == nil || attempts > int32(len(d.Backoff)) || permanent(err) {
+			return attempts, answer, err
+		}
+		ctrl.Log.WithName("notify").V(1).Info("delivery failed; retrying", "run", n.Namespace+"/"+n.Name, "event", n.Event, "attempt", attempts, "error", err.Error())
+		select {
+		case <-time.After(d.Backoff[attempts-1]):
+		case <-ctx.Done():
+			return attempts, answer, ctx.Err()
+		}
+	}
+}
+
+// errPermanent marks a failure that a retry cannot mend.
+type errPermanent struct{ error }
+
+func permanent(err error) bool {
+	var p errPermanent
+	return errors.As(err, &p)
+}
+
+// secretOf reads a notifier's address and token.
+func secretOf(ctx context.Context, c client.Reader, nf *infrav1.TerraformRunNotifier) (string, []byte, error) {
+	var sec corev1.Secret
+	if err := c.Get(ctx, types.NamespacedName{Namespace: nf.Namespace, Name: nf.Spec.SecretRef.Name}, &sec); err != nil {
+		return "", nil, errPermanent{fmt.Errorf("spec.secretRef: reading Secret %s: %w", nf.Spec.SecretRef.Name, err)}
+	}
+	addr := strings.TrimSpace(string(sec.Data[AddressKey]))
+	u, err := url.Parse(addr)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", nil, errPermanent{fmt.Errorf("spec.secretRef: Secret %s key %q must be an http or https URL", sec.Name, AddressKey)}
+	}
+	return addr, sec.Data[TokenKey], nil
+}
+
+// send POSTs one notice and returns the destination's answer.
+func (d *Dispatcher) send(ctx context.Context, typ infrav1.NotifierType, addr string, token []byte, n Notice) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	req, err := Request(ctx, typ, addr, token, n)
+	if err != nil {
+		return "", errPermanent{err}
+	}
+	resp, err := d.HTTP.Do(req)
+	if err != nil {
+		var g errGuard
+		if errors.As(err, &g) {
+			return "", errPermanent{g}
+		}
+		return "", err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
+	answer := strings.TrimSpace(fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b))))
+	switch {
+	case resp.StatusCode >= 200 && resp.StatusCode < 300:
+		return answer, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return answer, errors.New(answer)
+	}
+	return answer, errPermanent{errors.New(answer)}
+}
+
+// Request makes the HTTP request of a notice for a notifier type.
+func Request(ctx context.Context, typ infrav1.NotifierType, addr string, token []byte, n Notice) (*http.Request, error) {
+	body, err := json.Marshal(n)
+	if err != nil {
+		return nil, err
+	}
+	var req *http.Request
+	switch typ {
+	case infrav1.NotifierWebhook:
+		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, addr, bytes.NewReader(body)); err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+	case infrav1.NotifierCloudEvents:
+		ev := cloudevents.NewEvent()
+		ev.SetID(n.UID + "-" + n.RunID + "-" + string(n.Event) + "-" + n.Time.Format("20060102T150405.000"))
+		ev.SetSource(EventSource)
+		ev.SetType("io.opr8r.terraformrun." + strings.ToLower(string(n.Event)))
+		ev.SetSubject(n.Namespace + "/" + n.Name)
+		ev.SetTime(n.Time)
+		if err := ev.SetData(cloudevents.ApplicationJSON, body); err != nil {
+			return nil, err
+		}
+		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, addr, nil); err != nil {
+			return nil, err
+		}
+		if err := cehttp.WriteRequest(ctx, binding.ToMessage(&ev), req); err != nil {
+			return nil, err
+		}
+		// The body as sent, for the signature.
+		body = ev.Data()
+	case infrav1.NotifierSlack:
+		if body, err = json.Marshal(slackBody(n)); err != nil {
+			return nil, err
+		}
+		if req, err = http.NewRequestWithContext(ctx, http.MethodPost, addr, bytes.NewReader(body)); err != nil {
+			return nil, err
+		}
+		req.Header.Set("Content-Type", "application/json")
+	default:
+		return nil, fmt.Errorf("spec.type %q: use Webhook, CloudEvents or Slack", typ)
+	}
+	req.Header.Set("User-Agent", "opr8r-notifier")
+	if len(token) > 0 {
+		req.Header.Set(SignatureHeader, "sha256="+receiver.Sign(body, token))
+	}
+	return req, nil
+}
+
+// slackBody is a Slack incoming webhook's body: text for notifications and
+// clients that show only it, and a section block.
+func slackBody(n Notice) map[string]any {
+	icon := map[infrav1.NotifyEvent]string{
+		infrav1.NotifyApprovalRequired: ":hourglass:", infrav1.NotifyApplied: ":white_check_mark:", infrav1.NotifyFailed: ":x:",
+		infrav1.NotifyDriftDetected: ":warning:", infrav1.NotifyDestroyed: ":wastebasket:",
+	}[n.Event]
+	text := fmt.Sprintf("%s *%s* TerraformRun `%s/%s`", icon, n.Event, n.Namespace, n.Name)
+	if n.RunID != "" {
+		text += " run `" + n.RunID + "`"
+	}
+	if n.Plan != nil {
+		text += fmt.Sprintf(" (plan +%d ~%d -%d)", n.Plan.Add, n.Plan.Change, n.Plan.Destroy)
+	}
+	text += ": " + n.Message
+	if n.Hint != "" {
+		text += "\n`" + n.Hint + "`"
+	}
+	return map[string]any{
+		"text":   text,
+		"blocks": []any{map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": text}}},
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
+
+// errGuard is a destination the guard refused.
+type errGuard struct{ error }
+
+// GuardedClient is an HTTP client whose connections refuse the addresses a
+// tenant must not make the manager reach: loopback (the manager's own
+// endpoints), link-local (cloud metadata services), unspecified and
+// multicast, checked on the address actually dialled (after DNS, on every
+// redirect). allowLoopback lets the tests reach a server on 127.0.0.1.
+func GuardedClient(allowLoopback bool) *http.Client {
+	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
+		host, _, err := net.SplitHostPort(address)
+		if err != nil {
+			return err
+		}
+		ip := net.ParseIP(host)
+		if ip == nil {
+			return errGuard{fmt.Errorf("refusing %s: not an IP address", host)}
+		}
+		if reason := Refused(ip, allowLoopback); reason != "" {
+			return errGuard{fmt.Errorf("refusing to send to %s: %s", ip, reason)}
+		}
+		return nil
+	}}
+	tr := http.DefaultTransport.(*http.Transport).Clone()
+	tr.Proxy = nil
+	tr.DialContext = dialer.DialContext
+	return &http.Client{Transport: tr, Timeout: 10 * time.Second, CheckRedirect: func(_ *http.Request, via []*http.Request) error {
+		if len(via) >= 3 {
+			return errors.New("too many redirects")
+		}
+		return nil
+	}}
+}
+
+// Refused says why an address is refused as a destination, or "".
+func Refused(ip net.IP, allowLoopback bool) string {
+	switch {
+	case ip.IsLoopback() && !allowLoopback:
+		return "a loopback address (the manager itself)"
+	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
+		return "a link-local address (such as a cloud metadata service)"
+	case ip.IsUnspecified():
+		return "the unspecified address"
+	case ip.IsMulticast():
+		return "a multicast address"
+	}
+	return ""
+}

@@ -1,0 +1,285 @@
+// Package receiver takes forges' webhooks (TerraformRunReceiver): it checks
+// each request's signature with the receiver's secret, reads which
+// repository and branch or tag moved to which commit, and marks the
+// TerraformRuns of the receiver's namespace that track them
+// (infra.opr8r.io/source-push), so that they run now rather than at their
+// next spec.interval. It parses the few fields it needs itself, rather than
+// with each forge's client library, to keep the manager's binary small
+// (docs/performance.md, P4); the tests read the forges' documented sample
+// payloads.
+package receiver
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// Kind is what a webhook tells.
+type Kind string
+
+const (
+	// Push moved a branch.
+	Push Kind = "push"
+	// Tag pushed or moved a tag.
+	Tag Kind = "tag"
+	// Other is any other event (a ping, a pull request, an issue): verified
+	// and answered without effect.
+	Other Kind = "other"
+)
+
+// Event is what opr8r reads of a verified webhook.
+type Event struct {
+	// Kind of the event.
+	Kind Kind
+	// Name is the forge's name of the event (push, Push Hook, ping, ...).
+	Name string
+	// Ref is the branch or tag's short name (main, v1.2.0).
+	Ref string
+	// Commit is the commit the ref moved to; empty when the ref was deleted.
+	Commit string
+	// Repos are the repository's URLs (clone, ssh, web), as the forge gives
+	// them.
+	Repos []string
+}
+
+// Forge verifies and reads one forge's webhooks.
+type Forge interface {
+	// Verify checks that the request was made with the token: an HMAC
+	// signature of the body or the token itself, compared in constant time.
+	Verify(h http.Header, body, token []byte) error
+	// Parse reads a verified request.
+	Parse(h http.Header, body []byte) (Event, error)
+}
+
+// ForgeOf is the forge of a receiver type.
+func ForgeOf(t infrav1.ReceiverType) (Forge, error) {
+	switch t {
+	case infrav1.ReceiverGitea:
+		return gitea{}, nil
+	case infrav1.ReceiverGitHub:
+		return github{}, nil
+	case infrav1.ReceiverGitLab:
+		return gitlab{}, nil
+	}
+	return nil, fmt.Errorf("unknown receiver type %q: use Gitea, GitHub or GitLab", t)
+}
+
+// ErrUnsigned is a request without the forge's signature header.
+var ErrUnsigned = errors.New("unsigned")
+
+// verifyHMAC checks a hex HMAC-SHA256 of body under token.
+func verifyHMAC(sig string, body, token []byte) error {
+	if sig == "" {
+		return ErrUnsigned
+	}
+	got, err := hex.DecodeString(sig)
+	if err != nil {
+		return fmt.Errorf("signature is not hex: %w", err)
+	}
+	m := hmac.New(sha256.New, token)
+	m.Write(body)
+	if !hmac.Equal(got, m.Sum(nil)) {
+		return errors.New("signature does not match the body and the receiver's token")
+	}
+	return nil
+}
+
+// Sign is the hex HMAC-SHA256 of body under token, as Gitea and GitHub
+// sign (GitHub with a sha256= prefix); the tests and the notifiers use it.
+func Sign(body, token []byte) string {
+	m := hmac.New(sha256.New, token)
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// pushPayload is the part of a push that Gitea, Forgejo, Gogs and GitHub
+// share: the ref, the commit after, and the repository's URLs.
+type pushPayload struct {
+	Ref        string `json:"ref"`
+	After      string `json:"after"`
+	Deleted    bool   `json:"deleted"`
+	HeadCommit *struct {
+		ID string `json:"id"`
+	} `json:"head_commit"`
+	Repository struct {
+		CloneURL string `json:"clone_url"`
+		SSHURL   string `json:"ssh_url"`
+		HTMLURL  string `json:"html_url"`
+		GitURL   string `json:"git_url"`
+	} `json:"repository"`
+}
+
+func (p pushPayload) event(name string) (Event, error) {
+	e, err := refEvent(name, p.Ref, p.After)
+	if err != nil {
+		return e, err
+	}
+	if p.Deleted {
+		e.Commit = ""
+	} else if e.Kind == Tag && p.HeadCommit != nil && isSHA(p.HeadCommit.ID) {
+		// An annotated tag's after is the tag object; the commit it
+		// points to is what a checkout resolves to.
+		e.Commit = p.HeadCommit.ID
+	}
+	e.Repos = nonEmpty(p.Repository.CloneURL, p.Repository.SSHURL, p.Repository.HTMLURL, p.Repository.GitURL)
+	if len(e.Repos) == 0 {
+		return e, errors.New("payload names no repository URL")
+	}
+	return e, nil
+}
+
+// refEvent reads a full ref (refs/heads/x, refs/tags/x) and the commit it
+// moved to; a commit of zeros (a deletion) is none.
+func refEvent(name, ref, after string) (Event, error) {
+	e := Event{Name: name, Commit: after}
+	switch {
+	case strings.HasPrefix(ref, "refs/heads/"):
+		e.Kind, e.Ref = Push, strings.TrimPrefix(ref, "refs/heads/")
+	case strings.HasPrefix(ref, "refs/tags/"):
+		e.Kind, e.Ref = Tag, strings.TrimPrefix(ref, "refs/tags/")
+	default:
+		return e, fmt.Errorf("ref %q is neither a branch (refs/heads/) nor a tag (refs/tags/)", ref)
+	}
+	if strings.Trim(after, "0") == "" {
+		e.Commit = ""
+	} else if !isSHA(after) {
+		return e, fmt.Errorf("commit %q is not a SHA", after)
+	}
+	return e, nil
+}
+
+func isSHA(s string) bool {
+	if len(s) != 40 && len(s) != 64 {
+		return false
+	}
+	_, err := hex.DecodeString(s)
+	return err == nil && strings.ToLower(s) == s
+}
+
+func nonEmpty(ss ...string) []string {
+	var out []string
+	for _, s := range ss {
+		if s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// gitea verifies Gitea's, Forgejo's and Gogs's webhooks: X-Gitea-Signature
+// (or X-Forgejo-Signature, X-Gogs-Signature), the hex HMAC-SHA256 of the
+// body; X-Gitea-Event (X-Forgejo-Event, X-Gogs-Event) names the event.
+type gitea struct{}
+
+func (gitea) Verify(h http.Header, body, token []byte) error {
+	return verifyHMAC(first(h, "X-Gitea-Signature", "X-Forgejo-Signature", "X-Gogs-Signature"), body, token)
+}
+
+func (gitea) Parse(h http.Header, body []byte) (Event, error) {
+	name := first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event")
+	if name != "push" {
+		// A tag's creation also comes as a push of refs/tags/...
+		return Event{Kind: Other, Name: name}, nil
+	}
+	var p pushPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Event{}, fmt.Errorf("push payload: %w", err)
+	}
+	return p.event(name)
+}
+
+// github verifies GitHub's webhooks: X-Hub-Signature-256 is sha256= and
+// the hex HMAC-SHA256 of the body (the SHA-1 X-Hub-Signature is not
+// accepted); X-GitHub-Event names the event.
+type github struct{}
+
+func (github) Verify(h http.Header, body, token []byte) error {
+	sig := h.Get("X-Hub-Signature-256")
+	if sig == "" {
+		return ErrUnsigned
+	}
+	hexSig, ok := strings.CutPrefix(sig, "sha256=")
+	if !ok {
+		return errors.New("X-Hub-Signature-256 does not start with sha256=")
+	}
+	return verifyHMAC(hexSig, body, token)
+}
+
+func (github) Parse(h http.Header, body []byte) (Event, error) {
+	name := h.Get("X-GitHub-Event")
+	if name != "push" {
+		return Event{Kind: Other, Name: name}, nil
+	}
+	var p pushPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Event{}, fmt.Errorf("push payload: %w", err)
+	}
+	return p.event(name)
+}
+
+// gitlab verifies GitLab's webhooks, which carry the secret token itself in
+// X-Gitlab-Token; X-Gitlab-Event names the event (Push Hook, Tag Push
+// Hook).
+type gitlab struct{}
+
+func (gitlab) Verify(h http.Header, body, token []byte) error {
+	got := h.Get("X-Gitlab-Token")
+	if got == "" {
+		return ErrUnsigned
+	}
+	if subtle.ConstantTimeCompare([]byte(got), token) != 1 {
+		return errors.New("X-Gitlab-Token is not the receiver's token")
+	}
+	return nil
+}
+
+func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
+	name := h.Get("X-Gitlab-Event")
+	if name != "Push Hook" && name != "Tag Push Hook" {
+		return Event{Kind: Other, Name: name}, nil
+	}
+	var p struct {
+		Ref         string `json:"ref"`
+		After       string `json:"after"`
+		CheckoutSHA string `json:"checkout_sha"`
+		Project     struct {
+			GitHTTPURL string `json:"git_http_url"`
+			GitSSHURL  string `json:"git_ssh_url"`
+			WebURL     string `json:"web_url"`
+		} `json:"project"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Event{}, fmt.Errorf("push payload: %w", err)
+	}
+	e, err := refEvent(name, p.Ref, p.After)
+	if err != nil {
+		return e, err
+	}
+	if e.Commit != "" && isSHA(p.CheckoutSHA) {
+		// The commit an annotated tag points to (after is the tag object).
+		e.Commit = p.CheckoutSHA
+	}
+	e.Repos = nonEmpty(p.Project.GitHTTPURL, p.Project.GitSSHURL, p.Project.WebURL)
+	if len(e.Repos) == 0 {
+		return e, errors.New("payload names no project URL")
+	}
+	return e, nil
+}
+
+func first(h http.Header, keys ...string) string {
+	for _, k := range keys {
+		if v := h.Get(k); v != "" {
+			return v
+		}
+	}
+	return ""
+}

@@ -1,0 +1,280 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	. "github.com/onsi/ginkgo/v2"
+	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/notify"
+	"github.com/opr8r/opr8r/pkg/receiver"
+)
+
+const (
+	pushRepo   = "https://git.example.com/team/infra.git"
+	pushToken  = "a-receiver-token-of-32-characters"
+	commitA    = "1111111111111111111111111111111111111111"
+	commitB    = "2222222222222222222222222222222222222222"
+	notifyHMAC = "a-notifier-hmac-key"
+)
+
+// giteaPush is a Gitea push of ref to commit in repo, as Gitea sends it
+// (the fields opr8r reads, and a few around them).
+func giteaPush(repo, ref, commit string) []byte {
+	b, err := json.Marshal(map[string]any{
+		"ref": "refs/heads/" + ref, "before": strings.Repeat("0", 40), "after": commit,
+		"repository": map[string]any{"clone_url": repo, "html_url": strings.TrimSuffix(repo, ".git"), "full_name": "team/infra"},
+		"pusher":     map[string]any{"login": "dev"},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return b
+}
+
+// postHook POSTs a webhook to the suite's receiver server and returns the
+// status code and the answer.
+func postHook(path string, body []byte, header map[string]string) (int, string) {
+	addr := suiteReceiver.Address()
+	Expect(addr).NotTo(BeEmpty())
+	req, err := http.NewRequest(http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+	Expect(err).NotTo(HaveOccurred())
+	for k, v := range header {
+		req.Header.Set(k, v)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	Expect(err).NotTo(HaveOccurred())
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func signedGitea(body []byte, key string) map[string]string {
+	return map[string]string{"X-Gitea-Event": "push", "X-Gitea-Signature": receiver.Sign(body, []byte(key))}
+}
+
+// makeReceiver creates a Gitea receiver and its Secret, and waits for its
+// path.
+func makeReceiver(ns string) string {
+	ctx := context.Background()
+	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: ns}, StringData: map[string]string{"token": pushToken}})).To(Succeed())
+	Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "forge", Namespace: ns},
+		Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "hook"}}})).To(Succeed())
+	var path string
+	Eventually(func() string {
+		var r infrav1.TerraformRunReceiver
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forge"}, &r)).To(Succeed())
+		path = r.Status.WebhookPath
+		return path
+	}, timeout, interval).Should(Equal(receiver.Path([]byte(pushToken), "forge", ns)))
+	return path
+}
+
+// sink records what notifiers deliver.
+type sink struct {
+	srv    *httptest.Server
+	mu     sync.Mutex
+	got    []notify.Notice
+	sigs   []bool
+	status int
+}
+
+func newSink() *sink {
+	s := &sink{status: http.StatusOK}
+	s.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.status != http.StatusOK {
+			w.WriteHeader(s.status)
+			_, _ = w.Write([]byte("sink says no"))
+			return
+		}
+		var n notify.Notice
+		Expect(json.Unmarshal(b, &n)).To(Succeed())
+		s.got = append(s.got, n)
+		s.sigs = append(s.sigs, r.Header.Get(notify.SignatureHeader) == "sha256="+receiver.Sign(b, []byte(notifyHMAC)))
+	}))
+	return s
+}
+
+// events are the happenings the sink got for a run, each with whether its
+// signature was good.
+func (s *sink) events(name string) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	for i, n := range s.got {
+		if n.Name == name {
+			out = append(out, fmt.Sprintf("%s signed=%v", n.Event, s.sigs[i]))
+		}
+	}
+	return out
+}
+
+func (s *sink) notice(name string, ev infrav1.NotifyEvent) notify.Notice {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, n := range s.got {
+		if n.Name == name && n.Event == ev {
+			return n
+		}
+	}
+	return notify.Notice{}
+}
+
+func makeNotifier(ns, name, address string, events ...infrav1.NotifyEvent) {
+	ctx := context.Background()
+	Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, StringData: map[string]string{"address": address, "token": notifyHMAC}})).To(Succeed())
+	Expect(k8sClient.Create(ctx, &infrav1.TerraformRunNotifier{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: infrav1.TerraformRunNotifierSpec{Type: infrav1.NotifierWebhook, SecretRef: infrav1.LocalObjectReference{Name: name}, Events: events}})).To(Succeed())
+}
+
+// pushes is the conformance suite's part on receivers and notifiers: a
+// push reaches a run in seconds without spec.interval, a push of the
+// commit already applied starts nothing, forged webhooks start nothing,
+// and what happens to runs reaches a notifier, signed.
+func pushes(g given) {
+	It("starts a run when a signed push moves the tracked branch, and none for the commit already applied or a forged push", func() {
+		ns := newNamespace()
+		sk := newSink()
+		defer sk.srv.Close()
+		makeNotifier(ns, "team", sk.srv.URL)
+		ctx := context.Background()
+		w := g.run("pushed", ns).Auto().Git(pushRepo, "main", "", "")
+		Expect(k8sClient.Create(ctx, w.Obj())).To(Succeed())
+		s := g.active(ns, "pushed")
+		s.StartAt(commitA)
+		s.Plan(1, 0, 0, digestOf("pushed-a"))
+		s.FinishApply(`{}`)
+		Eventually(condReason(ns, "pushed", infrav1.ReadyCondition), timeout, interval).Should(Equal("True/Succeeded"))
+		first := getRun(ns, "pushed").Status.Run.ID
+		Eventually(func() []string { return sk.events("pushed") }, timeout, interval).Should(Equal([]string{"Applied signed=true"}))
+		n := sk.notice("pushed", infrav1.NotifyApplied)
+		Expect(n.RunID).To(Equal(first))
+		Expect(n.Commit).To(Equal(commitA))
+		Expect(n.Plan).To(Equal(&notify.Plan{Add: 1, Digest: digestOf("pushed-a")}))
+
+		path := makeReceiver(ns)
+		By("a push of the commit already applied: accepted, no run")
+		code, body := postHook(path, giteaPush(pushRepo, "main", commitA), signedGitea(giteaPush(pushRepo, "main", commitA), pushToken))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(body).To(ContainSubstring(`"runs":["pushed"]`))
+		Eventually(func() string { return getRun(ns, "pushed").Status.LastHandledPush }, timeout, interval).Should(Equal(commitA))
+		Consistently(func() string { return getRun(ns, "pushed").Status.Run.ID }, 2*time.Second, interval).Should(Equal(first))
+
+		By("forged pushes: refused, no run")
+		forged := giteaPush(pushRepo, "main", commitB)
+		for _, h := range []map[string]string{
+			signedGitea(forged, "another-token-of-32-characters!!"),      // wrong key
+			{"X-Gitea-Event": "push"},                                    // unsigned
+			signedGitea(giteaPush(pushRepo, "main", commitA), pushToken), // a signature of another body
+		} {
+			code, body := postHook(path, forged, h)
+			Expect(code).To(Equal(http.StatusUnauthorized), body)
+			Expect(body).To(ContainSubstring(`"result":"refused"`))
+		}
+		code, _ = postHook("/hook/"+strings.Repeat("0", 64), forged, signedGitea(forged, pushToken))
+		Expect(code).To(Equal(http.StatusNotFound))
+		Consistently(func() string { return getRun(ns, "pushed").Annotations[infrav1.SourcePushAnnotation] }, time.Second, interval).Should(Equal(commitA))
+
+		By("a push of another branch or repository: no run")
+		other := giteaPush(pushRepo, "release", commitB)
+		code, body = postHook(path, other, signedGitea(other, pushToken))
+		Expect(code).To(Equal(http.StatusAccepted))
+		Expect(body).NotTo(ContainSubstring("pushed"))
+
+		By("a push that moves the branch: a run at once, without spec.interval")
+		moved := giteaPush("git@git.example.com:team/infra.git", "main", commitB)
+		code, body = postHook(path, moved, signedGitea(moved, pushToken))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		s2 := g.nextRun(ns, "pushed", first)
+		run := getRun(ns, "pushed")
+		Expect(run.Status.Run.Trigger).To(Equal(infrav1.TriggerSourceChange))
+		Expect(run.Status.Run.TriggerDetail).To(ContainSubstring(commitB[:12]))
+		Expect(run.Status.LastHandledPush).To(Equal(commitB))
+		s2.StartAt(commitB)
+		s2.Plan(0, 1, 0, digestOf("pushed-b"))
+		s2.FinishApply(`{}`)
+		Eventually(func() string {
+			r := getRun(ns, "pushed")
+			if r.Status.LastApplied == nil {
+				return ""
+			}
+			return r.Status.LastApplied.Revision
+		}, timeout, interval).Should(Equal(commitB))
+		Eventually(func() []string { return sk.events("pushed") }, timeout, interval).Should(Equal([]string{"Applied signed=true", "Applied signed=true"}))
+		var rcv infrav1.TerraformRunReceiver
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forge"}, &rcv)).To(Succeed())
+		Expect(apimeta.IsStatusConditionTrue(rcv.Status.Conditions, infrav1.ReadyCondition)).To(BeTrue())
+	})
+
+	It("supersedes a plan waiting for approval when a push moves the branch", func() {
+		ns := newNamespace()
+		sk := newSink()
+		defer sk.srv.Close()
+		makeNotifier(ns, "approvers", sk.srv.URL, infrav1.NotifyApprovalRequired)
+		w := g.run("waiting", ns).Git(pushRepo, "main", "", "")
+		Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+		s := g.active(ns, "waiting")
+		s.StartAt(commitA)
+		s.Plan(1, 0, 0, digestOf("waiting-a"))
+		s.Suspend(digestOf("waiting-a"))
+		Eventually(phase(ns, "waiting"), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+		Eventually(func() []string { return sk.events("waiting") }, timeout, interval).Should(Equal([]string{"ApprovalRequired signed=true"}))
+		Expect(sk.notice("waiting", infrav1.NotifyApprovalRequired).Hint).To(ContainSubstring("kubectl tfrun approve waiting -n " + ns))
+		first := s.Key().Name
+		path := makeReceiver(ns)
+		moved := giteaPush(pushRepo, "main", commitB)
+		code, body := postHook(path, moved, signedGitea(moved, pushToken))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Eventually(condReason(ns, "waiting", infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/Superseded"))
+		Expect(cond(getRun(ns, "waiting"), infrav1.ApprovedCondition).Message).To(ContainSubstring("a push moved main to " + commitB[:12]))
+		Eventually(s.CancelRequested, timeout, interval).Should(BeTrue())
+		s.CompleteAfterGate()
+		g.nextRun(ns, "waiting", first)
+		Expect(getRun(ns, "waiting").Status.Run.Trigger).To(Equal(infrav1.TriggerSourceChange))
+	})
+
+	It("reports a failed run to notifiers, and a destination that fails in the notifier, never in the run", func() {
+		ns := newNamespace()
+		good, bad := newSink(), newSink()
+		defer good.srv.Close()
+		defer bad.srv.Close()
+		bad.status = http.StatusInternalServerError
+		makeNotifier(ns, "good", good.srv.URL, infrav1.NotifyFailed)
+		makeNotifier(ns, "bad", bad.srv.URL)
+		Expect(k8sClient.Create(context.Background(), g.run("failing", ns).Auto().Obj())).To(Succeed())
+		s := g.active(ns, "failing")
+		s.Start()
+		s.Fail("plan", "Error: Unsupported argument")
+		Eventually(condReason(ns, "failing", infrav1.StalledCondition), timeout, interval).Should(Equal("True/RunFailed"))
+		Eventually(func() []string { return good.events("failing") }, timeout, interval).Should(Equal([]string{"Failed signed=true"}))
+		Expect(good.notice("failing", infrav1.NotifyFailed).Message).To(ContainSubstring("Unsupported argument"))
+		Eventually(func() string {
+			var nf infrav1.TerraformRunNotifier
+			Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "bad"}, &nf)).To(Succeed())
+			c := apimeta.FindStatusCondition(nf.Status.Conditions, infrav1.ReadyCondition)
+			if c == nil || nf.Status.LastDelivery == nil {
+				return ""
+			}
+			return fmt.Sprintf("%s/%s attempts=%d %s", c.Status, c.Reason, nf.Status.LastDelivery.Attempts, nf.Status.LastDelivery.Message)
+		}, timeout, interval).Should(Equal("False/DeliveryFailed attempts=3 500 sink says no"))
+		// A second notifier of the same namespace got its delivery all the same.
+		var nf infrav1.TerraformRunNotifier
+		Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "good"}, &nf)).To(Succeed())
+		Expect(apimeta.IsStatusConditionTrue(nf.Status.Conditions, infrav1.ReadyCondition)).To(BeTrue())
+	})
+}
