@@ -264,7 +264,20 @@ func checkMetrics(t *testing.T, objs []*unstructured.Unstructured) {
 	if p := c.Ports[0]; p.Name != "metrics" || p.ContainerPort != 8443 {
 		t.Errorf("container port %+v, want metrics 8443", p)
 	}
+	webhooks := 0
 	for _, u := range byKind(objs, "Service") {
+		if strings.HasSuffix(u.GetName(), "-webhook") {
+			// The receivers' webhook server (docs/pull-requests.md):
+			// port 80 to the manager's webhook port, 9292.
+			webhooks++
+			if p := convert[corev1.Service](t, u).Spec.Ports[0]; p.Port != 80 || p.TargetPort.String() != "webhook" {
+				t.Errorf("Service %s port %+v, want 80 to webhook", u.GetName(), p)
+			}
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "webhook" && p.ContainerPort == 9292 }) {
+				t.Errorf("container ports %+v, want webhook 9292", c.Ports)
+			}
+			continue
+		}
 		if p := convert[corev1.Service](t, u).Spec.Ports[0]; p.Port != 8443 || p.TargetPort.String() != "metrics" {
 			t.Errorf("Service %s port %+v, want 8443 to metrics", u.GetName(), p)
 		}
@@ -557,8 +570,8 @@ func TestHelmChart(t *testing.T) {
 				}
 			}
 		}
-		if n := len(byKind(objs, "Service")); n != 2 {
-			t.Errorf("want the metrics Services of the default manager and of the shards, got %d", n)
+		if n := len(byKind(objs, "Service")); n != 3 {
+			t.Errorf("want the metrics Services of the default manager and of the shards, and the webhook Service, got %d", n)
 		}
 		dryRun(t, objs)
 	})

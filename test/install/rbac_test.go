@@ -85,6 +85,13 @@ func TestRBACAllowList(t *testing.T) {
 			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update", "/secrets:watch",
 			"events.k8s.io/events:create", "events.k8s.io/events:patch",
 			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
+			// Receivers (their path and Ready) and notifiers (their last
+			// delivery and Ready): read, and their status written
+			// (pkg/receiver, pkg/notify).
+			"infra.opr8r.io/terraformrunnotifiers/status:get", "infra.opr8r.io/terraformrunnotifiers/status:patch", "infra.opr8r.io/terraformrunnotifiers/status:update",
+			"infra.opr8r.io/terraformrunnotifiers:get", "infra.opr8r.io/terraformrunnotifiers:list", "infra.opr8r.io/terraformrunnotifiers:watch",
+			"infra.opr8r.io/terraformrunreceivers/status:get", "infra.opr8r.io/terraformrunreceivers/status:patch", "infra.opr8r.io/terraformrunreceivers/status:update",
+			"infra.opr8r.io/terraformrunreceivers:get", "infra.opr8r.io/terraformrunreceivers:list", "infra.opr8r.io/terraformrunreceivers:watch",
 			// The records in TerraformRunRecords, read from the API server
 			// (never cached: no watch): list (metadata) and get to prune and
 			// move them to the object store, create and update to bring them
@@ -119,6 +126,13 @@ func TestRBACAllowList(t *testing.T) {
 			"infra.opr8r.io/terraformrunrecords:get", "infra.opr8r.io/terraformrunrecords:list", "infra.opr8r.io/terraformrunrecords:watch",
 			"infra.opr8r.io/terraformruns:create", "infra.opr8r.io/terraformruns:delete", "infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list",
 			"infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
+			// The namespace's webhook receivers and notifiers: a receiver
+			// wakes, and a notifier tells of, only its own namespace's runs
+			// (docs/pull-requests.md, docs/notifications.md).
+			"infra.opr8r.io/terraformrunnotifiers:create", "infra.opr8r.io/terraformrunnotifiers:delete", "infra.opr8r.io/terraformrunnotifiers:get",
+			"infra.opr8r.io/terraformrunnotifiers:list", "infra.opr8r.io/terraformrunnotifiers:patch", "infra.opr8r.io/terraformrunnotifiers:update", "infra.opr8r.io/terraformrunnotifiers:watch",
+			"infra.opr8r.io/terraformrunreceivers:create", "infra.opr8r.io/terraformrunreceivers:delete", "infra.opr8r.io/terraformrunreceivers:get",
+			"infra.opr8r.io/terraformrunreceivers:list", "infra.opr8r.io/terraformrunreceivers:patch", "infra.opr8r.io/terraformrunreceivers:update", "infra.opr8r.io/terraformrunreceivers:watch",
 		},
 		"config/rbac/job/role.yaml": {
 			"/persistentvolumeclaims:create", "/persistentvolumeclaims:delete", "/persistentvolumeclaims:get",
