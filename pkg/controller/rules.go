@@ -2,8 +2,6 @@ package controller
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -195,8 +193,7 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 	if err != nil {
 		return planpolicy.Plan{}, generic("ReadPlan", err, "reading the plan as JSON for spec.approval.rules")
 	}
-	sum := sha256.Sum256(b)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != p.JSONDigest {
+	if got := records.Digest(b); got != p.JSONDigest {
 		return planpolicy.Plan{}, &planRefused{fmt.Sprintf("the plan as JSON of run %s has the digest %s, but its plan step recorded %s: it was changed after the plan step wrote it", k.RunID, got, p.JSONDigest)}
 	}
 	plan, err := planpolicy.FromJSON(b)

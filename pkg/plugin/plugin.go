@@ -5,8 +5,6 @@ package plugin
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -397,8 +395,7 @@ func verifyPlan(p *infrav1.PlanStatus, kind records.Kind, b []byte) error {
 	if want == "" {
 		return fmt.Errorf("%w: run %s recorded no digest of its %s (it was planned before opr8r recorded them), so it is not shown; plan again with kubectl tfrun rerun", ErrPlanNotVerified, p.RunID, kindName(kind))
 	}
-	sum := sha256.Sum256(b)
-	if got := "sha256:" + hex.EncodeToString(sum[:]); got != want {
+	if got := records.Digest(b); got != want {
 		return fmt.Errorf("%w: refusing to show the %s of run %s: its digest is %s, but its plan step recorded %s in the TerraformRun's status; it was changed after the plan step wrote it (or cut short: a plan kept only in its Secret is cut at 1 MiB). Do not approve plan %s on what you read elsewhere; plan again with kubectl tfrun rerun",
 			ErrPlanNotVerified, kindName(kind), p.RunID, got, want, p.Digest)
 	}

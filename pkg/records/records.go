@@ -17,6 +17,8 @@ package records
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"regexp"
@@ -186,4 +188,12 @@ func SortRecords(recs []Record) {
 		}
 		return a.Kind < b.Kind
 	})
+}
+
+// Digest is the digest a plan step records of what it keeps (status.plan's
+// textDigest, jsonDigest, sensitiveJSONDigest): "sha256:<hex>". Whoever
+// reads a kept plan checks it against the recorded one before trusting it.
+func Digest(b []byte) string {
+	sum := sha256.Sum256(b)
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -438,10 +438,7 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 }
 
 // BytesDigest is "sha256:<hex>" of b.
-func BytesDigest(b []byte) string {
-	h := sha256.Sum256(b)
-	return "sha256:" + hex.EncodeToString(h[:])
-}
+func BytesDigest(b []byte) string { return records.Digest(b) }
 
 // FileDigest is "sha256:<hex>" of a file.
 func FileDigest(path string) (string, error) {

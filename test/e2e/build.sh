@@ -14,6 +14,9 @@
 #   conftest    conftest, the policy tool the plan-check scenario runs
 #   crane       go-containerregistry's crane, whose `registry serve` is the
 #               OCI registry of the OCI-source scenario
+#   gitea       Gitea (code.gitea.io/gitea), the forge of the push-webhook
+#               scenario: its server with SQLite (cgo), and the templates and
+#               options it reads at run time
 #   provider    terraform-provider-kubernetes, for real drift of a real
 #               ConfigMap (baked into the e2e Terraform image as a local
 #               provider mirror; terraform downloads nothing)
@@ -191,6 +194,29 @@ if [ "${what}" = all ] || [ "${what}" = crane ]; then
   GGCR_VERSION="$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")"
   build crane github.com/google/go-containerregistry "${GGCR_VERSION}" "" "" \
     github.com/google/go-containerregistry/cmd/crane
+fi
+if [ "${what}" = all ] || [ "${what}" = gitea ]; then
+  # Gitea, the forge of the push-webhook scenario (docs/pull-requests.md):
+  # built in its own module (its go.mod and go.sum, as released) with cgo
+  # for SQLite; without the bindata tag it reads its templates and options
+  # from disk, copied beside it. Its web UI's scripts (webpack) are not
+  # built: the scenario uses the API and git over HTTP.
+  GITEA_VERSION="${GITEA_VERSION:-1.25.4}"
+  dest="${OUT}/gitea-${GITEA_VERSION}"
+  if [ ! -x "${dest}/gitea" ] || [ ! -d "${dest}/static/templates" ]; then
+    src="$(go mod download -json "code.gitea.io/gitea@v${GITEA_VERSION}" | jq -r .Dir)"
+    log "building gitea v${GITEA_VERSION}"
+    mkdir -p "${dest}/static"
+    ( while sleep 15; do printf '.' >&2; done ) & ticker=$!
+    rc=0
+    ( cd "${src}" && CGO_ENABLED=1 GOFLAGS=-mod=readonly go build -trimpath -tags "sqlite sqlite_unlock_notify" \
+        -ldflags "-s -w -X main.Version=${GITEA_VERSION}" -o "${dest}/gitea" . ) || rc=$?
+    kill "${ticker}" 2>/dev/null || true; echo >&2
+    [ "${rc}" = 0 ] || { rm -f "${dest}/gitea"; exit "${rc}"; }
+    rm -rf "${dest}/static/templates" "${dest}/static/options"
+    cp -r "${src}/templates" "${src}/options" "${dest}/static/"
+    chmod -R u+w "${dest}/static"
+  fi
 fi
 if [ -n "${tv_pid}" ]; then wait "${tv_pid}" || { log "building the Tekton page failed"; exit 1; }; fi
 log "ready: $(cd "${OUT}" && ls -d -- */ | tr -d / | tr '\n' ' ')"

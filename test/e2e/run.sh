@@ -56,6 +56,7 @@ export OPR8R_E2E_KUBECONFIG="${S}/admin.kubeconfig" \
   OPR8R_E2E_CONFTEST_IMAGE="localhost/opr8r/conftest:v${CONFTEST_VERSION:-0.56.0}" \
   OPR8R_E2E_REGISTRY_IMAGE="localhost/opr8r/registry:v$(awk '$1=="github.com/google/go-containerregistry"{print substr($2,2)}' "${ROOT}/go.mod")" \
   OPR8R_E2E_CLUSTER="${ROOT}/test/e2e/cluster.sh" \
+  OPR8R_E2E_GITEA="${CACHE}/e2e/gitea-${GITEA_VERSION:-1.25.4}" \
   OPR8R_E2E_ARGO_UI="http://127.0.0.1:${ARGO_UI_PORT:-32746}" \
   OPR8R_E2E_TEKTON_VIEW="http://127.0.0.1:${TEKTON_VIEW_PORT:-32097}" OPR8R_E2E_SCREENSHOTS="${ROOT}/bin/e2e/screenshots" \
   OPR8R_E2E_CHAOS_TABLE="${ROOT}/bin/e2e/chaos-table.md" \

@@ -1,0 +1,490 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"code.gitea.io/sdk/gitea"
+	corev1 "k8s.io/api/core/v1"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+)
+
+// The forge of the push-webhook scenario: a real Gitea (built from the
+// module proxy by test/e2e/build.sh), run on the host beside the cluster,
+// as an unprivileged user (Gitea refuses root), with its SQLite database.
+// Step pods clone from it at the node's address; it delivers its webhooks
+// to the manager's webhook Service.
+const (
+	giteaUser     = "opr8r"
+	giteaPassword = "e2e-Passw0rd!"
+	hookToken     = "e2e-receiver-token-0123456789abcdef"
+	notifyToken   = "e2e-notifier-hmac-key"
+)
+
+type forge struct {
+	url  string // http://<node IP>:<port>
+	api  *gitea.Client
+	stop func()
+}
+
+// startGitea runs Gitea from OPR8R_E2E_GITEA (its binary and static
+// files) in a directory of its own, and makes its admin user.
+func startGitea(t *testing.T, nodeIP string) *forge {
+	t.Helper()
+	src := mustEnv(t, "OPR8R_E2E_GITEA")
+	dir, err := os.MkdirTemp("/var/tmp", "opr8r-e2e-gitea-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// The cache is under root's home, which the unprivileged user cannot
+	// read: copy the binary and its templates and options.
+	if out, err := exec.Command("cp", "-r", filepath.Join(src, "gitea"), filepath.Join(src, "static"), dir+"/").CombinedOutput(); err != nil {
+		t.Fatalf("copying gitea: %v\n%s", err, out)
+	}
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	url := fmt.Sprintf("http://%s:%d", nodeIP, port)
+	ini := fmt.Sprintf(`APP_NAME = opr8r e2e
+RUN_MODE = prod
+RUN_USER = nobody
+WORK_PATH = %[1]s
+[server]
+PROTOCOL = http
+HTTP_ADDR = 0.0.0.0
+HTTP_PORT = %[2]d
+ROOT_URL = %[3]s/
+DISABLE_SSH = true
+OFFLINE_MODE = true
+STATIC_ROOT_PATH = %[1]s/static
+APP_DATA_PATH = %[1]s/data
+LFS_START_SERVER = false
+[database]
+DB_TYPE = sqlite3
+PATH = %[1]s/data/gitea.db
+[security]
+INSTALL_LOCK = true
+SECRET_KEY = opr8r-e2e-gitea-secret-key
+[service]
+DISABLE_REGISTRATION = true
+[webhook]
+; the manager's webhook Service is on a private address
+ALLOWED_HOST_LIST = *
+DELIVER_TIMEOUT = 10
+[log]
+MODE = console
+LEVEL = info
+[repository]
+ROOT = %[1]s/repos
+[indexer]
+ISSUE_INDEXER_TYPE = db
+[mailer]
+ENABLED = false
+[actions]
+ENABLED = false
+`, dir, port, url)
+	if err := os.MkdirAll(filepath.Join(dir, "custom", "conf"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	conf := filepath.Join(dir, "custom", "conf", "app.ini")
+	if err := os.WriteFile(conf, []byte(ini), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chown", "-R", "65534:65534", dir).CombinedOutput(); err != nil {
+		t.Fatalf("chown: %v\n%s", err, out)
+	}
+	giteaCmd := func(args ...string) *exec.Cmd {
+		cmd := exec.Command("setpriv", append([]string{"--reuid=65534", "--regid=65534", "--clear-groups", filepath.Join(dir, "gitea"), "--config", conf}, args...)...)
+		cmd.Dir = dir
+		cmd.Env = []string{"HOME=" + dir, "GITEA_WORK_DIR=" + dir, "GITEA_CUSTOM=" + filepath.Join(dir, "custom"), "PATH=" + os.Getenv("PATH")}
+		return cmd
+	}
+	logf, err := os.Create(filepath.Join(dir, "gitea.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := giteaCmd("web")
+	web.Stdout, web.Stderr = logf, logf
+	if err := web.Start(); err != nil {
+		t.Fatalf("starting gitea: %v", err)
+	}
+	f := &forge{url: url, stop: func() {
+		_ = web.Process.Kill()
+		_, _ = web.Process.Wait()
+		_ = logf.Close()
+		if !t.Failed() {
+			_ = os.RemoveAll(dir)
+		} else {
+			t.Logf("gitea's files and log are kept in %s", dir)
+		}
+	}}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		resp, err := http.Get(url + "/api/v1/version")
+		if err == nil {
+			b, _ := io.ReadAll(resp.Body)
+			_ = resp.Body.Close()
+			if resp.StatusCode == 200 {
+				t.Logf("gitea %s at %s", strings.TrimSpace(string(b)), url)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			f.stop()
+			log, _ := os.ReadFile(filepath.Join(dir, "gitea.log"))
+			t.Fatalf("gitea did not answer at %s within 60s: %v\n%s", url, err, log)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if out, err := giteaCmd("admin", "user", "create", "--username", giteaUser, "--password", giteaPassword, "--email", "opr8r@example.com", "--admin", "--must-change-password=false").CombinedOutput(); err != nil {
+		f.stop()
+		t.Fatalf("gitea admin user create: %v\n%s", err, out)
+	}
+	if f.api, err = gitea.NewClient(url, gitea.SetBasicAuth(giteaUser, giteaPassword)); err != nil {
+		f.stop()
+		t.Fatal(err)
+	}
+	return f
+}
+
+// nodeIP is the node's InternalIP, where pods reach the host's servers.
+func (e *env) nodeIP(t *testing.T) string {
+	var nodes corev1.NodeList
+	if err := e.c.List(context.Background(), &nodes); err != nil || len(nodes.Items) == 0 {
+		t.Fatalf("listing nodes: %v", err)
+	}
+	for _, a := range nodes.Items[0].Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatal("the node has no InternalIP")
+	return ""
+}
+
+// webhookAddress is the manager's webhook Service, host:port.
+func (e *env) webhookAddress(t *testing.T) string {
+	var svcs corev1.ServiceList
+	if err := e.c.List(context.Background(), &svcs, client.InNamespace("opr8r-system")); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs.Items {
+		for _, p := range s.Spec.Ports {
+			if p.Name == "webhook" {
+				return fmt.Sprintf("%s:%d", s.Spec.ClusterIP, p.Port)
+			}
+		}
+	}
+	t.Fatal("no Service with a webhook port in opr8r-system")
+	return ""
+}
+
+// delivery is one notice the sink got.
+type delivery struct {
+	Event  infrav1.NotifyEvent `json:"event"`
+	Name   string              `json:"name"`
+	RunID  string              `json:"runID"`
+	Commit string              `json:"commit"`
+	Plan   *struct {
+		Add, Change, Destroy int32
+	} `json:"plan"`
+	signed bool
+	body   string
+}
+
+// notifySink is the notifier's destination: a server of the test process
+// on the node's address, which records each delivery and checks its
+// signature.
+type notifySink struct {
+	mu  sync.Mutex
+	got []delivery
+	url string
+}
+
+func startSink(t *testing.T, nodeIP string) *notifySink {
+	s := &notifySink{}
+	l, err := net.Listen("tcp", "0.0.0.0:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.url = fmt.Sprintf("http://%s:%d/opr8r", nodeIP, l.Addr().(*net.TCPAddr).Port)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		m := hmac.New(sha256.New, []byte(notifyToken))
+		m.Write(b)
+		d := delivery{body: string(b), signed: r.Header.Get("X-Opr8r-Signature") == "sha256="+hex.EncodeToString(m.Sum(nil))}
+		_ = json.Unmarshal(b, &d)
+		s.mu.Lock()
+		s.got = append(s.got, d)
+		s.mu.Unlock()
+	}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(l) }()
+	t.Cleanup(func() { _ = srv.Close() })
+	return s
+}
+
+func (s *notifySink) of(name string) []delivery {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []delivery
+	for _, d := range s.got {
+		if d.Name == name {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+const gitModule = `resource "terraform_data" "release" { input = "%s" }
+output "release" { value = terraform_data.release.output }
+`
+
+// TestPushWebhooks: a real Gitea's push webhook reaches the manager's
+// receiver, and the TerraformRuns tracking the branch plan and apply the
+// new commit within seconds, with spec.interval unset; Gitea's redelivery
+// of a push of the commit already applied starts nothing; forged webhooks
+// are refused; each run's happenings reach a notifier's destination,
+// signed. The receiver and the notifier are made by mallory, an editor of
+// the namespace (a tenant).
+func TestPushWebhooks(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ip := e.nodeIP(t)
+	f := startGitea(t, ip)
+	// After the parallel subtests, which run once this function returns.
+	t.Cleanup(f.stop)
+	sink := startSink(t, ip)
+	hook := e.webhookAddress(t)
+
+	// The receiver and the notifier, as a tenant.
+	out, err := e.as(mallory, fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: e2e-forge-webhook, namespace: %[1]s}
+stringData: {token: %[2]s}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunReceiver
+metadata: {name: e2e-gitea, namespace: %[1]s}
+spec:
+  type: Gitea
+  secretRef: {name: e2e-forge-webhook}
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-notifier, namespace: %[1]s}
+stringData: {address: %[3]s, token: %[4]s}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-team, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-notifier}
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
+`, ns, hookToken, sink.url, notifyToken), e.kubectl, "apply", "-f", "-")
+	t.Logf("$ (as %s) kubectl apply receiver and notifier\n%s", mallory, out)
+	if err != nil {
+		t.Fatalf("an editor of the namespace could not make a receiver and a notifier: %v", err)
+	}
+	var rcv infrav1.TerraformRunReceiver
+	deadline := time.Now().Add(time.Minute)
+	for {
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "e2e-gitea"}, &rcv); err == nil && rcv.Status.WebhookPath != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver has no path after a minute: %+v", rcv.Status)
+		}
+		time.Sleep(time.Second)
+	}
+	if !apimeta.IsStatusConditionTrue(rcv.Status.Conditions, infrav1.ReadyCondition) {
+		t.Fatalf("receiver not Ready: %+v", rcv.Status.Conditions)
+	}
+	hookURL := "http://" + hook + rcv.Status.WebhookPath
+
+	t.Run("forged webhooks are refused", func(t *testing.T) {
+		body := []byte(`{"ref":"refs/heads/main","after":"` + strings.Repeat("a", 40) + `","repository":{"clone_url":"` + f.url + `/opr8r/push-argo.git"}}`)
+		for what, sig := range map[string]string{"unsigned": "", "signed with another key": sign(body, "not-the-receiver-token-at-all")} {
+			code, answer := postWebhook(t, hookURL, body, sig)
+			t.Logf("%s: %d %s", what, code, answer)
+			if code != http.StatusUnauthorized || !strings.Contains(answer, `"result":"refused"`) {
+				t.Errorf("%s webhook: %d %s, want 401 refused", what, code, answer)
+			}
+		}
+		if code, _ := postWebhook(t, "http://"+hook+"/hook/"+strings.Repeat("0", 64), body, sign(body, hookToken)); code != http.StatusNotFound {
+			t.Errorf("a webhook to an unknown path: %d, want 404", code)
+		}
+	})
+
+	for _, engine := range allEngines() {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			pushScenario(t, e, f, sink, hookURL, engine)
+		})
+	}
+}
+
+func sign(body []byte, key string) string {
+	m := hmac.New(sha256.New, []byte(key))
+	m.Write(body)
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+func postWebhook(t *testing.T, url string, body []byte, sig string) (int, string) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("X-Gitea-Event", "push")
+	if sig != "" {
+		req.Header.Set("X-Gitea-Signature", sig)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("posting to the receiver: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
+func pushScenario(t *testing.T, e *env, f *forge, sink *notifySink, hookURL, engine string) {
+	repo, name := "push-"+engine, "push-"+engine
+	if _, _, err := f.api.CreateRepo(gitea.CreateRepoOption{Name: repo, AutoInit: true, DefaultBranch: "main"}); err != nil {
+		t.Fatalf("creating the repository: %v", err)
+	}
+	first, _, err := f.api.CreateFile(giteaUser, repo, "main.tf", gitea.CreateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "release 1", BranchName: "main"},
+		Content:     base64.StdEncoding.EncodeToString(fmt.Appendf(nil, gitModule, "1")),
+	})
+	if err != nil {
+		t.Fatalf("committing main.tf: %v", err)
+	}
+	h, _, err := f.api.CreateRepoHook(giteaUser, repo, gitea.CreateHookOption{
+		Type: gitea.HookTypeGitea, Active: true, Events: []string{"push"}, BranchFilter: "*",
+		Config: map[string]string{"url": hookURL, "content_type": "json", "secret": hookToken},
+	})
+	if err != nil {
+		t.Fatalf("adding the webhook: %v", err)
+	}
+	e.sh(t, fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: %s, namespace: %s, labels: {e2e-webhooks: "on"}}
+spec:
+  engine: %s
+  source: {git: {url: %s/%s/%s.git, ref: main}}
+  approval: {mode: Auto}
+  deletionPolicy: Retain
+  runner: {workspace: {size: 64Mi}}
+`, name, ns, engine, f.url, giteaUser, repo), e.kubectl, "apply", "-f", "-")
+	defer e.sh(t, "", e.kubectl, "delete", "terraformrun", name, "-n", ns, "--wait=false")
+	run := e.waitFor(t, name, "the first commit applied", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Phase == infrav1.RunSucceeded
+	})
+	if run.Status.Run.Commit != first.Commit.SHA {
+		t.Fatalf("the first run applied %s, want Gitea's commit %s", run.Status.Run.Commit, first.Commit.SHA)
+	}
+	firstID := run.Status.Run.ID
+
+	// Gitea's test delivery sends a push of the branch's head: the commit
+	// already applied. It is taken, and starts nothing.
+	resp, err := http.Post(fmt.Sprintf("%s/api/v1/repos/%s/%s/hooks/%d/tests", strings.Replace(f.url, "://", "://"+giteaUser+":"+strings.ReplaceAll(giteaPassword, "!", "%21")+"@", 1), giteaUser, repo, h.ID), "application/json", nil)
+	if err != nil || resp.StatusCode/100 != 2 {
+		t.Fatalf("gitea's test delivery: %v %v", err, resp)
+	}
+	_ = resp.Body.Close()
+	e.waitFor(t, name, "Gitea's push of the applied commit handled", time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.LastHandledPush == first.Commit.SHA
+	})
+	time.Sleep(5 * time.Second)
+	if got := e.get(t, name).Status.Run.ID; got != firstID {
+		t.Fatalf("a push of the commit already applied started run %s", got)
+	}
+
+	// A commit on main: Gitea's webhook, not an interval, starts the run.
+	content, _, err := f.api.GetContents(giteaUser, repo, "main", "main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushed := time.Now()
+	second, _, err := f.api.UpdateFile(giteaUser, repo, "main.tf", gitea.UpdateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "release 2", BranchName: "main"}, SHA: content.SHA,
+		Content: base64.StdEncoding.EncodeToString(fmt.Appendf(nil, gitModule, "2")),
+	})
+	if err != nil {
+		t.Fatalf("committing release 2: %v", err)
+	}
+	run = e.waitFor(t, name, "a run of the pushed commit", 2*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.ID != firstID
+	})
+	started := run.Status.Run.StartedAt.Time
+	if run.Status.Run.Trigger != infrav1.TriggerSourceChange || !strings.Contains(run.Status.Run.TriggerDetail, second.Commit.SHA[:12]) {
+		t.Errorf("the new run's trigger %s (%s), want SourceChange naming %s", run.Status.Run.Trigger, run.Status.Run.TriggerDetail, second.Commit.SHA[:12])
+	}
+	run = e.waitFor(t, name, "the pushed commit applied", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.ID != firstID && r.Status.Run.Phase == infrav1.RunSucceeded
+	})
+	if run.Status.Run.Commit != second.Commit.SHA {
+		t.Errorf("the run applied %s, want the pushed commit %s", run.Status.Run.Commit, second.Commit.SHA)
+	}
+	t.Logf("PUSH %s: push → run started %.1fs, → applied %.1fs (spec.interval unset)", engine,
+		started.Sub(pushed).Seconds(), run.Status.Run.FinishedAt.Sub(pushed).Seconds())
+	if d := started.Sub(pushed); d > 30*time.Second {
+		t.Errorf("the push took %s to start a run, want seconds", d)
+	}
+
+	// The notifier's destination got each apply, signed, with its plan.
+	deadline := time.Now().Add(time.Minute)
+	for len(sink.of(name)) < 2 && time.Now().Before(deadline) {
+		time.Sleep(time.Second)
+	}
+	got := sink.of(name)
+	if len(got) != 2 {
+		t.Fatalf("the notifier delivered %d notices for %s, want 2 (Applied, Applied): %+v", len(got), name, got)
+	}
+	for i, d := range got {
+		wantID, wantCommit := firstID, first.Commit.SHA
+		if i == 1 {
+			wantID, wantCommit = run.Status.Run.ID, second.Commit.SHA
+		}
+		if d.Event != infrav1.NotifyApplied || !d.signed || d.RunID != wantID || d.Commit != wantCommit || d.Plan == nil || d.Plan.Add+d.Plan.Change == 0 {
+			t.Errorf("notice %d: %s", i, d.body)
+		}
+		if strings.Contains(d.body, hookToken) || strings.Contains(d.body, notifyToken) {
+			t.Errorf("notice %d carries a secret: %s", i, d.body)
+		}
+	}
+	var nf infrav1.TerraformRunNotifier
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "e2e-team"}, &nf); err != nil {
+		t.Fatal(err)
+	}
+	if !apimeta.IsStatusConditionTrue(nf.Status.Conditions, infrav1.ReadyCondition) {
+		t.Errorf("notifier not Ready: %+v", nf.Status)
+	}
+}
