@@ -21,7 +21,7 @@ const (
 )
 
 // ReceiverEvent is a kind of forge event a receiver acts on.
-// +kubebuilder:validation:Enum=push;tag
+// +kubebuilder:validation:Enum=push;tag;pull_request
 type ReceiverEvent string
 
 const (
@@ -29,7 +29,51 @@ const (
 	ReceiverPush ReceiverEvent = "push"
 	// ReceiverTag is a tag pushed or moved.
 	ReceiverTag ReceiverEvent = "tag"
+	// ReceiverPullRequest is a pull request opened, pushed to, reopened or
+	// closed: with spec.previews, a plan-only preview of its head commit.
+	ReceiverPullRequest ReceiverEvent = "pull_request"
 )
+
+// Labels and annotations of pull-request previews. The labels are outside
+// infra.opr8r.io/, which admission keeps from every writer of TerraformRuns
+// (opr8r-reserved-labels), the manager included; a tenant who labels a run
+// of theirs as a preview only lowers its place in the queue and has it
+// reported to their own forge.
+const (
+	// PreviewOfLabel names the TerraformRun a preview previews.
+	PreviewOfLabel = "preview.opr8r.io/of"
+	// PullRequestLabel is the preview's pull request number.
+	PullRequestLabel = "preview.opr8r.io/pull-request"
+	// PreviewAnnotation holds what the preview reports to: the receiver,
+	// the forge's API, the repository and the head commit (JSON).
+	PreviewAnnotation = "infra.opr8r.io/preview"
+	// PreviewCommentAnnotation is the ID of the preview's comment on the
+	// pull request, edited in place.
+	PreviewCommentAnnotation = "infra.opr8r.io/preview-comment"
+	// PreviewReportedAnnotation is the last state reported (run ID and
+	// phase), so that each is reported once.
+	PreviewReportedAnnotation = "infra.opr8r.io/preview-reported"
+)
+
+// ReceiverPreviews configures pull-request previews.
+type ReceiverPreviews struct {
+	// TokenSecretRef names a Secret in the receiver's namespace whose key
+	// `token` is a forge API token that may set commit statuses and comment
+	// on pull requests (Gitea: a token with the repository scope).
+	TokenSecretRef LocalObjectReference `json:"tokenSecretRef"`
+
+	// DashboardURLs link a preview's comment and commit status to its run
+	// in a dashboard, by engine (argo, tekton, job): a URL in which
+	// {namespace} and {child} (the run's Workflow, PipelineRun or Job) are
+	// replaced, for example
+	// https://argo.example.com/workflows/{namespace}/{child} or
+	// https://tekton.example.com/#/namespaces/{namespace}/pipelineruns/{child}.
+	// +kubebuilder:validation:MaxProperties=3
+	// +kubebuilder:validation:XValidation:rule="self.all(k, k in ['argo', 'tekton', 'job'])",message="spec.previews.dashboardURLs: the keys are engines: argo, tekton or job"
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self[k].matches('^https?://[^\\\\s]+$') && size(self[k]) <= 512)",message="spec.previews.dashboardURLs: each is an http or https URL without spaces, at most 512 characters"
+	// +optional
+	DashboardURLs map[string]string `json:"dashboardURLs,omitempty"`
+}
 
 // SourcePushAnnotation is set on a TerraformRun by a receiver: the commit a
 // push moved the tracked branch or tag to. A TerraformRun whose last run
@@ -59,6 +103,14 @@ type TerraformRunReceiverSpec struct {
 	// receiver's unguessable path (status.webhookPath). At least 16
 	// characters.
 	SecretRef LocalObjectReference `json:"secretRef"`
+
+	// Previews, with the pull_request event, plans each open pull request
+	// against a TerraformRun's tracked branch (from the same repository)
+	// in a plan-only preview TerraformRun, and reports it on the forge: a
+	// commit status on the head commit and one comment, edited in place.
+	// Only Gitea (and Forgejo) report for now.
+	// +optional
+	Previews *ReceiverPreviews `json:"previews,omitempty"`
 
 	// RunSelector limits the TerraformRuns a push may wake, in the
 	// receiver's namespace (unset: all of them). Of those, a push wakes the

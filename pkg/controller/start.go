@@ -64,6 +64,16 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 	return r.startRun(ctx, run, st, e, n)
 }
 
+// runPriority is a run's place in the queue of --max-active-runs: a
+// pull request's preview waits behind the runs people asked for, as a
+// scheduled check does.
+func runPriority(run *infrav1.TerraformRun) int {
+	if run.Labels[infrav1.PreviewOfLabel] != "" {
+		return prioCheck
+	}
+	return prioRun
+}
+
 // desiredType is the type of the runs the spec asks for: plan with
 // spec.planOnly, apply otherwise.
 func desiredType(run *infrav1.TerraformRun) infrav1.RunType {
@@ -141,7 +151,7 @@ func (r *TerraformRunReconciler) startRun(ctx context.Context, run *infrav1.Terr
 		return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 	}
 	if child == nil {
-		if ok, wait := r.Limiter.Claim(client.ObjectKeyFromObject(run), name, prioRun); !ok {
+		if ok, wait := r.Limiter.Claim(client.ObjectKeyFromObject(run), name, runPriority(run)); !ok {
 			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("run %s is queued: %s", name, wait))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}

@@ -439,6 +439,11 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	if err := receiver.Setup(mgr, o.Receiver); err != nil {
 		return nil, err
 	}
+	if o.Receiver != nil && o.Receiver.Addr != "" && o.Receiver.Addr != "0" {
+		if err := receiver.SetupPreviews(mgr, r.Records, o.Receiver.HTTP); err != nil {
+			return nil, err
+		}
+	}
 	if d := o.Notify; d != nil {
 		d.Cache, d.API, d.Client = mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient()
 		if d.Recorder == nil {

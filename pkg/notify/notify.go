@@ -14,13 +14,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	cloudevents "github.com/cloudevents/sdk-go/v2"
@@ -38,6 +36,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/egress"
 	"github.com/opr8r/opr8r/pkg/receiver"
 )
 
@@ -125,8 +124,8 @@ type Dispatcher struct {
 	Client client.Client
 	// Recorder emits Events on notifiers and runs when a delivery fails.
 	Recorder events.EventRecorder
-	// HTTP sends; nil: a client that refuses loopback, link-local and
-	// unspecified addresses (Guard) with a 10 s timeout.
+	// HTTP sends; nil: egress.Client, which refuses loopback, link-local
+	// and unspecified addresses, with a 10 s timeout.
 	HTTP *http.Client
 	// Backoff are the waits between attempts (nil: 1, 2, 4, 8 s: five
 	// attempts).
@@ -151,7 +150,7 @@ func (d *Dispatcher) init() {
 		d.slots = make(chan struct{}, p)
 		d.seen = map[string]time.Time{}
 		if d.HTTP == nil {
-			d.HTTP = GuardedClient(false)
+			d.HTTP = egress.Client(false)
 		}
 		if d.Backoff == nil {
 			d.Backoff = []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second}
@@ -349,9 +348,8 @@ func (d *Dispatcher) send(ctx context.Context, typ infrav1.NotifierType, addr st
 	}
 	resp, err := d.HTTP.Do(req)
 	if err != nil {
-		var g errGuard
-		if errors.As(err, &g) {
-			return "", errPermanent{g}
+		if egress.IsRefused(err) {
+			return "", errPermanent{err}
 		}
 		return "", err
 	}
@@ -445,53 +443,4 @@ func truncate(s string, n int) string {
 		return s
 	}
 	return s[:n] + "…"
-}
-
-// errGuard is a destination the guard refused.
-type errGuard struct{ error }
-
-// GuardedClient is an HTTP client whose connections refuse the addresses a
-// tenant must not make the manager reach: loopback (the manager's own
-// endpoints), link-local (cloud metadata services), unspecified and
-// multicast, checked on the address actually dialled (after DNS, on every
-// redirect). allowLoopback lets the tests reach a server on 127.0.0.1.
-func GuardedClient(allowLoopback bool) *http.Client {
-	dialer := &net.Dialer{Timeout: 5 * time.Second, Control: func(_, address string, _ syscall.RawConn) error {
-		host, _, err := net.SplitHostPort(address)
-		if err != nil {
-			return err
-		}
-		ip := net.ParseIP(host)
-		if ip == nil {
-			return errGuard{fmt.Errorf("refusing %s: not an IP address", host)}
-		}
-		if reason := Refused(ip, allowLoopback); reason != "" {
-			return errGuard{fmt.Errorf("refusing to send to %s: %s", ip, reason)}
-		}
-		return nil
-	}}
-	tr := http.DefaultTransport.(*http.Transport).Clone()
-	tr.Proxy = nil
-	tr.DialContext = dialer.DialContext
-	return &http.Client{Transport: tr, Timeout: 10 * time.Second, CheckRedirect: func(_ *http.Request, via []*http.Request) error {
-		if len(via) >= 3 {
-			return errors.New("too many redirects")
-		}
-		return nil
-	}}
-}
-
-// Refused says why an address is refused as a destination, or "".
-func Refused(ip net.IP, allowLoopback bool) string {
-	switch {
-	case ip.IsLoopback() && !allowLoopback:
-		return "a loopback address (the manager itself)"
-	case ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast():
-		return "a link-local address (such as a cloud metadata service)"
-	case ip.IsUnspecified():
-		return "the unspecified address"
-	case ip.IsMulticast():
-		return "a multicast address"
-	}
-	return ""
 }

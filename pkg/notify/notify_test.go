@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -15,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/egress"
 	"github.com/opr8r/opr8r/pkg/receiver"
 )
 
@@ -133,32 +133,6 @@ func TestWants(t *testing.T) {
 	}
 }
 
-// TestGuard: the client refuses loopback (the manager's own endpoints) and
-// link-local (metadata services) destinations, on the address dialled.
-func TestGuard(t *testing.T) {
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
-	defer srv.Close()
-	_, err := GuardedClient(false).Post(srv.URL, "application/json", strings.NewReader("{}"))
-	if err == nil || !strings.Contains(err.Error(), "loopback") {
-		t.Errorf("loopback: %v", err)
-	}
-	// A name that resolves to loopback is refused the same.
-	_, err = GuardedClient(false).Post(strings.Replace(srv.URL, "127.0.0.1", "localhost", 1), "application/json", strings.NewReader("{}"))
-	if err == nil || !strings.Contains(err.Error(), "loopback") {
-		t.Errorf("localhost: %v", err)
-	}
-	if resp, err := GuardedClient(true).Post(srv.URL, "application/json", strings.NewReader("{}")); err != nil {
-		t.Errorf("loopback allowed: %v", err)
-	} else {
-		_ = resp.Body.Close()
-	}
-	for ip, refused := range map[string]bool{"169.254.169.254": true, "fe80::1": true, "0.0.0.0": true, "224.0.0.1": true, "10.0.0.5": false, "192.168.1.1": false, "203.0.113.9": false} {
-		if got := Refused(net.ParseIP(ip), false) != ""; got != refused {
-			t.Errorf("%s refused=%v, want %v", ip, got, refused)
-		}
-	}
-}
-
 // TestDeliveryRetries: a destination that fails with 5xx is tried again
 // with the backoff, one that refuses with 4xx is not.
 func TestDeliveryRetries(t *testing.T) {
@@ -169,7 +143,7 @@ func TestDeliveryRetries(t *testing.T) {
 		calls++
 	}))
 	defer srv.Close()
-	d := &Dispatcher{HTTP: GuardedClient(true), Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}}
+	d := &Dispatcher{HTTP: egress.Client(true), Backoff: []time.Duration{time.Millisecond, time.Millisecond, time.Millisecond}}
 	d.init()
 	n := NoticeOf(sampleRun(), infrav1.NotifyApplied, "applied", time.Now())
 	attempts, _, err := d.sendWithRetries(context.Background(), infrav1.NotifierWebhook, srv.URL, key, n)

@@ -31,6 +31,8 @@ const (
 	Push Kind = "push"
 	// Tag pushed or moved a tag.
 	Tag Kind = "tag"
+	// PullRequest opened, pushed to, reopened or closed a pull request.
+	PullRequest Kind = "pull_request"
 	// Other is any other event (a ping, a pull request, an issue): verified
 	// and answered without effect.
 	Other Kind = "other"
@@ -47,8 +49,36 @@ type Event struct {
 	// Commit is the commit the ref moved to; empty when the ref was deleted.
 	Commit string
 	// Repos are the repository's URLs (clone, ssh, web), as the forge gives
-	// them.
+	// them; of a pull request, the base repository's.
 	Repos []string
+	// PR is the pull request of a PullRequest event.
+	PR *PullRequestEvent
+}
+
+// PR actions opr8r acts on.
+const (
+	PROpened = "opened" // opened, reopened, or pushed to
+	PRClosed = "closed" // closed or merged
+)
+
+// PullRequestEvent is what opr8r reads of a pull request event.
+type PullRequestEvent struct {
+	// Number of the pull request.
+	Number int64
+	// Action is PROpened or PRClosed; "" for one opr8r ignores (a label, a
+	// review).
+	Action string
+	// Base is the branch it merges into (Event.Ref is the same).
+	Base string
+	// HeadSHA is its head commit; HeadRepos the URLs of the repository the
+	// head is in (a fork's, or the base's).
+	HeadSHA   string
+	HeadRepos []string
+	// URL is its web page.
+	URL string
+	// Owner and Repo name the base repository on the forge; API is the
+	// forge's base URL (Gitea: the web root, from the repository's page).
+	Owner, Repo, API string
 }
 
 // Forge verifies and reads one forge's webhooks.
@@ -186,6 +216,9 @@ func (gitea) Verify(h http.Header, body, token []byte) error {
 
 func (gitea) Parse(h http.Header, body []byte) (Event, error) {
 	name := first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event")
+	if name == "pull_request" {
+		return parsePR(name, body, map[string]string{"opened": PROpened, "reopened": PROpened, "synchronized": PROpened, "closed": PRClosed})
+	}
 	if name != "push" {
 		// A tag's creation also comes as a push of refs/tags/...
 		return Event{Kind: Other, Name: name}, nil
@@ -216,6 +249,9 @@ func (github) Verify(h http.Header, body, token []byte) error {
 
 func (github) Parse(h http.Header, body []byte) (Event, error) {
 	name := h.Get("X-GitHub-Event")
+	if name == "pull_request" {
+		return parsePR(name, body, map[string]string{"opened": PROpened, "reopened": PROpened, "synchronize": PROpened, "closed": PRClosed})
+	}
 	if name != "push" {
 		return Event{Kind: Other, Name: name}, nil
 	}
@@ -271,6 +307,64 @@ func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
 	e.Repos = nonEmpty(p.Project.GitHTTPURL, p.Project.GitSSHURL, p.Project.WebURL)
 	if len(e.Repos) == 0 {
 		return e, errors.New("payload names no project URL")
+	}
+	return e, nil
+}
+
+// prPayload is the part of a pull request event that Gitea, Forgejo and
+// GitHub share.
+type prPayload struct {
+	Action      string `json:"action"`
+	Number      int64  `json:"number"`
+	PullRequest struct {
+		HTMLURL string `json:"html_url"`
+		Head    struct {
+			Ref  string `json:"ref"`
+			SHA  string `json:"sha"`
+			Repo *struct {
+				CloneURL string `json:"clone_url"`
+				SSHURL   string `json:"ssh_url"`
+				HTMLURL  string `json:"html_url"`
+			} `json:"repo"`
+		} `json:"head"`
+		Base struct {
+			Ref string `json:"ref"`
+		} `json:"base"`
+	} `json:"pull_request"`
+	Repository struct {
+		Name     string `json:"name"`
+		FullName string `json:"full_name"`
+		CloneURL string `json:"clone_url"`
+		SSHURL   string `json:"ssh_url"`
+		HTMLURL  string `json:"html_url"`
+		Owner    struct {
+			Login string `json:"login"`
+		} `json:"owner"`
+	} `json:"repository"`
+}
+
+func parsePR(name string, body []byte, actions map[string]string) (Event, error) {
+	var p prPayload
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Event{}, fmt.Errorf("pull request payload: %w", err)
+	}
+	pr := &PullRequestEvent{Number: p.Number, Action: actions[p.Action], Base: p.PullRequest.Base.Ref, HeadSHA: p.PullRequest.Head.SHA,
+		URL: p.PullRequest.HTMLURL, Owner: p.Repository.Owner.Login, Repo: p.Repository.Name}
+	if h := p.PullRequest.Head.Repo; h != nil {
+		pr.HeadRepos = nonEmpty(h.CloneURL, h.SSHURL, h.HTMLURL)
+	}
+	if web := p.Repository.HTMLURL; web != "" && p.Repository.FullName != "" {
+		pr.API = strings.TrimSuffix(strings.TrimSuffix(web, "/"), "/"+p.Repository.FullName)
+	}
+	e := Event{Kind: PullRequest, Name: name, Ref: pr.Base, Commit: pr.HeadSHA, PR: pr,
+		Repos: nonEmpty(p.Repository.CloneURL, p.Repository.SSHURL, p.Repository.HTMLURL)}
+	switch {
+	case pr.Number <= 0:
+		return e, errors.New("pull request payload has no number")
+	case pr.Action != "" && !isSHA(pr.HeadSHA):
+		return e, fmt.Errorf("head commit %q is not a SHA", pr.HeadSHA)
+	case len(e.Repos) == 0:
+		return e, errors.New("payload names no repository URL")
 	}
 	return e, nil
 }

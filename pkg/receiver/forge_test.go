@@ -143,9 +143,9 @@ func TestParseRefusesOddPayloads(t *testing.T) {
 			t.Errorf("%s: got %v, want %q", body, err, want)
 		}
 	}
-	h.Set("X-Gitea-Event", "pull_request")
+	h.Set("X-Gitea-Event", "issues")
 	if ev, err := (gitea{}).Parse(h, []byte(`{}`)); err != nil || ev.Kind != Other {
-		t.Errorf("a pull request event: %+v %v, want Other", ev, err)
+		t.Errorf("an issue event: %+v %v, want Other", ev, err)
 	}
 }
 
@@ -199,5 +199,94 @@ func TestPath(t *testing.T) {
 	}
 	if p == Path([]byte("another-token-of-16+chars"), "r", "ns") || p == Path(token, "r", "ns2") || p == Path(token, "r2", "ns") {
 		t.Error("the path does not depend on token, name and namespace")
+	}
+}
+
+func TestPullRequestPayloads(t *testing.T) {
+	for _, tc := range []struct {
+		typ                                 infrav1.ReceiverType
+		file                                string
+		number                              int64
+		action, base, head, api, owner, url string
+	}{
+		{infrav1.ReceiverGitea, "gitea-pull-request.json", 7, PROpened, "master", "3f1e2d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e", "http://localhost:3000", "gitea", "http://localhost:3000/gitea/webhooks/pulls/7"},
+		{infrav1.ReceiverGitHub, "github-pull-request.json", 2, PROpened, "master", "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "https://github.com", "Codertocat", "https://github.com/Codertocat/Hello-World/pull/2"},
+	} {
+		t.Run(tc.file, func(t *testing.T) {
+			body := sample(t, tc.file)
+			f, _ := ForgeOf(tc.typ)
+			h := signed(tc.typ, "pull_request", body, token)
+			if err := f.Verify(h, body, token); err != nil {
+				t.Fatal(err)
+			}
+			ev, err := f.Parse(h, body)
+			if err != nil {
+				t.Fatal(err)
+			}
+			pr := ev.PR
+			if ev.Kind != PullRequest || pr == nil || pr.Number != tc.number || pr.Action != tc.action || ev.Ref != tc.base || pr.HeadSHA != tc.head || pr.API != tc.api || pr.Owner != tc.owner || pr.URL != tc.url {
+				t.Fatalf("got %+v %+v", ev, pr)
+			}
+			if len(pr.HeadRepos) == 0 || RepoKey(pr.HeadRepos[0]) != RepoKey(ev.Repos[0]) {
+				t.Errorf("head repos %v, base repos %v: want the same repository", pr.HeadRepos, ev.Repos)
+			}
+		})
+	}
+	h := signed(infrav1.ReceiverGitea, "pull_request", nil, token)
+	ev, err := (gitea{}).Parse(h, []byte(`{"action":"label_updated","number":3,"pull_request":{"head":{"sha":"x"}},"repository":{"clone_url":"http://x/y.git"}}`))
+	if err != nil || ev.PR.Action != "" {
+		t.Errorf("a label change: %+v %v, want an action opr8r ignores", ev.PR, err)
+	}
+	if _, err := (gitea{}).Parse(h, []byte(`{"action":"opened","number":3,"pull_request":{"head":{"sha":"not-a-sha"}},"repository":{"clone_url":"http://x/y.git"}}`)); err == nil {
+		t.Error("a pull request whose head is not a SHA is taken")
+	}
+}
+
+func TestPreviewName(t *testing.T) {
+	if got := PreviewName("network", 12); got != "network-pr12" {
+		t.Errorf("PreviewName = %s", got)
+	}
+	long := strings.Repeat("a", 38) + "-b"
+	if got := PreviewName(long, 12345); len(got) > 40 || !strings.HasSuffix(got, "-pr12345") {
+		t.Errorf("PreviewName of a 40-character name = %s (%d)", got, len(got))
+	}
+}
+
+// TestPreviewSpec: a preview plans the pull request's head against the
+// tracked run's own state, never applies, has no approval policy, no
+// schedule, and destroys nothing.
+func TestPreviewSpec(t *testing.T) {
+	run := &infrav1.TerraformRun{}
+	run.Name = "db-1"
+	run.Spec.Source.Git = &infrav1.GitSource{URL: "https://x/y.git", Ref: "main"}
+	run.Spec.Approval = infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}
+	run.Spec.DriftRemediation = infrav1.DriftApply
+	s := previewSpec(run, "3f1e2d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e")
+	if !s.PlanOnly || s.Source.Git.Ref != "3f1e2d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e" || s.Approval.Mode != "" || s.DriftRemediation != "" || s.Interval != nil || s.DeletionPolicy != infrav1.DeletionRetain {
+		t.Errorf("preview spec %+v", s)
+	}
+	if s.Backend == nil || s.Backend.Kubernetes == nil || s.Backend.Kubernetes.SecretSuffix != "db-1-state" {
+		t.Errorf("preview backend %+v: want the tracked run's state Secret", s.Backend)
+	}
+	if run.Spec.Source.Git.Ref != "main" || run.Spec.Backend != nil {
+		t.Error("previewSpec changed the tracked run")
+	}
+}
+
+func TestDashboardLink(t *testing.T) {
+	rcv := &infrav1.TerraformRunReceiver{}
+	run := &infrav1.TerraformRun{}
+	run.Namespace = "team-a"
+	run.Status.Run = &infrav1.RunStatus{Engine: infrav1.EngineArgo, Child: infrav1.ChildReference{Name: "net-pr4-plan-1"}}
+	if got := dashboardLink(rcv, run); got != "" {
+		t.Errorf("no previews: %q", got)
+	}
+	rcv.Spec.Previews = &infrav1.ReceiverPreviews{DashboardURLs: map[string]string{"argo": "https://argo.example.com/workflows/{namespace}/{child}"}}
+	if got := dashboardLink(rcv, run); got != "https://argo.example.com/workflows/team-a/net-pr4-plan-1" {
+		t.Errorf("argo: %q", got)
+	}
+	run.Status.Run.Engine = infrav1.EngineTekton
+	if got := dashboardLink(rcv, run); got != "" {
+		t.Errorf("an engine without a URL: %q", got)
 	}
 }

@@ -76,6 +76,8 @@ type Server struct {
 	Writer client.Writer
 	// Recorder emits Events on the receivers.
 	Recorder events.EventRecorder
+	// HTTP reaches the forges' APIs for previews (nil: egress.Client).
+	HTTP *http.Client
 	// Rate and Burst limit each receiver's requests.
 	Rate  rate.Limit
 	Burst int
@@ -205,7 +207,20 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		s.refuse(w, log, rcv, code, err.Error())
 		return
 	}
-	if ev.Kind == Other || !slices.Contains(actsOn(rcv), infrav1.ReceiverEvent(ev.Kind)) {
+	if ev.Kind == PullRequest && slices.Contains(actsOn(rcv), infrav1.ReceiverPullRequest) && rcv.Spec.Previews != nil && ev.PR.Action != "" {
+		previews, err := s.previews(req.Context(), rcv, ev)
+		if err != nil {
+			log.Error(err, "previews")
+			reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "previews failed; the forge may redeliver", Runs: previews})
+			return
+		}
+		msg := fmt.Sprintf("pull request #%d %s at %s: previews %s", ev.PR.Number, ev.PR.Action, short(ev.Commit), strings.Join(previews, ", "))
+		log.Info("took a webhook", "event", ev.Name, "pullRequest", ev.PR.Number, "action", ev.PR.Action, "previews", previews)
+		s.event(rcv, corev1.EventTypeNormal, "Received", msg)
+		reply(w, http.StatusAccepted, answer{Result: "accepted", Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit, Runs: previews})
+		return
+	}
+	if ev.Kind == Other || ev.Kind == PullRequest || !slices.Contains(actsOn(rcv), infrav1.ReceiverEvent(ev.Kind)) {
 		log.V(1).Info("ignored a webhook", "event", ev.Name)
 		reply(w, http.StatusAccepted, answer{Result: "ignored", Reason: "this receiver does not act on this event", Event: ev.Name})
 		return

@@ -488,3 +488,289 @@ spec:
 		t.Errorf("notifier not Ready: %+v", nf.Status)
 	}
 }
+
+// TestPullRequestPreviews: the pull-request flow on a real Gitea. A pull
+// request against a tracked branch gets a plan-only preview of its head:
+// a commit status and exactly one comment with the plan's summary and the
+// resources it changes; a push to it updates that comment and the status;
+// closing another pull request removes its preview and marks its comment
+// closed; merging is a push to the branch, which the tracked run plans at
+// once and applies under its approval policy (Manual: kubectl tfrun
+// approve).
+func TestPullRequestPreviews(t *testing.T) {
+	t.Parallel()
+	e := setup(t)
+	ip := e.nodeIP(t)
+	f := startGitea(t, ip)
+	t.Cleanup(f.stop)
+	hook := e.webhookAddress(t)
+	tok, _, err := f.api.CreateAccessToken(gitea.CreateAccessTokenOption{Name: "opr8r-previews", Scopes: []gitea.AccessTokenScope{"write:repository", "write:issue"}})
+	if err != nil {
+		t.Fatalf("making the previews' API token: %v", err)
+	}
+	out, err := e.as(mallory, fmt.Sprintf(`apiVersion: v1
+kind: Secret
+metadata: {name: e2e-pr-webhook, namespace: %[1]s}
+stringData: {token: %[2]s}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-pr-api, namespace: %[1]s}
+stringData: {token: %[3]s}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunReceiver
+metadata: {name: e2e-gitea-prs, namespace: %[1]s}
+spec:
+  type: Gitea
+  events: [push, pull_request]
+  secretRef: {name: e2e-pr-webhook}
+  previews:
+    tokenSecretRef: {name: e2e-pr-api}
+    dashboardURLs:
+      argo: "%[4]s/workflows/{namespace}/{child}"
+      tekton: "%[5]s/#/namespaces/{namespace}/pipelineruns/{child}"
+  runSelector: {matchLabels: {e2e-previews: "on"}}
+`, ns, hookToken, tok.Token, mustEnv(t, "OPR8R_E2E_ARGO_UI"), mustEnv(t, "OPR8R_E2E_TEKTON_VIEW")), e.kubectl, "apply", "-f", "-")
+	t.Logf("$ (as %s) kubectl apply the previews' receiver\n%s", mallory, out)
+	if err != nil {
+		t.Fatalf("an editor of the namespace could not make a receiver: %v", err)
+	}
+	var rcv infrav1.TerraformRunReceiver
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: "e2e-gitea-prs"}, &rcv); err == nil && rcv.Status.WebhookPath != "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the receiver has no path after a minute: %+v", rcv.Status)
+		}
+	}
+	for _, engine := range []string{"argo", "tekton"} {
+		t.Run(engine, func(t *testing.T) {
+			t.Parallel()
+			previewScenario(t, e, f, "http://"+hook+rcv.Status.WebhookPath, engine, tok.Token)
+		})
+	}
+}
+
+// previewComments are the comments opr8r made on a pull request.
+func previewComments(t *testing.T, f *forge, repo string, number int64) []*gitea.Comment {
+	cs, _, err := f.api.ListIssueComments(giteaUser, repo, number, gitea.ListIssueCommentOptions{})
+	if err != nil {
+		t.Fatalf("listing the comments of #%d: %v", number, err)
+	}
+	var out []*gitea.Comment
+	for _, c := range cs {
+		if strings.Contains(c.Body, "<!-- opr8r-preview ") {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// waitStatus waits for opr8r's commit status on sha to be state, and
+// returns its description.
+func waitStatus(t *testing.T, f *forge, repo, sha, context, state string) string {
+	t.Helper()
+	deadline := time.Now().Add(8 * time.Minute)
+	var last string
+	for {
+		sts, _, err := f.api.ListStatuses(giteaUser, repo, sha, gitea.ListStatusesOption{})
+		if err == nil {
+			for _, s := range sts { // newest first
+				if s.Context == context {
+					last = string(s.State) + ": " + s.Description
+					if string(s.State) == state {
+						return s.Description
+					}
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("commit status %s on %s: %q after 8 minutes, want %s", context, sha[:12], last, state)
+		}
+		time.Sleep(2 * time.Second)
+	}
+}
+
+func commitFile(t *testing.T, f *forge, repo, branch, newBranch, release string) string {
+	t.Helper()
+	content, _, err := f.api.GetContents(giteaUser, repo, branch, "main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := f.api.UpdateFile(giteaUser, repo, "main.tf", gitea.UpdateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "release " + release, BranchName: branch, NewBranchName: newBranch}, SHA: content.SHA,
+		Content: base64.StdEncoding.EncodeToString(fmt.Appendf(nil, gitModule, release)),
+	})
+	if err != nil {
+		t.Fatalf("committing release %s: %v", release, err)
+	}
+	return r.Commit.SHA
+}
+
+func previewScenario(t *testing.T, e *env, f *forge, hookURL, engine, apiToken string) {
+	repo, name := "pr-"+engine, "pr-"+engine
+	if _, _, err := f.api.CreateRepo(gitea.CreateRepoOption{Name: repo, AutoInit: true, DefaultBranch: "main"}); err != nil {
+		t.Fatalf("creating the repository: %v", err)
+	}
+	if _, _, err := f.api.CreateFile(giteaUser, repo, "main.tf", gitea.CreateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "release 1", BranchName: "main"},
+		Content:     base64.StdEncoding.EncodeToString(fmt.Appendf(nil, gitModule, "1")),
+	}); err != nil {
+		t.Fatalf("committing main.tf: %v", err)
+	}
+	if _, _, err := f.api.CreateRepoHook(giteaUser, repo, gitea.CreateHookOption{
+		Type: gitea.HookTypeGitea, Active: true, Events: []string{"push", "pull_request", "pull_request_sync"}, BranchFilter: "*",
+		Config: map[string]string{"url": hookURL, "content_type": "json", "secret": hookToken},
+	}); err != nil {
+		t.Fatalf("adding the webhook: %v", err)
+	}
+	e.sh(t, fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: %s, namespace: %s, labels: {e2e-previews: "on"}}
+spec:
+  engine: %s
+  source: {git: {url: %s/%s/%s.git, ref: main}}
+  approval: {mode: Manual}
+  deletionPolicy: Retain
+  runner: {workspace: {size: 64Mi}}
+`, name, ns, engine, f.url, giteaUser, repo), e.kubectl, "apply", "-f", "-")
+	defer e.sh(t, "", e.kubectl, "delete", "terraformrun", name, "-n", ns, "--wait=false")
+	// (On a cluster kept from an earlier run, its state is there already:
+	// no changes, nothing to approve.)
+	if r := e.waitFor(t, name, "the first plan", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && (r.Status.Run.Phase == infrav1.RunAwaitingApproval || r.Status.Run.Phase == infrav1.RunSucceeded)
+	}); r.Status.Run.Phase == infrav1.RunAwaitingApproval {
+		e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	}
+	first := e.waitFor(t, name, "release 1 applied", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Phase == infrav1.RunSucceeded
+	})
+
+	// Pull request 1: release 2 on a branch.
+	head := commitFile(t, f, repo, "main", "feature", "2")
+	pr1, _, err := f.api.CreatePullRequest(giteaUser, repo, gitea.CreatePullRequestOption{Head: "feature", Base: "main", Title: "release 2"})
+	if err != nil {
+		t.Fatalf("opening pull request 1: %v", err)
+	}
+	p1 := previewNameOf(name, pr1.Index)
+	ctx1 := "opr8r/" + ns + "/" + p1
+	desc := waitStatus(t, f, repo, head, ctx1, "success")
+	if desc != "plan +0 ~1 -0" {
+		t.Errorf("the preview's status says %q, want plan +0 ~1 -0", desc)
+	}
+	cs := previewComments(t, f, repo, pr1.Index)
+	if len(cs) != 1 || !strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change, 0 to destroy**") || !strings.Contains(cs[0].Body, "| update | `terraform_data.release` |") || !strings.Contains(cs[0].Body, head[:12]) {
+		t.Fatalf("comments on #%d: %d, want one with the plan: %v", pr1.Index, len(cs), commentBodies(cs))
+	}
+	t.Logf("comment on #%d:\n%s", pr1.Index, cs[0].Body)
+	link := map[string]string{"argo": os.Getenv("OPR8R_E2E_ARGO_UI") + "/workflows/" + ns + "/" + p1 + "-plan-", "tekton": os.Getenv("OPR8R_E2E_TEKTON_VIEW") + "/#/namespaces/" + ns + "/pipelineruns/" + p1 + "-plan-"}[engine]
+	if !strings.Contains(cs[0].Body, "[The run in the "+engine+" dashboard]("+link) {
+		t.Errorf("the comment does not link to the run in the %s dashboard (%s…)", engine, link)
+	}
+	commentID := cs[0].ID
+	if got := e.get(t, name).Status.Run.ID; got != first.Status.Run.ID {
+		t.Fatalf("a pull request started a run of the tracked run: %s", got)
+	}
+
+	// A push to the pull request: the same comment, edited; the status
+	// follows the new head.
+	head2 := commitFile(t, f, repo, "feature", "", "3")
+	waitStatus(t, f, repo, head2, ctx1, "success")
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		cs = previewComments(t, f, repo, pr1.Index)
+		if len(cs) == 1 && strings.Contains(cs[0].Body, head2[:12]) && strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after a push to #%d: comments %v, want the one comment edited for %s", pr1.Index, commentBodies(cs), head2[:12])
+		}
+	}
+	if cs[0].ID != commentID {
+		t.Errorf("the push made comment %d, want comment %d edited", cs[0].ID, commentID)
+	}
+
+	// Pull request 2, closed without merging: its preview goes, its
+	// comment says so.
+	other := commitFile(t, f, repo, "main", "other", "9")
+	pr2, _, err := f.api.CreatePullRequest(giteaUser, repo, gitea.CreatePullRequestOption{Head: "other", Base: "main", Title: "release 9"})
+	if err != nil {
+		t.Fatalf("opening pull request 2: %v", err)
+	}
+	p2 := previewNameOf(name, pr2.Index)
+	waitStatus(t, f, repo, other, "opr8r/"+ns+"/"+p2, "success")
+	closed := gitea.StateClosed
+	if _, _, err := f.api.EditPullRequest(giteaUser, repo, pr2.Index, gitea.EditPullRequestOption{State: &closed}); err != nil {
+		t.Fatalf("closing pull request 2: %v", err)
+	}
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(2 * time.Second) {
+		err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: p2}, &infrav1.TerraformRun{})
+		cs2 := previewComments(t, f, repo, pr2.Index)
+		if client.IgnoreNotFound(err) == nil && err != nil && len(cs2) == 1 && strings.Contains(cs2[0].Body, ": closed") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after closing #%d: preview %s still there (%v) or comments %v", pr2.Index, p2, err, commentBodies(cs2))
+		}
+	}
+
+	// Merging pull request 1 is a push to main: the tracked run plans the
+	// merged commit at once (no interval), and applies it once approved.
+	var merged bool
+	var pushed time.Time
+	for deadline := time.Now().Add(time.Minute); !merged; time.Sleep(2 * time.Second) {
+		pushed = time.Now()
+		if merged, _, err = f.api.MergePullRequest(giteaUser, repo, pr1.Index, gitea.MergePullRequestOption{Style: gitea.MergeStyleMerge}); err != nil || !merged {
+			if time.Now().After(deadline) {
+				t.Fatalf("merging #%d: %v", pr1.Index, err)
+			}
+		}
+	}
+	br, _, err := f.api.GetRepoBranch(giteaUser, repo, "main")
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := e.waitFor(t, name, "the merged commit planned", 5*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.ID != first.Status.Run.ID && r.Status.Run.Phase == infrav1.RunAwaitingApproval
+	})
+	t.Logf("PREVIEW %s: merge → run started %.1fs, → plan waiting %.1fs", engine, run.Status.Run.StartedAt.Sub(pushed).Seconds(), time.Since(pushed).Seconds())
+	if run.Status.Run.Commit != br.Commit.ID || run.Status.Run.Trigger != infrav1.TriggerSourceChange {
+		t.Errorf("the run after the merge planned %s (%s), want the merge commit %s (SourceChange)", run.Status.Run.Commit, run.Status.Run.Trigger, br.Commit.ID)
+	}
+	if d := run.Status.Run.StartedAt.Sub(pushed); d > 30*time.Second {
+		t.Errorf("the merge took %s to start a run, want seconds", d)
+	}
+	e.sh(t, "", e.tfrun, "approve", name, "-n", ns)
+	e.waitFor(t, name, "the merged commit applied", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.ID == run.Status.Run.ID && r.Status.Run.Phase == infrav1.RunSucceeded
+	})
+	// The merged pull request's preview is gone too.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: p1}, &infrav1.TerraformRun{}); client.IgnoreNotFound(err) == nil && err != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the preview %s of the merged pull request is still there", p1)
+		}
+	}
+	// Nothing secret reached the forge.
+	for _, n := range []int64{pr1.Index, pr2.Index} {
+		for _, c := range previewComments(t, f, repo, n) {
+			if strings.Contains(c.Body, hookToken) || strings.Contains(c.Body, apiToken) {
+				t.Errorf("a comment on #%d carries a secret", n)
+			}
+		}
+	}
+}
+
+func previewNameOf(run string, number int64) string { return fmt.Sprintf("%s-pr%d", run, number) }
+
+func commentBodies(cs []*gitea.Comment) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.Body)
+	}
+	return out
+}

@@ -101,6 +101,10 @@ func TestRBACAllowList(t *testing.T) {
 			"infra.opr8r.io/terraformruns/finalizers:update",
 			"infra.opr8r.io/terraformruns/status:get", "infra.opr8r.io/terraformruns/status:patch", "infra.opr8r.io/terraformruns/status:update",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
+			// create and delete: pull-request previews, plan-only copies of
+			// a run the namespace's receiver made for each open pull request
+			// (pkg/receiver/preview.go).
+			"infra.opr8r.io/terraformruns:create", "infra.opr8r.io/terraformruns:delete",
 		},
 		"config/rbac/argo/role.yaml": {
 			"argoproj.io/workflows:create", "argoproj.io/workflows:delete", "argoproj.io/workflows:get", "argoproj.io/workflows:list",

@@ -22,6 +22,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/notify"
 	"github.com/opr8r/opr8r/pkg/receiver"
+	"github.com/opr8r/opr8r/pkg/testutil"
 )
 
 const (
@@ -278,3 +279,105 @@ func pushes(g given) {
 		Expect(apimeta.IsStatusConditionTrue(nf.Status.Conditions, infrav1.ReadyCondition)).To(BeTrue())
 	})
 }
+
+// giteaPR is a Gitea pull request event.
+func giteaPR(action string, number int64, head, base string) []byte {
+	repo := map[string]any{"clone_url": pushRepo, "html_url": "https://git.example.com/team/infra", "full_name": "team/infra", "name": "infra", "owner": map[string]any{"login": "team"}}
+	b, err := json.Marshal(map[string]any{
+		"action": action, "number": number,
+		"pull_request": map[string]any{"number": number, "html_url": fmt.Sprintf("https://git.example.com/team/infra/pulls/%d", number),
+			"head": map[string]any{"ref": "feature", "sha": head, "repo": repo}, "base": map[string]any{"ref": base, "repo": repo}},
+		"repository": repo,
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return b
+}
+
+var _ = Describe("pull request previews", func() {
+	It("makes a plan-only preview of a pull request's head against the run's own state, moves it on a push, and removes it when the pull request closes", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		w := testutil.MakeRun("net", ns).Git(pushRepo, "main", "", "")
+		w.UID = ""
+		w.Labels = map[string]string{"team": "a"}
+		w.Spec.Approval = infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}
+		w.Spec.Interval = &metav1.Duration{Duration: time.Hour}
+		Expect(k8sClient.Create(ctx, w.Obj())).To(Succeed())
+		tracked := getRun(ns, "net")
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: ns}, StringData: map[string]string{"token": pushToken}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns}, StringData: map[string]string{"token": "forge-api-token"}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "forge", Namespace: ns},
+			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, Events: []infrav1.ReceiverEvent{infrav1.ReceiverPush, infrav1.ReceiverPullRequest},
+				SecretRef: infrav1.LocalObjectReference{Name: "hook"}, Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"}}}})).To(Succeed())
+		var path string
+		Eventually(func() string {
+			var r infrav1.TerraformRunReceiver
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forge"}, &r)).To(Succeed())
+			path = r.Status.WebhookPath
+			return path
+		}, timeout, interval).ShouldNot(BeEmpty())
+		hdr := func(b []byte) map[string]string {
+			return map[string]string{"X-Gitea-Event": "pull_request", "X-Gitea-Signature": receiver.Sign(b, []byte(pushToken))}
+		}
+
+		By("opened: a preview")
+		opened := giteaPR("opened", 4, commitA, "main")
+		code, body := postHook(path, opened, hdr(opened))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(body).To(ContainSubstring(`"runs":["net-pr4"]`))
+		p := getRun(ns, "net-pr4")
+		Expect(p.Labels).To(HaveKeyWithValue(infrav1.PreviewOfLabel, "net"))
+		Expect(p.Labels).To(HaveKeyWithValue(infrav1.PullRequestLabel, "4"))
+		Expect(p.OwnerReferences).To(ConsistOf(HaveField("UID", tracked.UID)))
+		Expect(p.Spec.PlanOnly).To(BeTrue())
+		Expect(p.Spec.Source.Git.Ref).To(Equal(commitA))
+		Expect(p.Spec.Approval.Mode).To(Equal(infrav1.ApprovalManual), "no approval policy of the tracked run: planOnly never waits")
+		Expect(p.Spec.Interval).To(BeNil())
+		Expect(p.Spec.Backend.Kubernetes.SecretSuffix).To(Equal("net"), "the tracked run's state")
+		Expect(p.Annotations[infrav1.PreviewAnnotation]).To(ContainSubstring(`"api":"https://git.example.com"`))
+
+		By("a fork's pull request: no preview")
+		fork := giteaPR("opened", 5, commitB, "main")
+		fork = bytes.Replace(fork, []byte(`"head":{"ref":"feature","repo":{"clone_url":"`+pushRepo), []byte(`"head":{"ref":"feature","repo":{"clone_url":"https://git.example.com/mallory/infra.git`), 1)
+		Expect(string(fork)).To(ContainSubstring("mallory/infra.git"))
+		code, body = postHook(path, fork, hdr(fork))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(body).NotTo(ContainSubstring("net-pr5"))
+
+		By("synchronized: the preview moves to the new head")
+		synced := giteaPR("synchronized", 4, commitB, "main")
+		code, body = postHook(path, synced, hdr(synced))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(getRun(ns, "net-pr4").Spec.Source.Git.Ref).To(Equal(commitB))
+
+		By("closed: the preview is removed")
+		closed := giteaPR("closed", 4, commitB, "main")
+		code, body = postHook(path, closed, hdr(closed))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Eventually(func() bool {
+			var r infrav1.TerraformRun
+			err := k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "net-pr4"}, &r)
+			return err != nil || r.DeletionTimestamp != nil
+		}, timeout, interval).Should(BeTrue())
+		Expect(getRun(ns, "net").Spec.Source.Git.Ref).To(Equal("main"), "the tracked run is untouched")
+	})
+
+	It("refuses dashboard links that are not an engine's http URL, naming the field", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		for urls, want := range map[string]map[string]string{
+			"the keys are engines": {"gitlab": "https://x.example.com/{child}"},
+			"http or https URL":    {"argo": "javascript:alert(1)"},
+		} {
+			err := k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-", Namespace: ns},
+				Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "hook"},
+					Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"}, DashboardURLs: want}}})
+			Expect(err).To(HaveOccurred())
+			Expect(err.Error()).To(And(ContainSubstring("spec.previews.dashboardURLs"), ContainSubstring(urls)))
+		}
+		Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: ns},
+			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "hook"},
+				Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"},
+					DashboardURLs: map[string]string{"argo": "https://argo.example.com/workflows/{namespace}/{child}"}}}})).To(Succeed())
+	})
+})

@@ -26,6 +26,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/opr8r/opr8r/engines"
+	"github.com/opr8r/opr8r/pkg/egress"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/notify"
 	"github.com/opr8r/opr8r/pkg/receiver"
@@ -105,7 +106,7 @@ func testManagerOptions() manager.Options {
 		SealKey:          testutil.SealKey,
 		Receiver:         &receiver.Server{Addr: "127.0.0.1:0"},
 		// The sinks listen on 127.0.0.1, which production refuses.
-		Notify: &notify.Dispatcher{HTTP: notify.GuardedClient(true), Backoff: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
+		Notify: &notify.Dispatcher{HTTP: egress.Client(true), Backoff: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}},
 	}
 }
 
