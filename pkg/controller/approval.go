@@ -469,7 +469,13 @@ func (r *TerraformRunReconciler) setApproval(run *infrav1.TerraformRun, a infrav
 // Sets Approved False (Superseded) and Reconciling (Superseded), and ends
 // the pass.
 func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	if !st.active || st.child == nil || st.progress.Gate.State != engine.GatePending {
+	if !st.active || st.child == nil || run.Status.Run == nil {
+		return ctrl.Result{}, nil
+	}
+	if run.Status.Run.Type == infrav1.RunPlan && !st.progress.Finished {
+		return r.supersedePlanOnly(ctx, run, st)
+	}
+	if st.progress.Gate.State != engine.GatePending {
 		return ctrl.Result{}, nil
 	}
 	trigger, detail, want := r.wantRun(run, st)
@@ -493,6 +499,31 @@ func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *in
 	}
 	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by "+why+" before approval")
 	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
+	st.stop = true
+	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// supersedePlanOnly stops a planOnly run (a preview) still planning when a
+// newer source or spec calls for a new plan (a push to a pull request
+// moves its preview): nothing is applied, so its plan is of no use. The
+// next run starts once it has stopped.
+func (r *TerraformRunReconciler) supersedePlanOnly(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	trigger, detail, want := r.wantRun(run, st)
+	c, ok := st.engine.(engine.Canceller)
+	if !want || !ok {
+		return ctrl.Result{}, nil
+	}
+	cur := run.Status.Run
+	why := "a spec change"
+	if trigger == infrav1.TriggerDependencyChange || trigger == infrav1.TriggerSourceChange || trigger == infrav1.TriggerRerunRequest {
+		why = string(trigger) + " (" + detail + ")"
+	}
+	if st.child.GetAnnotations()[engine.CancelledAnnotation] == "" {
+		if err := c.Cancel(ctx, r.Client, st.child, "superseded by "+why); err != nil {
+			return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
+		}
+	}
+	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded by "+why+"); a new run starts when it has stopped")
 	st.stop = true
 	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
 }

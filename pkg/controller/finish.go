@@ -81,11 +81,11 @@ func (r *TerraformRunReconciler) finishApply(ctx context.Context, run *infrav1.T
 		}
 		msg := fmt.Sprintf("run %s: %s; change the spec or request a rerun (kubectl tfrun rerun %s)", cur.ID, prog.Message, run.Name)
 		st.report(stalled, reason, msg)
-		r.notifyOf(run, infrav1.NotifyFailed, msg)
+		r.notifyEnd(run, st, infrav1.NotifyFailed, msg)
 	default:
 		msg := fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message)
 		st.report(stalled, infrav1.ReasonRunFailed, msg)
-		r.notifyOf(run, infrav1.NotifyFailed, msg)
+		r.notifyEnd(run, st, infrav1.NotifyFailed, msg)
 	}
 	return nil
 }
@@ -110,7 +110,7 @@ func (r *TerraformRunReconciler) finishSucceeded(ctx context.Context, run *infra
 	if prog.Applied {
 		msg := "applied plan " + digestOf(run) + " (" + run.Status.PlanSummary + ")"
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonApplied, msg)
-		r.notifyOf(run, infrav1.NotifyApplied, "run "+cur.ID+" "+msg)
+		r.notifyEnd(run, st, infrav1.NotifyApplied, "run "+cur.ID+" "+msg)
 	} else {
 		r.transition(run, infrav1.AppliedCondition, metav1True, infrav1.ReasonNoChanges, "the plan had no changes; nothing to apply")
 	}
@@ -130,7 +130,7 @@ func (r *TerraformRunReconciler) finishPlanOnly(run *infrav1.TerraformRun, st *p
 	if prog.Phase != infrav1.RunSucceeded || prog.Plan == nil {
 		msg := fmt.Sprintf("run %s failed: %s", cur.ID, prog.Message)
 		st.report(stalled, infrav1.ReasonRunFailed, msg)
-		r.notifyOf(run, infrav1.NotifyFailed, msg)
+		r.notifyEnd(run, st, infrav1.NotifyFailed, msg)
 		return
 	}
 	st.report(ready, infrav1.ReasonPlannedOnly,

@@ -2,6 +2,7 @@ package controller
 
 import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 // Notifier is told of the happenings people act on (pkg/notify sends them
@@ -39,4 +40,13 @@ func (r *TerraformRunReconciler) notifyOf(run *infrav1.TerraformRun, ev infrav1.
 	if r.Notifier != nil {
 		r.Notifier.Notify(run, ev, msg)
 	}
+}
+
+// notifyEnd tells of a run's end, unless opr8r itself stopped it for a
+// newer run (superseded): nobody acts on that.
+func (r *TerraformRunReconciler) notifyEnd(run *infrav1.TerraformRun, st *passState, ev infrav1.NotifyEvent, msg string) {
+	if ev == infrav1.NotifyFailed && st.child != nil && st.child.GetAnnotations()[engine.CancelledAnnotation] != "" {
+		return
+	}
+	r.notifyOf(run, ev, msg)
 }

@@ -193,3 +193,34 @@ func TestPushPending(t *testing.T) {
 		t.Error("a push marks a run without a git source")
 	}
 }
+
+// TestPreviewsQueueBehindRuns: a pull request's preview waits for a slot
+// behind the runs people asked for, as a scheduled check does.
+func TestPreviewsQueueBehindRuns(t *testing.T) {
+	run := &infrav1.TerraformRun{}
+	if runPriority(run) != prioRun {
+		t.Error("a run is not queued as a run")
+	}
+	run.Labels = map[string]string{infrav1.PreviewOfLabel: "net"}
+	if runPriority(run) != prioCheck {
+		t.Error("a preview is queued with the runs people asked for")
+	}
+	l := NewLimiter(1, 0, nil)
+	l.Warm()
+	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "busy"}, "busy-1", prioRun); !ok {
+		t.Fatal("the first claim of an empty limiter failed")
+	}
+	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "net-pr1"}, "net-pr1-plan-1", runPriority(run)); ok {
+		t.Fatal("a preview took a slot of a full limiter")
+	}
+	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "db"}, "db-1", prioRun); ok {
+		t.Fatal("a run took a slot of a full limiter")
+	}
+	l.Release("a", "busy-1")
+	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "net-pr1"}, "net-pr1-plan-1", runPriority(run)); ok {
+		t.Error("the preview took the freed slot before the run that waited")
+	}
+	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "db"}, "db-1", prioRun); !ok {
+		t.Error("the waiting run did not get the freed slot")
+	}
+}

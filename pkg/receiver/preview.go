@@ -310,6 +310,9 @@ func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	switch {
 	case cur.Phase == infrav1.RunSucceeded && run.Status.Plan != nil:
 		state, desc = "success", "plan "+run.Status.Plan.Summary
+	case isEnded(cur.Phase) && strings.HasPrefix(cur.Message, "stopped: superseded"):
+		// opr8r stopped it for a newer commit: that commit has its own.
+		state, desc = "error", "superseded: a newer commit is planned"
 	case isEnded(cur.Phase):
 		state, desc = "failure", firstLine(cur.Message)
 	}
@@ -360,6 +363,8 @@ func (p *PreviewReporter) body(ctx context.Context, run *infrav1.TerraformRun, t
 	switch state {
 	case "pending":
 		fmt.Fprintf(&b, "Planning… (run `%s`, engine %s)\n", cur.ID, cur.Engine)
+	case "error":
+		fmt.Fprintf(&b, "Run `%s` was stopped for a newer commit; its plan follows.\n", cur.ID)
 	case "failure":
 		fmt.Fprintf(&b, "**The plan failed** (run `%s`, engine %s):\n\n```\n%s\n```\n", cur.ID, cur.Engine, truncate(cur.Message, 2000))
 	default:

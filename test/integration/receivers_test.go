@@ -249,6 +249,29 @@ func pushes(g given) {
 		Expect(getRun(ns, "waiting").Status.Run.Trigger).To(Equal(infrav1.TriggerSourceChange))
 	})
 
+	It("stops a planOnly run still planning when its source moves (a preview superseded by a push), and tells no notifier of it", func() {
+		ns := newNamespace()
+		sk := newSink()
+		defer sk.srv.Close()
+		makeNotifier(ns, "team", sk.srv.URL)
+		w := g.run("preview", ns).Git(pushRepo, commitA, "", "")
+		w.Spec.PlanOnly = true
+		Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+		s := g.active(ns, "preview")
+		s.StartAt(commitA)
+		patchRun(ns, "preview", func(r *infrav1.TerraformRun) { r.Spec.Source.Git.Ref = commitB })
+		Eventually(s.CancelRequested, timeout, interval).Should(BeTrue(), "the plan of the old commit is stopped")
+		Expect(condReason(ns, "preview", infrav1.ReconcilingCondition)()).To(Equal("True/Superseded"))
+		s.CompleteAfterGate()
+		s2 := g.nextRun(ns, "preview", s.Key().Name)
+		Expect(getRun(ns, "preview").Status.Run.Trigger).To(Equal(infrav1.TriggerSpecChange))
+		s2.StartAt(commitB)
+		s2.Plan(0, 1, 0, digestOf("preview-b"))
+		s2.Complete()
+		Eventually(condReason(ns, "preview", infrav1.ReadyCondition), timeout, interval).Should(Equal("True/PlannedOnly"))
+		Consistently(func() []string { return sk.events("preview") }, time.Second, interval).Should(BeEmpty(), "a superseded run is no failure to tell anyone about")
+	})
+
 	It("reports a failed run to notifiers, and a destination that fails in the notifier, never in the run", func() {
 		ns := newNamespace()
 		good, bad := newSink(), newSink()
