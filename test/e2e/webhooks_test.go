@@ -504,6 +504,7 @@ func TestPullRequestPreviews(t *testing.T) {
 	f := startGitea(t, ip)
 	t.Cleanup(f.stop)
 	hook := e.webhookAddress(t)
+	sink := startSink(t, ip)
 	tok, _, err := f.api.CreateAccessToken(gitea.CreateAccessTokenOption{Name: "opr8r-previews", Scopes: []gitea.AccessTokenScope{"write:repository", "write:issue"}})
 	if err != nil {
 		t.Fatalf("making the previews' API token: %v", err)
@@ -531,7 +532,32 @@ spec:
       argo: "%[4]s/workflows/{namespace}/{child}"
       tekton: "%[5]s/#/namespaces/{namespace}/pipelineruns/{child}"
   runSelector: {matchLabels: {e2e-previews: "on"}}
-`, ns, hookToken, tok.Token, mustEnv(t, "OPR8R_E2E_ARGO_UI"), mustEnv(t, "OPR8R_E2E_TEKTON_VIEW")), e.kubectl, "apply", "-f", "-")
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-pr-notifier, namespace: %[1]s}
+stringData: {address: %[6]s, token: %[7]s}
+---
+# The previews' failures, to the team's hook.
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-previews, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-pr-notifier}
+  events: [Failed]
+  runSelector: {matchExpressions: [{key: preview.opr8r.io/of, operator: Exists}]}
+---
+# The tracked runs' plans waiting and applies.
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-tracked, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-pr-notifier}
+  events: [ApprovalRequired, Applied]
+  runSelector: {matchLabels: {e2e-previews: "on"}}
+`, ns, hookToken, tok.Token, mustEnv(t, "OPR8R_E2E_ARGO_UI"), mustEnv(t, "OPR8R_E2E_TEKTON_VIEW"), sink.url, notifyToken), e.kubectl, "apply", "-f", "-")
 	t.Logf("$ (as %s) kubectl apply the previews' receiver\n%s", mallory, out)
 	if err != nil {
 		t.Fatalf("an editor of the namespace could not make a receiver: %v", err)
@@ -548,7 +574,7 @@ spec:
 	for _, engine := range []string{"argo", "tekton"} {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
-			previewScenario(t, e, f, "http://"+hook+rcv.Status.WebhookPath, engine, tok.Token)
+			previewScenario(t, e, f, sink, "http://"+hook+rcv.Status.WebhookPath, engine, tok.Token)
 		})
 	}
 }
@@ -610,7 +636,7 @@ func commitFile(t *testing.T, f *forge, repo, branch, newBranch, release string)
 	return r.Commit.SHA
 }
 
-func previewScenario(t *testing.T, e *env, f *forge, hookURL, engine, apiToken string) {
+func previewScenario(t *testing.T, e *env, f *forge, sink *notifySink, hookURL, engine, apiToken string) {
 	repo, name := "pr-"+engine, "pr-"+engine
 	if _, _, err := f.api.CreateRepo(gitea.CreateRepoOption{Name: repo, AutoInit: true, DefaultBranch: "main"}); err != nil {
 		t.Fatalf("creating the repository: %v", err)
@@ -692,6 +718,26 @@ spec:
 		t.Errorf("the push made comment %d, want comment %d edited", cs[0].ID, commentID)
 	}
 
+	// Pull request 3 breaks the module: its status fails with terraform's
+	// error, its comment says so, and the previews' notifier is told.
+	broken := commitBroken(t, f, repo, "broken")
+	pr3, _, err := f.api.CreatePullRequest(giteaUser, repo, gitea.CreatePullRequestOption{Head: "broken", Base: "main", Title: "a typo"})
+	if err != nil {
+		t.Fatalf("opening pull request 3: %v", err)
+	}
+	p3 := previewNameOf(name, pr3.Index)
+	failed := waitStatus(t, f, repo, broken, "opr8r/"+ns+"/"+p3, "failure")
+	cs3 := previewComments(t, f, repo, pr3.Index)
+	if !strings.Contains(failed, "Unsupported argument") || len(cs3) != 1 || !strings.Contains(cs3[0].Body, "**The plan failed**") || !strings.Contains(cs3[0].Body, "Unsupported argument") {
+		t.Errorf("a broken pull request: status %q, comments %v; want terraform's error in both", failed, commentBodies(cs3))
+	}
+	for deadline := time.Now().Add(time.Minute); len(sink.of(p3)) == 0 && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+	}
+	if got := sink.of(p3); len(got) != 1 || got[0].Event != infrav1.NotifyFailed || !got[0].signed {
+		t.Errorf("the previews' notifier got %+v for %s, want one signed Failed", got, p3)
+	}
+
 	// Pull request 2, closed without merging: its preview goes, its
 	// comment says so.
 	other := commitFile(t, f, repo, "main", "other", "9")
@@ -746,6 +792,21 @@ spec:
 	e.waitFor(t, name, "the merged commit applied", 10*time.Minute, func(r *infrav1.TerraformRun) bool {
 		return r.Status.Run != nil && r.Status.Run.ID == run.Status.Run.ID && r.Status.Run.Phase == infrav1.RunSucceeded
 	})
+	// The tracked run's notifier: each plan waiting and each apply, signed.
+	var evs []string
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+		evs = evs[:0]
+		for _, d := range sink.of(name) {
+			evs = append(evs, fmt.Sprintf("%s/%s/signed=%v", d.Event, d.RunID, d.signed))
+		}
+		if len(evs) >= 2 || time.Now().After(deadline) {
+			break
+		}
+	}
+	want := []string{fmt.Sprintf("ApprovalRequired/%s/signed=true", run.Status.Run.ID), fmt.Sprintf("Applied/%s/signed=true", run.Status.Run.ID)}
+	if len(evs) < 2 || strings.Join(evs[len(evs)-2:], " ") != strings.Join(want, " ") {
+		t.Errorf("the tracked run's notifier got %v, want it to end with %v", evs, want)
+	}
 	// The merged pull request's preview is gone too.
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(2 * time.Second) {
 		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: p1}, &infrav1.TerraformRun{}); client.IgnoreNotFound(err) == nil && err != nil {
@@ -763,6 +824,24 @@ spec:
 			}
 		}
 	}
+}
+
+// commitBroken commits a main.tf with an argument terraform_data does not
+// have to a new branch.
+func commitBroken(t *testing.T, f *forge, repo, branch string) string {
+	t.Helper()
+	content, _, err := f.api.GetContents(giteaUser, repo, "main", "main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := f.api.UpdateFile(giteaUser, repo, "main.tf", gitea.UpdateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "a typo", BranchName: "main", NewBranchName: branch}, SHA: content.SHA,
+		Content: base64.StdEncoding.EncodeToString([]byte("resource \"terraform_data\" \"release\" {\n  inptu = \"4\"\n}\n")),
+	})
+	if err != nil {
+		t.Fatalf("committing the typo: %v", err)
+	}
+	return r.Commit.SHA
 }
 
 func previewNameOf(run string, number int64) string { return fmt.Sprintf("%s-pr%d", run, number) }
