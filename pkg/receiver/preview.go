@@ -95,7 +95,7 @@ func (s *Server) previews(ctx context.Context, rcv *infrav1.TerraformRunReceiver
 		name := PreviewName(run.Name, pr.Number)
 		switch {
 		case pr.Action == PRClosed:
-			if err := s.closePreview(ctx, rcv, run.Namespace, name); err != nil {
+			if err := s.closePreview(ctx, rcv, run, name); err != nil {
 				return done, err
 			}
 		case fork:
@@ -132,7 +132,7 @@ func (s *Server) openPreview(ctx context.Context, rcv *infrav1.TerraformRunRecei
 		}
 	case err != nil:
 		return err
-	case cur.Labels[infrav1.PreviewOfLabel] != run.Name:
+	case cur.Labels[infrav1.PreviewOfLabel] != run.Name || !ownedBy(&cur, run):
 		return fmt.Errorf("TerraformRun %s exists and is not %s's preview", name, run.Name)
 	default:
 		patch := map[string]any{
@@ -151,12 +151,15 @@ func (s *Server) openPreview(ctx context.Context, rcv *infrav1.TerraformRunRecei
 	return nil
 }
 
-func (s *Server) closePreview(ctx context.Context, rcv *infrav1.TerraformRunReceiver, namespace, name string) error {
+func (s *Server) closePreview(ctx context.Context, rcv *infrav1.TerraformRunReceiver, run *infrav1.TerraformRun, name string) error {
+	namespace := run.Namespace
 	var cur infrav1.TerraformRun
 	if err := s.API.Get(ctx, types.NamespacedName{Namespace: namespace, Name: name}, &cur); err != nil {
 		return client.IgnoreNotFound(err)
 	}
-	if cur.Labels[infrav1.PreviewOfLabel] == "" {
+	if cur.Labels[infrav1.PreviewOfLabel] != run.Name || !ownedBy(&cur, run) {
+		// Not this run's preview: a TerraformRun of that name that someone
+		// else made is never deleted by a webhook.
 		return nil
 	}
 	var p Preview
@@ -204,6 +207,16 @@ func (s *Server) tracking(ctx context.Context, rcv *infrav1.TerraformRunReceiver
 			return out, nil
 		}
 	}
+}
+
+// ownedBy says whether o has an owner reference to run (by UID).
+func ownedBy(o metav1.Object, run *infrav1.TerraformRun) bool {
+	for _, r := range o.GetOwnerReferences() {
+		if r.UID == run.UID {
+			return true
+		}
+	}
+	return false
 }
 
 func statusContext(namespace, name string) string { return "opr8r/" + namespace + "/" + name }
