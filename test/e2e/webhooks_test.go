@@ -310,6 +310,36 @@ spec:
   type: Webhook
   secretRef: {name: e2e-notifier}
   runSelector: {matchLabels: {e2e-webhooks: "on"}}
+---
+# mallory's attempts to make the manager reach what she must not: its own
+# endpoints (loopback) and a cloud metadata service (link-local).
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-notifier-loopback, namespace: %[1]s}
+stringData: {address: "http://127.0.0.1:8081/healthz"}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-loopback, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-notifier-loopback}
+  events: [Applied]
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
+---
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-notifier-metadata, namespace: %[1]s}
+stringData: {address: "http://169.254.169.254/latest/meta-data/"}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-metadata, namespace: %[1]s}
+spec:
+  type: Slack
+  secretRef: {name: e2e-notifier-metadata}
+  events: [Applied]
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
 `, ns, hookToken, sink.url, notifyToken), e.kubectl, "apply", "-f", "-")
 	t.Logf("$ (as %s) kubectl apply receiver and notifier\n%s", mallory, out)
 	if err != nil {
@@ -345,11 +375,28 @@ spec:
 		}
 	})
 
-	for _, engine := range allEngines() {
-		t.Run(engine, func(t *testing.T) {
-			t.Parallel()
-			pushScenario(t, e, f, sink, hookURL, engine)
-		})
+	t.Run("engines", func(t *testing.T) {
+		for _, engine := range allEngines() {
+			t.Run(engine, func(t *testing.T) {
+				t.Parallel()
+				pushScenario(t, e, f, sink, hookURL, engine)
+			})
+		}
+	})
+
+	// The applies were also for mallory's loopback and metadata notifiers:
+	// the manager refused to connect, and says so in their status.
+	for name, want := range map[string]string{"e2e-loopback": "a loopback address", "e2e-metadata": "a link-local address"} {
+		var nf infrav1.TerraformRunNotifier
+		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &nf); err != nil {
+			t.Fatal(err)
+		}
+		c := apimeta.FindStatusCondition(nf.Status.Conditions, infrav1.ReadyCondition)
+		if c == nil || c.Status != "False" || c.Reason != "DeliveryFailed" || !strings.Contains(c.Message, want) || nf.Status.LastDelivery == nil || nf.Status.LastDelivery.Attempts != 1 {
+			t.Errorf("notifier %s: %+v, last delivery %+v; want Ready False, DeliveryFailed: %s, after one attempt", name, c, nf.Status.LastDelivery, want)
+		} else {
+			t.Logf("notifier %s: %s", name, c.Message)
+		}
 	}
 }
 
