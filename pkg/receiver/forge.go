@@ -280,6 +280,9 @@ func (gitlab) Verify(h http.Header, body, token []byte) error {
 
 func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
 	name := h.Get("X-Gitlab-Event")
+	if name == "Merge Request Hook" {
+		return parseMR(name, body)
+	}
 	if name != "Push Hook" && name != "Tag Push Hook" {
 		return Event{Kind: Other, Name: name}, nil
 	}
@@ -365,6 +368,57 @@ func parsePR(name string, body []byte, actions map[string]string) (Event, error)
 		return e, fmt.Errorf("head commit %q is not a SHA", pr.HeadSHA)
 	case len(e.Repos) == 0:
 		return e, errors.New("payload names no repository URL")
+	}
+	return e, nil
+}
+
+// parseMR reads GitLab's merge request event: open and reopen, update when
+// it carries oldrev (a push to the source branch, not an edit of the
+// title), close and merge.
+func parseMR(name string, body []byte) (Event, error) {
+	type project struct {
+		WebURL            string `json:"web_url"`
+		GitSSHURL         string `json:"git_ssh_url"`
+		GitHTTPURL        string `json:"git_http_url"`
+		PathWithNamespace string `json:"path_with_namespace"`
+	}
+	var p struct {
+		Project project `json:"project"`
+		Attrs   struct {
+			IID          int64   `json:"iid"`
+			Action       string  `json:"action"`
+			TargetBranch string  `json:"target_branch"`
+			URL          string  `json:"url"`
+			OldRev       string  `json:"oldrev"`
+			Source       project `json:"source"`
+			LastCommit   struct {
+				ID string `json:"id"`
+			} `json:"last_commit"`
+		} `json:"object_attributes"`
+	}
+	if err := json.Unmarshal(body, &p); err != nil {
+		return Event{}, fmt.Errorf("merge request payload: %w", err)
+	}
+	a := p.Attrs
+	action := map[string]string{"open": PROpened, "reopen": PROpened, "close": PRClosed, "merge": PRClosed}[a.Action]
+	if a.Action == "update" && a.OldRev != "" {
+		action = PROpened
+	}
+	pr := &PullRequestEvent{Number: a.IID, Action: action, Base: a.TargetBranch, HeadSHA: a.LastCommit.ID, URL: a.URL,
+		HeadRepos: nonEmpty(a.Source.GitHTTPURL, a.Source.GitSSHURL, a.Source.WebURL)}
+	if owner, repo, ok := strings.Cut(p.Project.PathWithNamespace, "/"); ok {
+		pr.Owner, pr.Repo = owner, repo
+		pr.API = strings.TrimSuffix(strings.TrimSuffix(p.Project.WebURL, "/"), "/"+p.Project.PathWithNamespace)
+	}
+	e := Event{Kind: PullRequest, Name: name, Ref: pr.Base, Commit: pr.HeadSHA, PR: pr,
+		Repos: nonEmpty(p.Project.GitHTTPURL, p.Project.GitSSHURL, p.Project.WebURL)}
+	switch {
+	case pr.Number <= 0:
+		return e, errors.New("merge request payload has no iid")
+	case pr.Action != "" && !isSHA(pr.HeadSHA):
+		return e, fmt.Errorf("last commit %q is not a SHA", pr.HeadSHA)
+	case len(e.Repos) == 0:
+		return e, errors.New("payload names no project URL")
 	}
 	return e, nil
 }

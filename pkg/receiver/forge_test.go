@@ -211,11 +211,16 @@ func TestPullRequestPayloads(t *testing.T) {
 	}{
 		{infrav1.ReceiverGitea, "gitea-pull-request.json", 7, PROpened, "master", "3f1e2d9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e", "http://localhost:3000", "gitea", "http://localhost:3000/gitea/webhooks/pulls/7"},
 		{infrav1.ReceiverGitHub, "github-pull-request.json", 2, PROpened, "master", "ec26c3e57ca3a959ca5aad62de7213c562f8c821", "https://github.com", "Codertocat", "https://github.com/Codertocat/Hello-World/pull/2"},
+		{infrav1.ReceiverGitLab, "gitlab-merge-request.json", 1, PROpened, "master", "da1560886d4f094c3e6c9ef40349f7d38b5d27d7", "http://example.com", "gitlabhq", "http://example.com/diaspora/merge_requests/1"},
 	} {
 		t.Run(tc.file, func(t *testing.T) {
 			body := sample(t, tc.file)
 			f, _ := ForgeOf(tc.typ)
-			h := signed(tc.typ, "pull_request", body, token)
+			event := "pull_request"
+			if tc.typ == infrav1.ReceiverGitLab {
+				event = "Merge Request Hook"
+			}
+			h := signed(tc.typ, event, body, token)
 			if err := f.Verify(h, body, token); err != nil {
 				t.Fatal(err)
 			}
@@ -231,6 +236,14 @@ func TestPullRequestPayloads(t *testing.T) {
 				t.Errorf("head repos %v, base repos %v: want the same repository", pr.HeadRepos, ev.Repos)
 			}
 		})
+	}
+	// A GitLab update that is not a push (a title edited): ignored.
+	gl := signed(infrav1.ReceiverGitLab, "Merge Request Hook", nil, token)
+	if ev, err := (gitlab{}).Parse(gl, []byte(strings.Replace(string(sample(t, "gitlab-merge-request.json")), `"action": "open"`, `"action": "update"`, 1))); err != nil || ev.PR.Action != "" {
+		t.Errorf("a GitLab merge request edited: %+v %v, want an action opr8r ignores", ev.PR, err)
+	}
+	if ev, err := (gitlab{}).Parse(gl, []byte(strings.Replace(string(sample(t, "gitlab-merge-request.json")), `"action": "open"`, `"action": "merge"`, 1))); err != nil || ev.PR.Action != PRClosed {
+		t.Errorf("a GitLab merge request merged: %+v %v, want closed", ev.PR, err)
 	}
 	h := signed(infrav1.ReceiverGitea, "pull_request", nil, token)
 	ev, err := (gitea{}).Parse(h, []byte(`{"action":"label_updated","number":3,"pull_request":{"head":{"sha":"x"}},"repository":{"clone_url":"http://x/y.git"}}`))
