@@ -215,19 +215,8 @@ func (gitea) Verify(h http.Header, body, token []byte) error {
 }
 
 func (gitea) Parse(h http.Header, body []byte) (Event, error) {
-	name := first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event")
-	if name == "pull_request" {
-		return parsePR(name, body, map[string]string{"opened": PROpened, "reopened": PROpened, "synchronized": PROpened, "closed": PRClosed})
-	}
-	if name != "push" {
-		// A tag's creation also comes as a push of refs/tags/...
-		return Event{Kind: Other, Name: name}, nil
-	}
-	var p pushPayload
-	if err := json.Unmarshal(body, &p); err != nil {
-		return Event{}, fmt.Errorf("push payload: %w", err)
-	}
-	return p.event(name)
+	// A tag's creation also comes as a push of refs/tags/...
+	return parseHub(first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event"), body, "synchronized")
 }
 
 // github verifies GitHub's webhooks: X-Hub-Signature-256 is sha256= and
@@ -248,18 +237,23 @@ func (github) Verify(h http.Header, body, token []byte) error {
 }
 
 func (github) Parse(h http.Header, body []byte) (Event, error) {
-	name := h.Get("X-GitHub-Event")
-	if name == "pull_request" {
-		return parsePR(name, body, map[string]string{"opened": PROpened, "reopened": PROpened, "synchronize": PROpened, "closed": PRClosed})
+	return parseHub(h.Get("X-GitHub-Event"), body, "synchronize")
+}
+
+// parseHub reads the events Gitea, Forgejo and GitHub send alike: a push,
+// and a pull request, whose push to its head each names its own way (sync).
+func parseHub(name string, body []byte, sync string) (Event, error) {
+	switch name {
+	case "pull_request":
+		return parsePR(name, body, map[string]string{"opened": PROpened, "reopened": PROpened, sync: PROpened, "closed": PRClosed})
+	case "push":
+		var p pushPayload
+		if err := json.Unmarshal(body, &p); err != nil {
+			return Event{}, fmt.Errorf("push payload: %w", err)
+		}
+		return p.event(name)
 	}
-	if name != "push" {
-		return Event{Kind: Other, Name: name}, nil
-	}
-	var p pushPayload
-	if err := json.Unmarshal(body, &p); err != nil {
-		return Event{}, fmt.Errorf("push payload: %w", err)
-	}
-	return p.event(name)
+	return Event{Kind: Other, Name: name}, nil
 }
 
 // gitlab verifies GitLab's webhooks, which carry the secret token itself in

@@ -19,8 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -320,37 +318,21 @@ func Token(ctx context.Context, c client.Reader, rcv *infrav1.TerraformRunReceiv
 // namespace that the receiver may wake and that tracks the pushed
 // repository and ref. It lists from the API server, a page at a time.
 func (s *Server) mark(ctx context.Context, rcv *infrav1.TerraformRunReceiver, ev Event) ([]string, error) {
-	sel := labels.Everything()
-	if rcv.Spec.RunSelector != nil {
-		var err error
-		if sel, err = metav1.LabelSelectorAsSelector(rcv.Spec.RunSelector); err != nil {
-			return nil, fmt.Errorf("spec.runSelector: %w", err)
-		}
+	runs, err := s.tracking(ctx, rcv, ev)
+	if err != nil {
+		return nil, err
 	}
 	var woke []string
-	opts := []client.ListOption{client.InNamespace(rcv.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.Limit(500)}
-	for cont := ""; ; {
-		var runs infrav1.TerraformRunList
-		if err := s.API.List(ctx, &runs, append(opts, client.Continue(cont))...); err != nil {
-			return woke, err
-		}
-		for i := range runs.Items {
-			run := &runs.Items[i]
-			if !Tracks(run, ev) || run.DeletionTimestamp != nil {
-				continue
+	for _, run := range runs {
+		if run.Annotations[infrav1.SourcePushAnnotation] != ev.Commit {
+			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, infrav1.SourcePushAnnotation, ev.Commit)
+			if err := s.Writer.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
+				return woke, fmt.Errorf("marking %s: %w", run.Name, err)
 			}
-			if run.Annotations[infrav1.SourcePushAnnotation] != ev.Commit {
-				patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, infrav1.SourcePushAnnotation, ev.Commit)
-				if err := s.Writer.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-					return woke, fmt.Errorf("marking %s: %w", run.Name, err)
-				}
-			}
-			woke = append(woke, run.Name)
 		}
-		if cont = runs.Continue; cont == "" {
-			return woke, nil
-		}
+		woke = append(woke, run.Name)
 	}
+	return woke, nil
 }
 
 // Tracks says whether a TerraformRun's source is the event's repository
