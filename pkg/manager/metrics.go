@@ -3,7 +3,6 @@ package manager
 import (
 	"crypto/tls"
 
-	"sigs.k8s.io/controller-runtime/pkg/metrics/filters"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 )
 
@@ -28,8 +27,9 @@ type MetricsOptions struct {
 }
 
 // ServerOptions are controller-runtime's options for o, as kubebuilder
-// scaffolds a secure metrics endpoint: its authentication and
-// authorisation filter, and HTTP/1.1 only (HTTP/2's rapid reset,
+// scaffolds a secure metrics endpoint: an authentication and
+// authorisation filter (MetricsAuth, which does what controller-runtime's
+// does without linking k8s.io/apiserver), and HTTP/1.1 only (HTTP/2's rapid reset,
 // CVE-2023-44487, needs no mitigation then).
 func (o MetricsOptions) ServerOptions() metricsserver.Options {
 	s := metricsserver.Options{BindAddress: o.BindAddress}
@@ -37,7 +37,7 @@ func (o MetricsOptions) ServerOptions() metricsserver.Options {
 		return s
 	}
 	s.SecureServing = true
-	s.FilterProvider = filters.WithAuthenticationAndAuthorization
+	s.FilterProvider = MetricsAuth
 	s.CertDir = o.CertDir
 	s.TLSOpts = []func(*tls.Config){func(c *tls.Config) { c.NextProtos = []string{"http/1.1"} }}
 	return s

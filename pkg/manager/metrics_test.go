@@ -7,12 +7,14 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -22,6 +24,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	"github.com/opr8r/opr8r/pkg/controller"
@@ -159,10 +162,9 @@ func TestMetricsNeedAReaderToken(t *testing.T) {
 		wantCode   int
 	}{
 		"no token": {url: secure, wantCode: http.StatusUnauthorized},
-		// The API server answers a TokenReview of something that is not a
-		// token with an error, which controller-runtime's filter reports
-		// as 500: refused all the same.
-		"not a token":                    {url: secure, token: "not-a-token", wantCode: http.StatusInternalServerError},
+		// The API server does not authenticate it: 401 (controller-runtime's
+		// filter, used before MetricsAuth, answered 500).
+		"not a token":                    {url: secure, token: "not-a-token", wantCode: http.StatusUnauthorized},
 		"a token that may not read":      {url: secure, token: stranger, wantCode: http.StatusForbidden},
 		"a token bound to the reader":    {url: secure, token: reader, wantCode: http.StatusOK},
 		"insecure, for development only": {url: plain, wantCode: http.StatusOK},
@@ -181,4 +183,72 @@ func TestMetricsNeedAReaderToken(t *testing.T) {
 			}
 		})
 	}
+	t.Run("answers are kept: a user for a minute, an allowed request for 5", func(t *testing.T) {
+		metricsAuthKeepsAnswers(t, asManager, reader, stranger)
+	})
+}
+
+// metricsAuthKeepsAnswers checks MetricsAuth's cache against the API
+// server's reviews, counted: the reader's second scrape asks nothing, a
+// minute later only the TokenReview again, after 5 minutes both; a denied
+// user is asked again after 30 seconds.
+func metricsAuthKeepsAnswers(t *testing.T, cfg *rest.Config, reader, stranger string) {
+	var reviews []string
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Unix(0, 0)
+	a := &metricsAuth{now: func() time.Time { return now },
+		users: map[string]reviewed[authenticationv1.UserInfo]{}, grants: map[string]reviewed[bool]{},
+		c: countingClient{Client: c, seen: &reviews}}
+	h, err := a.filter(logr.Discard(), http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusOK) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	get := func(token string) int {
+		rec := httptest.NewRecorder()
+		req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+		req.Header.Set("Authorization", "Bearer "+token)
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	steps := []struct {
+		after       time.Duration
+		token       string
+		wantCode    int
+		wantReviews string
+	}{
+		{0, reader, http.StatusOK, "TokenReview SubjectAccessReview"},
+		{10 * time.Second, reader, http.StatusOK, ""},
+		{time.Minute, reader, http.StatusOK, "TokenReview"},
+		{5 * time.Minute, reader, http.StatusOK, "TokenReview SubjectAccessReview"},
+		{0, stranger, http.StatusForbidden, "TokenReview SubjectAccessReview"},
+		{20 * time.Second, stranger, http.StatusForbidden, ""},
+		{20 * time.Second, stranger, http.StatusForbidden, "SubjectAccessReview"},
+		{0, "not-a-token", http.StatusUnauthorized, "TokenReview"},
+		{0, "not-a-token", http.StatusUnauthorized, ""},
+	}
+	for i, s := range steps {
+		now = now.Add(s.after)
+		reviews = nil
+		if code := get(s.token); code != s.wantCode {
+			t.Errorf("step %d: %d, want %d", i, code, s.wantCode)
+		}
+		if got := strings.Join(reviews, " "); got != s.wantReviews {
+			t.Errorf("step %d: the API server was asked %q, want %q", i, got, s.wantReviews)
+		}
+	}
+}
+
+// countingClient records the kind of every object it creates.
+type countingClient struct {
+	client.Client
+	seen *[]string
+}
+
+func (c countingClient) Create(ctx context.Context, obj client.Object, opts ...client.CreateOption) error {
+	kind := fmt.Sprintf("%T", obj)
+	*c.seen = append(*c.seen, kind[strings.LastIndex(kind, ".")+1:])
+	return c.Client.Create(ctx, obj, opts...)
 }
