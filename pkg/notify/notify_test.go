@@ -65,13 +65,19 @@ func TestRequestBodies(t *testing.T) {
 				t.Errorf("%s: %q, want %q", h, got, want)
 			}
 		}
-		// The SDK reads back what the SDK wrote: a valid CloudEvent.
+		// The CloudEvents SDK reads it back: a valid CloudEvent, with
+		// every attribute.
 		ev, err := cehttp.NewEventFromHTTPRequest(req)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if err := ev.Validate(); err != nil {
 			t.Fatal(err)
+		}
+		if ev.SpecVersion() != "1.0" || ev.ID() != n.UID+"-"+n.RunID+"-ApprovalRequired-"+n.Time.Format("20060102T150405.000") ||
+			ev.Source() != EventSource || ev.Type() != "io.opr8r.terraformrun.approvalrequired" || ev.Subject() != "team-a/net" ||
+			!ev.Time().Equal(n.Time) || ev.DataContentType() != "application/json" {
+			t.Errorf("the SDK read %s", ev)
 		}
 		var back Notice
 		if err := ev.DataAs(&back); err != nil || back.Name != "net" {
