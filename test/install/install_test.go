@@ -456,6 +456,7 @@ func TestHelmChart(t *testing.T) {
 			"maxActiveRuns=-1":                     "at '/maxActiveRuns'",
 			"image.pullPolicy=Sometimes":           "at '/image/pullPolicy'",
 			"memoryLimitRatio=2":                   "at '/memoryLimitRatio'",
+			"memoryReleaseInterval=often":          "at '/memoryReleaseInterval': 'often' does not match pattern",
 			"leaderElection=maybe":                 "at '/leaderElection'",
 			"providers.mirror.url=http://mirror/":  "at '/providers/mirror/url': 'http://mirror/' does not match pattern",
 			"providers.cache.size=lots":            "at '/providers/cache/size': 'lots' does not match pattern",

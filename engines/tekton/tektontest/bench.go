@@ -27,8 +27,10 @@ type benchPlayer struct{}
 var _ enginetest.BenchPlayer = benchPlayer{}
 
 // Prepare implements enginetest.BenchPlayer: the plan task's TaskRun,
-// which the PipelineRun's reconciler creates first; the manager shows its
-// steps as pending.
+// which the PipelineRun's reconciler creates first, and the PipelineRun's
+// running status naming it as its child (status.childReferences: the
+// manager reads no TaskRun its PipelineRun does not name); the manager
+// shows its steps as pending.
 func (benchPlayer) Prepare(ctx context.Context, c client.Client, key client.ObjectKey) (bool, error) {
 	pr := &tektonv1.PipelineRun{}
 	if err := c.Get(ctx, key, pr); err != nil {
@@ -36,7 +38,20 @@ func (benchPlayer) Prepare(ctx context.Context, c client.Client, key client.Obje
 	}
 	tr := FinishedTaskRun(pr, "plan", time.Now(), nil, nil)
 	tr.Status = tektonv1.TaskRunStatus{}
-	return true, c.Create(ctx, tr)
+	if err := c.Create(ctx, tr); err != nil {
+		return false, err
+	}
+	return true, retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		if err := c.Get(ctx, key, pr); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		pr.Status.StartTime = &now
+		pr.Status.Conditions = duckv1.Conditions{{Type: apis.ConditionSucceeded, Status: corev1.ConditionUnknown, Reason: "Running",
+			Message: "Tasks Completed: 0 (Failed: 0, Cancelled 0), Incomplete: 3, Skipped: 0", LastTransitionTime: apis.VolatileTime{Inner: now}}}
+		pr.Status.ChildReferences = []tektonv1.ChildStatusReference{{TypeMeta: runtimeTypeMeta("TaskRun"), Name: tr.Name, PipelineTaskName: "plan"}}
+		return c.Status().Update(ctx, pr)
+	})
 }
 
 // StepDone implements enginetest.BenchPlayer: the clone step's state in
@@ -83,6 +98,13 @@ func (benchPlayer) Finish(ctx context.Context, c client.Client, key client.Objec
 		trs = append(trs, tr)
 		if err := upsertTaskRun(ctx, c, tr); err != nil {
 			return err
+		}
+		if task == names.StepExport {
+			// What the export step writes before its TaskRun succeeds.
+			out := enginetest.RawOutputsSecret(pr, tektonv1.SchemeGroupVersion.WithKind("PipelineRun"), "{}")
+			if err := c.Create(ctx, out); err != nil && !apierrors.IsAlreadyExists(err) {
+				return err
+			}
 		}
 	}
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {

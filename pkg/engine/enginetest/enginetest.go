@@ -151,6 +151,12 @@ func Children(env Env, e engine.Engine, ns string) []client.Object {
 func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
 	gvk, err := apiutilGVK(env.Client, child)
 	Expect(err).NotTo(HaveOccurred())
+	Expect(env.Client.Create(context.Background(), RawOutputsSecret(child, gvk, outputsJSON))).To(Succeed())
+}
+
+// RawOutputsSecret is the Secret the export step writes for the child (of
+// kind gvk), owned by it and labelled so the manager's cache sees it.
+func RawOutputsSecret(child client.Object, gvk schema.GroupVersionKind, outputsJSON string) *corev1.Secret {
 	s := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: names.RawOutputsSecretName(child.GetName()), Namespace: child.GetNamespace(),
@@ -163,7 +169,7 @@ func WriteRawOutputs(env Env, child client.Object, outputsJSON string) {
 		// As the export step's --shard does.
 		s.Labels[infrav1.ShardLabel] = shard
 	}
-	Expect(env.Client.Create(context.Background(), s)).To(Succeed())
+	return s
 }
 
 // Test data the simulators report unless told otherwise.
