@@ -229,7 +229,15 @@ YAML
 # The chart's policies: opr8r's own, then each engine's when it is enabled;
 # the namespace of their parameter references is the release's.
 policies_of() { # files...
-  for f in "$@"; do cat "${f}"; echo "---"; done | sed '$d' | sed 's#^    namespace: opr8r-system$#    namespace: {{ .Release.Namespace }}#'
+  for f in "$@"; do cat "${f}"; echo "---"; done | sed '$d' | sed 's#^    namespace: opr8r-system$#    namespace: {{ .Release.Namespace }}#' |
+    awk '$0 == "  # opr8r:watched-namespaces" {
+      print "  {{- if not .Values.clusterWide }}"
+      print "  matchResources:"
+      print "    namespaceSelector:"
+      print "      matchExpressions:"
+      print "        - {key: kubernetes.io/metadata.name, operator: In, values: [{{ join \", \" .Values.watchNamespaces }}]}"
+      print "  {{- end }}"
+      next } { print }'
 }
 {
   echo '{{- if .Values.admissionPolicies.enabled }}'

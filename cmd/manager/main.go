@@ -73,6 +73,14 @@ func main() {
 	flag.StringVar(&s.cfg.RunnerServiceAccount, "runner-service-account", engine.DefaultRunnerServiceAccount, "Default service account of step pods (bind it to the opr8r-runner Role).")
 	flag.StringVar(&s.cfg.PlanServiceAccount, "plan-service-account", "", "Default service account of the steps before the approval gate (clone, init, plan; every step of a run that never applies): give it a cloud identity that may read, not change, and bind it to the opr8r-runner Role (empty: the runner's).")
 	flag.StringVar(&s.cfg.CheckServiceAccount, "check-service-account", engine.DefaultCheckServiceAccount, "Service account of check steps, which run images TerraformRuns choose: bind it to the opr8r-check Role (it reads no Secret); empty: checks run as the runner.")
+	flag.Func("runner-service-accounts", "Comma-separated other service accounts a TerraformRun's steps may run as (spec.runner.serviceAccountName, planServiceAccountName), besides --runner-service-account, --plan-service-account and --check-service-account: the same names as ConfigMap opr8r-identities' runnerServiceAccounts, which the admission policies guard as runners (the chart's identities.runnerServiceAccounts). A run naming any other account stalls.", func(v string) error {
+		for _, sa := range strings.Split(v, ",") {
+			if sa = strings.TrimSpace(sa); sa != "" {
+				s.cfg.RunnerServiceAccounts = append(s.cfg.RunnerServiceAccounts, sa)
+			}
+		}
+		return nil
+	})
 	flag.StringVar(&s.stepBinary, "step-binary", manager.StepBinaryAuto, "How terraform steps get opr8r-step: image-volume mounts --step-image into their pods, read-only (Kubernetes image volumes: GA in 1.36, containerd 2.1 or CRI-O 1.31 on the nodes); init-container copies it in a container before the steps of each pod (any Kubernetes, one container more per pod); auto: image-volume where the API server is 1.36 or later.")
 	flag.StringVar(&s.cfg.ImagePullPolicy, "image-pull-policy", "", "Pull policy of step containers (empty: cluster default).")
 	flag.DurationVar(&s.cfg.PlanTimeout, "default-plan-timeout", pipeline.DefaultPlanTimeout, "Timeout of each step up to the plan, and of checks, for TerraformRuns without spec.timeouts.plan; every step carries its own deadline, so no engine default (Tekton's 60 minutes) applies.")

@@ -77,7 +77,7 @@ func run(args []string, out io.Writer) int {
 	capture := &step.LogCapture{}
 	console := out
 	out = io.MultiWriter(out, capture)
-	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile, StateRetry: o.stateRetry}
+	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile, StateRetry: o.stateRetry, LockTimeout: o.lockTimeout}
 	keepLog := func() {
 		if r.Records == nil {
 			return
@@ -337,7 +337,7 @@ type options struct {
 	shard, inputsEnv, varsOut                               string
 	recordsRun, recordsRunUID, recordsRunID                 string
 	destroy, insecure, awaitApproval                        bool
-	approvalWait, stateRetry                                time.Duration
+	approvalWait, stateRetry, lockTimeout                   time.Duration
 	envFiles, varsDirs, depVars, secretFiles                multi
 	// secretVarsDirs are those of varsDirs that are Secrets.
 	secretVarsDirs multi
@@ -363,6 +363,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
 	fs.DurationVar(&o.timeout, "timeout", 0, "the step's budget (spec.timeouts): at it, terraform is interrupted and given a few minutes to stop and write its state; 0: none")
+	fs.DurationVar(&o.lockTimeout, "lock-timeout", step.DefaultLockTimeout, "init, plan, apply, destroy: how long terraform waits for the state lock another holds (a scheduled check, a preview, a colleague's plan) before it fails")
 	fs.DurationVar(&o.stateRetry, "state-retry", step.DefaultStateRetry, "apply, destroy: how long to keep saving a state the backend did not take before keeping it in the run's errored-state Secret")
 	fs.StringVar(&o.source, "source", "git", "clone: git, oci, dir, or inline (the files in --inputs-env)")
 	fs.StringVar(&o.inputsEnv, "inputs-env", "", "clone: environment variable holding the run's inputs (vars.json and inline files) when the child carries them")

@@ -37,8 +37,10 @@ const (
 	GuardChildrenKey   = "children"
 	// GuardRunnersKey lists the service accounts opr8r's step pods run as
 	// in the namespace (the default runner, the checks', and every
-	// spec.runner.serviceAccountName a child used): the policies let only
-	// their pods' tokens write a listed child's Secrets and results.
+	// spec.runner.serviceAccountName a child used, which must be one of the
+	// install's runner service accounts: a name a TerraformRun chose never
+	// joins the list): the policies let only their pods' tokens write a
+	// listed child's Secrets and results.
 	GuardRunnersKey = "runnerServiceAccounts"
 )
 
@@ -48,7 +50,9 @@ func (r *TerraformRunReconciler) guardChild(ctx context.Context, ns, child strin
 	return r.editGuard(ctx, ns, func(g guardList) guardList {
 		g.children = appendNew(g.children, child)
 		for _, sa := range append(runners, r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount) {
-			g.runners = appendNew(g.runners, sa)
+			if r.Config.IsRunnerAccount(sa) {
+				g.runners = appendNew(g.runners, sa)
+			}
 		}
 		return g
 	})

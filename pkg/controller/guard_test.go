@@ -2,7 +2,9 @@ package controller
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -19,6 +21,7 @@ import (
 
 func TestGuardList(t *testing.T) {
 	r, c := newReconciler(t, &fakeEngine{})
+	r.Config.RunnerServiceAccounts = []string{"deployer"}
 	list := func() string {
 		cm := &corev1.ConfigMap{}
 		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
@@ -27,7 +30,9 @@ func TestGuardList(t *testing.T) {
 		return cm.Data[GuardChildrenKey]
 	}
 	for _, child := range []string{"web-2", "net-1", "web-2", "net-destroy-3", "netapp-1"} {
-		if err := r.guardChild(ctx(), "ns", child, "deployer"); err != nil {
+		// A name the install does not list (a tenant's choice) never joins
+		// the runners the policies trust (issue 49).
+		if err := r.guardChild(ctx(), "ns", child, "deployer", "mallory-sa"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -37,7 +42,7 @@ func TestGuardList(t *testing.T) {
 	cm := &corev1.ConfigMap{}
 	_ = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm)
 	if got, want := cm.Data[GuardRunnersKey], "deployer\nopr8r-check\nopr8r-runner"; got != want {
-		t.Fatalf("runner service accounts %q, want %q (the children's, the default runner's, the checks')", got, want)
+		t.Fatalf("runner service accounts %q, want %q (the children's the install lists, the default runner's, the checks'; never mallory-sa)", got, want)
 	}
 	if err := r.unguardChildren(ctx(), "ns", func(n string) bool { return n == "web-2" }); err != nil {
 		t.Fatal(err)
@@ -201,5 +206,37 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 	}
 	if got := get().Data[GuardChildrenKey]; got != "web-3" {
 		t.Fatalf("guard list %q after it was deleted, want web-3 (made again)", got)
+	}
+}
+
+func TestCheckRunnerAccounts(t *testing.T) {
+	cases := map[string]struct {
+		runner, planner string
+		wantErr         string
+	}{
+		"the defaults":                  {},
+		"the default runner, by name":   {runner: "opr8r-runner"},
+		"one the install lists":         {runner: "deployer", planner: "deployer"},
+		"a runner nobody listed":        {runner: "mallory-sa", wantErr: "spec.runner.serviceAccountName: mallory-sa is not one of this install's runner service accounts (opr8r-runner, opr8r-check, deployer)"},
+		"a planner nobody listed":       {planner: "cluster-admin-sa", wantErr: "spec.runner.planServiceAccountName: cluster-admin-sa is not one of"},
+		"the check account as a runner": {runner: "opr8r-check"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			r, _ := newReconciler(t, &fakeEngine{})
+			r.Config.RunnerServiceAccounts = []string{"deployer"}
+			run := &infrav1.TerraformRun{Spec: infrav1.TerraformRunSpec{Runner: infrav1.RunnerSpec{ServiceAccountName: tc.runner, PlanServiceAccountName: tc.planner}}}
+			err := r.checkRunnerAccounts(run)
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("refused: %v", err)
+				}
+				return
+			}
+			var se *StallingError
+			if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("got %v, want a stalling error containing %q", err, tc.wantErr)
+			}
+		})
 	}
 }

@@ -313,6 +313,9 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	if err := r.Seals.Seal(e, obj); err != nil {
 		return nil, generic("SealChild", err, "sealing %s %s", e.ChildGVK().Kind, name)
 	}
+	if err := r.checkRunnerAccounts(st.eff); err != nil {
+		return nil, err
+	}
 	if err := r.guardChild(ctx, run.Namespace, name, st.eff.Spec.Runner.ServiceAccountName, st.eff.Spec.Runner.PlanServiceAccountName); err != nil {
 		return nil, err
 	}
@@ -506,4 +509,35 @@ func author(run *infrav1.TerraformRun, hash string) string {
 		return prev.Author
 	}
 	return run.Annotations[infrav1.SpecAuthorAnnotation]
+}
+
+// checkRunnerAccounts stalls a run whose steps would run as a service
+// account the install does not list as a runner: the admission policies
+// (opr8r-identities) guard only the install's runners, and the guard list
+// names only them, so a name a TerraformRun chose never widens who may
+// write a run's Secrets or a kept state (issue 49).
+func (r *TerraformRunReconciler) checkRunnerAccounts(run *infrav1.TerraformRun) error {
+	for _, f := range []struct{ field, sa string }{
+		{"spec.runner.serviceAccountName", run.Spec.Runner.ServiceAccountName},
+		{"spec.runner.planServiceAccountName", run.Spec.Runner.PlanServiceAccountName},
+	} {
+		if f.sa != "" && !r.Config.IsRunnerAccount(f.sa) {
+			return stalling(infrav1.ReasonInvalidSpec, "%s: %s is not one of this install's runner service accounts (%s); "+
+				"the installer lists the accounts steps may run as (the manager's --runner-service-accounts, the chart's identities.runnerServiceAccounts, "+
+				"and ConfigMap opr8r-identities' runnerServiceAccounts, which the admission policies read): ask them to add it, or leave the field unset for %s",
+				f.field, f.sa, strings.Join(r.runnerAccounts(), ", "), r.Config.RunnerServiceAccount)
+		}
+	}
+	return nil
+}
+
+// runnerAccounts lists the install's runner service accounts.
+func (r *TerraformRunReconciler) runnerAccounts() []string {
+	var out []string
+	for _, sa := range append([]string{r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount}, r.Config.RunnerServiceAccounts...) {
+		if sa != "" && !slices.Contains(out, sa) {
+			out = append(out, sa)
+		}
+	}
+	return out
 }

@@ -278,6 +278,13 @@ type Config struct {
 	// run images the run chose on the plan: it reads no Secret and holds no
 	// cloud identity (empty: the runner's, as before checks had their own).
 	CheckServiceAccount string
+	// RunnerServiceAccounts are the other service accounts the install
+	// lets a TerraformRun's steps run as (spec.runner.serviceAccountName,
+	// planServiceAccountName; --runner-service-accounts, the chart's
+	// identities.runnerServiceAccounts): the admission policies treat
+	// exactly these, and the three above, as runners (opr8r-identities), so
+	// a run may name no other.
+	RunnerServiceAccounts []string
 	// ImagePullPolicy of every step container; empty means the cluster default.
 	ImagePullPolicy string
 	// StepBinaryFromImage mounts StepImage into the pods of terraform
@@ -297,6 +304,19 @@ type Config struct {
 	// Providers says where terraform steps install providers from and
 	// whether they share a plugin cache across runs (--provider-*).
 	Providers Providers
+}
+
+// IsRunnerAccount says whether sa is one of the install's runner service
+// accounts: the default runner, planner or check account, or one the
+// install lists besides them.
+func (c Config) IsRunnerAccount(sa string) bool {
+	if sa == "" {
+		return false
+	}
+	if sa == c.RunnerServiceAccount || sa == c.PlanServiceAccount || sa == c.CheckServiceAccount {
+		return true
+	}
+	return slices.Contains(c.RunnerServiceAccounts, sa)
 }
 
 // Providers configures provider installation for every terraform step of

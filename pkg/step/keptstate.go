@@ -88,7 +88,7 @@ func (r *Runner) pushKept(ctx context.Context, m Module) error {
 		if err := os.WriteFile(file, s.Data[names.ErroredStateKey], 0o600); err != nil {
 			return err
 		}
-		_, _, err := r.tf(ctx, m.Dir, true, nil, "state", "push", file)
+		_, _, err := r.tf(ctx, m.Dir, true, nil, "state", "push", r.lockTimeoutArg(), file)
 		_ = os.Remove(file)
 		if err != nil {
 			return fmt.Errorf("the state an earlier run kept in Secret %s/%s, because its backend did not take it, could not be pushed: %w; if the backend holds it already, delete the Secret; if not, push it with terraform state push (-force if it is older than the backend's)", k.Kube.Namespace, s.Name, err)

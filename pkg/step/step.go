@@ -36,6 +36,21 @@ import (
 // (pipeline.StopGrace).
 const DefaultInterruptGrace = 4 * time.Minute
 
+// DefaultLockTimeout is how long a step waits for the state lock: longer
+// than a plan of a large module usually holds it, and well inside the
+// steps' own timeouts (spec.timeouts, at least a minute of which a wait
+// takes at most this much).
+const DefaultLockTimeout = 5 * time.Minute
+
+// lockTimeoutArg is terraform's -lock-timeout for the runner.
+func (r *Runner) lockTimeoutArg() string {
+	d := r.LockTimeout
+	if d <= 0 {
+		d = DefaultLockTimeout
+	}
+	return "-lock-timeout=" + d.String()
+}
+
 // Runner holds what every step needs.
 type Runner struct {
 	// Terraform is the terraform or tofu binary; empty finds terraform,
@@ -60,6 +75,11 @@ type Runner struct {
 	// StateRetry is how long apply keeps trying to save a state its
 	// backend did not take (0: DefaultStateRetry).
 	StateRetry time.Duration
+	// LockTimeout is how long a terraform command that takes the state
+	// lock waits for it when another holds it (0: DefaultLockTimeout): a
+	// scheduled check, a preview or a colleague's terraform plan holding
+	// the lock makes an apply or a destroy wait, never fail at once.
+	LockTimeout time.Duration
 	// InterruptGrace is how long an interrupted terraform (its step's
 	// --timeout, or the pod stopped) is given to stop and write its state
 	// before it is killed (0: DefaultInterruptGrace).

@@ -59,7 +59,7 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 	if err := writeBackendOverride(m.Dir, b); err != nil {
 		return err
 	}
-	args := []string{"init", "-input=false", "-no-color"}
+	args := []string{"init", "-input=false", "-no-color", r.lockTimeoutArg()}
 	if b.ConfigFile != "" {
 		args = append(args, "-backend-config="+b.ConfigFile)
 	}
@@ -176,7 +176,7 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 // runPlan runs terraform plan with the run's variables and its
 // dependencies' outputs, and summarizes the plan file it wrote.
 func (r *Runner) runPlan(ctx context.Context, m Module, o PlanOptions, deps depValues) (*PlanSummary, []byte, error) {
-	args := []string{"plan", "-input=false", "-no-color", "-detailed-exitcode", "-out=" + o.PlanFile}
+	args := []string{"plan", "-input=false", "-no-color", r.lockTimeoutArg(), "-detailed-exitcode", "-out=" + o.PlanFile}
 	if o.Destroy {
 		args = append(args, "-destroy")
 	}
@@ -473,7 +473,7 @@ func (r *Runner) Apply(ctx context.Context, m Module, planFile, approvedDigest s
 	if err := markApplyStarted(planFile); err != nil {
 		return err
 	}
-	if _, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", planFile); err != nil {
+	if _, _, err = r.tf(ctx, m.Dir, false, nil, "apply", "-input=false", "-no-color", r.lockTimeoutArg(), planFile); err != nil {
 		return r.recoverState(ctx, m, err)
 	}
 	return nil

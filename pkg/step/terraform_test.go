@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -443,5 +444,92 @@ resource "terraform_data" "slow" {
 	}
 	if what, _ := r.Cleanup(ctx, mod, be, host); what != "the state is not locked" {
 		t.Errorf("second cleanup: %q", what)
+	}
+}
+
+// TestAStepWaitsForALockAnotherHolds: a scheduled check, a preview or a
+// colleague's terraform plan holding the state lock makes an apply wait
+// for it (-lock-timeout, Runner.LockTimeout), not fail at once with
+// "Error acquiring the state lock" (issue 49); the wait is bounded.
+func TestAStepWaitsForALockAnotherHolds(t *testing.T) {
+	needKube(t)
+	for bin, path := range binaries(t) {
+		t.Run(bin, func(t *testing.T) {
+			ctx := context.Background()
+			ns := namespace(t)
+			var out bytes.Buffer
+			r := newRunner(t, path, ns, &out)
+			dir := filepath.Join(t.TempDir(), "src")
+			write(t, filepath.Join(dir, "main.tf"), `resource "terraform_data" "x" { input = "v" }`)
+			mod := step.Module{Dir: dir}
+			be := step.Backend{Namespace: ns, SecretSuffix: "shared"}
+			if err := r.Init(ctx, mod, be); err != nil {
+				t.Fatalf("init: %v\n%s", err, out.String())
+			}
+			planFile := filepath.Join(t.TempDir(), "p")
+			sum, err := r.Plan(ctx, mod, step.PlanOptions{PlanFile: planFile})
+			if err != nil {
+				t.Fatalf("plan: %v\n%s", err, out.String())
+			}
+			leases := kube.CoordinationV1().Leases(ns)
+			hold := func() {
+				info := `{"ID":"colleague-lock","Operation":"OperationTypePlan","Info":"","Who":"colleague@laptop","Version":"1.11.0","Created":"2026-12-07T00:00:00Z","Path":""}`
+				l, err := leases.Get(ctx, "lock-tfstate-default-shared", metav1.GetOptions{})
+				if err != nil {
+					l = &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "lock-tfstate-default-shared", Namespace: ns,
+						Labels: map[string]string{"tfstate": "true", "tfstateSecretSuffix": "shared", "tfstateWorkspace": "default", "app.kubernetes.io/managed-by": "terraform"}}}
+				}
+				holder := "colleague-lock"
+				l.Spec.HolderIdentity = &holder
+				if l.Annotations == nil {
+					l.Annotations = map[string]string{}
+				}
+				l.Annotations["app.terraform.io/lock-info"] = info
+				if l.ResourceVersion == "" {
+					_, err = leases.Create(ctx, l, metav1.CreateOptions{})
+				} else {
+					_, err = leases.Update(ctx, l, metav1.UpdateOptions{})
+				}
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			release := func() {
+				l, err := leases.Get(ctx, "lock-tfstate-default-shared", metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				l.Spec.HolderIdentity = nil
+				delete(l.Annotations, "app.terraform.io/lock-info")
+				if _, err := leases.Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+					t.Fatal(err)
+				}
+			}
+
+			// Bounded: held for longer than the wait, the apply fails.
+			hold()
+			r.LockTimeout = 2 * time.Second
+			start := time.Now()
+			err = r.Apply(ctx, mod, planFile, sum.Digest)
+			if err == nil || !strings.Contains(err.Error()+out.String(), "state lock") {
+				t.Fatalf("apply with the lock held past its wait: %v; want terraform's state lock error\n%s", err, out.String())
+			}
+			if waited := time.Since(start); waited < 2*time.Second {
+				t.Fatalf("the apply gave up after %s, before its lock timeout of 2s: it did not wait", waited)
+			}
+
+			// Released while it waits, the plan goes on, and its apply applies.
+			out.Reset()
+			r.LockTimeout = time.Minute
+			go func() { time.Sleep(3 * time.Second); release() }()
+			next := filepath.Join(t.TempDir(), "p2")
+			sum, err = r.Plan(ctx, mod, step.PlanOptions{PlanFile: next})
+			if err != nil {
+				t.Fatalf("plan with the lock released 3s into its wait: %v\n%s", err, out.String())
+			}
+			if err := r.Apply(ctx, mod, next, sum.Digest); err != nil {
+				t.Fatalf("apply after the wait: %v\n%s", err, out.String())
+			}
+		})
 	}
 }

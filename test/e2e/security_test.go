@@ -264,6 +264,8 @@ func TestTenants(t *testing.T) {
 	t.Run("manager", func(t *testing.T) { e.managerRights(t) })
 	t.Run("runner-settings", func(t *testing.T) { e.runnerSettingsRefused(t) })
 	t.Run("cross-namespace", func(t *testing.T) { e.dependencyNeedsConsent(t) })
+	t.Run("namespace-deletion", func(t *testing.T) { e.namespaceDeletion(t) })
+	t.Run("editor-references", func(t *testing.T) { e.editorReadsNothing(t) })
 	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()

@@ -847,12 +847,17 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 			By("a kept errored state, which the next init pushes to the backend: only a run's pod writes one, active run or not")
 			kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-0-errored-state", Namespace: ns, Labels: map[string]string{"infra.opr8r.io/errored-state-of": "net"}},
 				StringData: map[string]string{"errored.tfstate": "{}"}}
-			refused(tenant.Create(ctx, kept.DeepCopy()), guardTenant+" may not create secrets net-0-errored-state: a Secret labelled infra.opr8r.io/errored-state-of holds a state an apply kept")
+			refused(tenant.Create(ctx, kept.DeepCopy()), guardTenant+" may not create secrets net-0-errored-state: a Secret labelled infra.opr8r.io/errored-state-of=net holds a state an apply of that TerraformRun kept")
 			refused(runnerIn(ns, "").Create(ctx, kept.DeepCopy()), "may not create secrets net-0-errored-state")
 			own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}
 			admitted(tenant.Create(ctx, own))
 			refused(update(tenant, own, func(s *corev1.Secret) { s.Labels = map[string]string{"infra.opr8r.io/errored-state-of": "net"} }), "may not update secrets mine")
-			admitted(runnerIn(ns, "net-0-apply-1").Create(ctx, kept))
+			By("a runner pod of another run, or of no active child, may not plant one (issue 49: a runner token planted a kept state for another run, which its rerun pushed)")
+			refused(runnerIn(ns, "tk-1-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
+			refused(runnerIn(ns, "net-1-1-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
+			refused(runnerIn(ns, "net-0-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
+			admitted(runnerIn(ns, "net-1-apply-1").Create(ctx, kept))
+			refused(update(runnerIn(ns, "net-1-1-apply-1"), kept, func(s *corev1.Secret) { s.Labels["infra.opr8r.io/errored-state-of"] = "net-1" }), "may not update secrets net-0-errored-state")
 			refused(update(tenant, kept, func(s *corev1.Secret) { s.StringData = map[string]string{"errored.tfstate": `{"serial": 99}`} }), "may not update secrets net-0-errored-state")
 			admitted(tenant.Delete(ctx, kept))
 			By("the tenant's own Secrets, and everything once no run is active")
