@@ -114,6 +114,8 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.PreviewAnnotation) }), "annotation infra.opr8r.io/preview")
 		admitted(patch(as(editor), p, func(r *infrav1.TerraformRun) { r.Spec.Suspend = false }))
 		By("the manager moves it")
-		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) { r.Annotations[infrav1.PreviewAnnotation] = `{"receiver":"hooks","number":7,"head":"b"}` }))
+		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) {
+			r.Annotations[infrav1.PreviewAnnotation] = `{"receiver":"hooks","number":7,"head":"b"}`
+		}))
 	})
 })
