@@ -81,7 +81,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
 	if !deadline.IsZero() && !r.now().Before(deadline) {
-		votes = beforeDeadline(votes, deadline)
+		votes = dropLateApprovals(votes, deadline)
 	}
 	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
 	rules, err := r.planRules(ctx, run, st)
@@ -150,14 +150,17 @@ func autoWithoutGate(eff *infrav1.TerraformRun) bool {
 	return !pipeline.ApprovalNeedsGate(eff.Spec.Approval)
 }
 
-// beforeDeadline keeps the votes known to be cast before the approval
-// deadline: once it passed, a late approval must not pass the gate. A vote
-// in the TerraformRun's spec has no time of its own; made in time, it was
-// counted when the spec changed.
-func beforeDeadline(votes []vote, deadline time.Time) []vote {
+// dropLateApprovals keeps the votes that still count once the approval
+// deadline passed: every rejection, whenever it was cast, and the
+// approvals known to be cast before the deadline. The deadline bounds
+// approvals only: a plan approved in time and held past it by a change
+// window must still be stopped by a rejection until it is applied. An
+// approval in the TerraformRun's spec (approvedPlan) has no time of its
+// own; made in time, it was counted when the spec changed.
+func dropLateApprovals(votes []vote, deadline time.Time) []vote {
 	var out []vote
 	for _, v := range votes {
-		if !v.at.IsZero() && !v.at.After(deadline) {
+		if !v.approve || (!v.at.IsZero() && !v.at.After(deadline)) {
 			out = append(out, v)
 		}
 	}
