@@ -56,6 +56,11 @@ const (
 	// ReasonDeniedByRule: a Deny rule of spec.approval.rules matched the
 	// plan, or the rules could not decide it.
 	ReasonDeniedByRule = "DeniedByRule"
+	// ReasonPlanUnreadable (Approved Unknown): spec.approval.rules cannot
+	// read the plan as JSON (it inflates past the most the manager reads,
+	// records.MaxRecordSize), so the plan cannot be approved; it is held
+	// at the gate, where a rejection or the approval timeout still ends it.
+	ReasonPlanUnreadable = "PlanUnreadable"
 	// ReasonOutsideChangeWindow: the plan is approved and waits for
 	// spec.approval.windows to let it apply.
 	ReasonOutsideChangeWindow = "OutsideChangeWindow"

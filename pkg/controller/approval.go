@@ -80,18 +80,24 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	if err != nil {
 		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
-	if !deadline.IsZero() && !r.now().Before(deadline) {
-		votes = beforeDeadline(votes, deadline)
+	timedOut := !deadline.IsZero() && !r.now().Before(deadline)
+	if timedOut {
+		votes = dropLateApprovals(votes, deadline)
 	}
 	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
-	rules, err := r.planRules(ctx, run, st)
-	if err != nil {
-		return ctrl.Result{}, err
+	rules, rerr := r.planRules(ctx, run, st)
+	var unreadable *planUnreadable
+	if rerr != nil && !errors.As(rerr, &unreadable) && rejection == nil && !timedOut {
+		// Only an approval needs the rules: a rejection or the timeout
+		// is acted on though the plan could not be read (below).
+		return ctrl.Result{}, rerr
 	}
-	applyRules(&t, rules, ap.Mode, votes)
+	if rerr == nil {
+		applyRules(&t, rules, ap.Mode, votes)
+	}
 	run.Status.Approvals = &t // the changes below show too
 	denied := rules != nil && rules.Decision == planpolicy.Deny
-	if pub, ok := st.engine.(engine.GatePublisher); ok && rejection == nil && !denied && t.Needed > 0 {
+	if pub, ok := st.engine.(engine.GatePublisher); ok && rerr == nil && rejection == nil && !denied && t.Needed > 0 {
 		gp := gatePolicy(ap, r.runAuthors(run), t)
 		ruleGatePolicy(&gp, ap, rules, t)
 		if err := pub.PublishGate(ctx, r.Client, st.child, gp); err != nil {
@@ -103,6 +109,11 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		err = r.denyByRule(ctx, run, st, approver, rules.DenyMessage())
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
+	case rerr != nil && timedOut:
+		err = r.timeOut(ctx, run, st, approver, timeout)
+	case unreadable != nil:
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPlanUnreadable,
+			fmt.Sprintf("plan %s (%s) is held at the gate: %v; %s", prog.Plan.Short(), digest, unreadable, unreadable.advice()))
 	case t.Needed == 0:
 		src, msg := ruleApproval(rules, ap.Mode)
 		if w := r.windowState(st.eff, votes); w != nil {
@@ -126,7 +137,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 			run.Status.Approval.ChangeWindowOverriddenBy = w.OverriddenBy
 			r.event(run, "Warning", "ChangeWindowOverridden", "Approved", fmt.Sprintf("plan %s applies outside its change windows (%s): overridden by %s", digest, w.Message, w.OverriddenBy))
 		}
-	case !deadline.IsZero() && !r.now().Before(deadline):
+	case timedOut:
 		err = r.timeOut(ctx, run, st, approver, timeout)
 	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
@@ -150,14 +161,17 @@ func autoWithoutGate(eff *infrav1.TerraformRun) bool {
 	return !pipeline.ApprovalNeedsGate(eff.Spec.Approval)
 }
 
-// beforeDeadline keeps the votes known to be cast before the approval
-// deadline: once it passed, a late approval must not pass the gate. A vote
-// in the TerraformRun's spec has no time of its own; made in time, it was
-// counted when the spec changed.
-func beforeDeadline(votes []vote, deadline time.Time) []vote {
+// dropLateApprovals keeps the votes that still count once the approval
+// deadline passed: every rejection, whenever it was cast, and the
+// approvals known to be cast before the deadline. The deadline bounds
+// approvals only: a plan approved in time and held past it by a change
+// window must still be stopped by a rejection until it is applied. An
+// approval in the TerraformRun's spec (approvedPlan) has no time of its
+// own; made in time, it was counted when the spec changed.
+func dropLateApprovals(votes []vote, deadline time.Time) []vote {
 	var out []vote
 	for _, v := range votes {
-		if !v.at.IsZero() && !v.at.After(deadline) {
+		if !v.approve || (!v.at.IsZero() && !v.at.After(deadline)) {
 			out = append(out, v)
 		}
 	}
@@ -368,6 +382,11 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	}
 	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
 	rules, err := r.planRules(ctx, run, st)
+	var unreadable *planUnreadable
+	if errors.As(err, &unreadable) {
+		run.Status.Approvals = &t
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+unreadable.Error())
+	}
 	if err != nil {
 		return err
 	}

@@ -159,6 +159,44 @@ func TestReconcileApproval(t *testing.T) {
 			approvals:    []*infrav1.TerraformRunApproval{castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute))},
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantBy: "alice", wantApprove: 1,
 		},
+		// t0 (Monday 12:00 UTC) is inside freeze (Monday 11:00 to 13:00):
+		// a plan approved in time waits for it past the 5 minute deadline.
+		"approved in time, held by a window past the deadline: still held, not timed out": {
+			spec: heldPastDeadline(), gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute))},
+			wantApproved: "Unknown/OutsideChangeWindow", wantRequeue: time.Hour,
+		},
+		"approved in time, held by a window: a rejection cast after the deadline rejects it": {
+			spec: heldPastDeadline(), gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals: []*infrav1.TerraformRunApproval{
+				castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute)),
+				castAt(approval("late", "a", digest, "bob", false), t0.Add(-time.Minute)),
+			},
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByApproval, wantBy: "bob", wantReject: 1,
+			wantLabel: infrav1.ApprovalLabelRejected,
+		},
+		"approved in time, held by a window: its approver's own later rejection rejects it": {
+			spec: heldPastDeadline(), gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals: []*infrav1.TerraformRunApproval{
+				castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute)),
+				castAt(approval("late", "a", digest, "alice", false), t0.Add(-time.Minute)),
+			},
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByApproval, wantBy: "alice", wantReject: 1,
+		},
+		"approved in time, held by a window: spec.approval.rejectedPlan set after the deadline rejects it": {
+			spec: withRejectedPlan(heldPastDeadline(), digest), decidedBy: "bob", gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals:    []*infrav1.TerraformRunApproval{castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute))},
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedBySpec, wantBy: "bob", wantReject: 1,
+		},
+		"approved in time, the window opens: a rejection cast after the deadline still wins": {
+			spec: withWindow(heldPastDeadline(), infrav1.ChangeWindow{Name: "noon", Type: infrav1.WindowAllow, Schedule: "0 12 * * 1", Duration: metav1.Duration{Duration: time.Hour}}),
+			gate: engine.Gate{State: engine.GatePending, Since: &since}, hasChanges: true,
+			approvals: []*infrav1.TerraformRunApproval{
+				castAt(approval("early", "a", digest, "alice", true), t0.Add(-7*time.Minute)),
+				castAt(approval("late", "a", digest, "bob", false), t0.Add(-time.Minute)),
+			},
+			wantApproved: "False/Rejected", wantSource: infrav1.ApprovedByApproval, wantBy: "bob", wantReject: 1,
+		},
 		"auto approval": {
 			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}, hasChanges: true,
 			wantApproved: "True/AutoApproved", wantSource: infrav1.ApprovedAutomatically,
@@ -234,6 +272,27 @@ func approval(name, run, digest, user string, approve bool) *infrav1.TerraformRu
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: aRun(run).Namespace},
 		Spec:       infrav1.TerraformRunApprovalSpec{RunName: run, PlanDigest: digest, Decision: d, User: user, Reason: "because " + user},
 	}
+}
+
+// heldPastDeadline is an approval policy of a 5 minute timeout and a deny
+// window from Monday 11:00 to 13:00 UTC, which holds t0.
+func heldPastDeadline() infrav1.ApprovalSpec {
+	return infrav1.ApprovalSpec{
+		Timeout: &metav1.Duration{Duration: 5 * time.Minute},
+		Windows: []infrav1.ChangeWindow{{Name: "freeze", Type: infrav1.WindowDeny, Schedule: "0 11 * * 1", Duration: metav1.Duration{Duration: 2 * time.Hour}}},
+	}
+}
+
+// withRejectedPlan is ap with spec.approval.rejectedPlan naming digest.
+func withRejectedPlan(ap infrav1.ApprovalSpec, digest string) infrav1.ApprovalSpec {
+	ap.RejectedPlan, ap.RejectReason = digest, "changed my mind"
+	return ap
+}
+
+// withWindow is ap with its windows replaced by w.
+func withWindow(ap infrav1.ApprovalSpec, w infrav1.ChangeWindow) infrav1.ApprovalSpec {
+	ap.Windows = []infrav1.ChangeWindow{w}
+	return ap
 }
 
 // castAt is a TerraformRunApproval created at when.

@@ -64,6 +64,7 @@ var conditions = []conditionSpec{
 	{Type: infrav1.PlannedCondition, Polarity: positive, Owner: "reconcileActive", Warnings: []string{infrav1.ReasonRunFailed}},
 	{Type: infrav1.ApprovedCondition, Polarity: positive, Owner: "reconcileApproval", Warnings: []string{
 		infrav1.ReasonRejected, infrav1.ReasonApprovalTimeout, infrav1.ReasonStaleApproval, infrav1.ReasonApprovedOutsidePolicy,
+		infrav1.ReasonPlanUnreadable,
 	}},
 	{Type: infrav1.AppliedCondition, Polarity: positive, Owner: "reconcileActive", Warnings: []string{infrav1.ReasonRunFailed}},
 	{Type: infrav1.DriftedCondition, Polarity: negative, Owner: "reconcileSchedule", Warnings: []string{infrav1.ReasonDriftDetected}, DegradesReady: true},

@@ -30,11 +30,14 @@ import (
 // digest, so an entry never goes stale, and a full cache starts over.
 const planCacheSize = 256
 
-// ruleCache keeps compiled rules and read plans between passes.
+// ruleCache keeps compiled rules and read plans between passes, and the
+// plans found too large to read, so that a plan held for that is not
+// inflated again on every pass.
 type ruleCache struct {
-	mu       sync.Mutex
-	policies map[string]*planpolicy.Policy
-	plans    map[string]planpolicy.Plan
+	mu         sync.Mutex
+	policies   map[string]*planpolicy.Policy
+	plans      map[string]planpolicy.Plan
+	unreadable map[string]*planUnreadable
 }
 
 func (c *ruleCache) policy(rules []infrav1.ApprovalRule) (*planpolicy.Policy, error) {
@@ -73,6 +76,21 @@ func (c *ruleCache) keep(digest string, p planpolicy.Plan) {
 		c.plans = map[string]planpolicy.Plan{}
 	}
 	c.plans[digest] = p
+}
+
+func (c *ruleCache) tooLarge(digest string) *planUnreadable {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unreadable[digest]
+}
+
+func (c *ruleCache) keepTooLarge(digest string, e *planUnreadable) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.unreadable == nil || len(c.unreadable) >= planCacheSize {
+		c.unreadable = map[string]*planUnreadable{}
+	}
+	c.unreadable[digest] = e
 }
 
 // checkRules compiles spec.approval.rules and windows when a run starts:
@@ -140,9 +158,10 @@ func windowHeld(w *infrav1.ChangeWindowStatus) string {
 }
 
 // planRules evaluates spec.approval.rules against the plan waiting at the
-// gate (nil without rules). An error is one to retry (the records could
-// not be read); everything else that keeps the rules from deciding
-// denies.
+// gate (nil without rules). A *planUnreadable error is a plan too large
+// for the rules to read, which holds the plan; another error is one to
+// retry (the records could not be read); everything else that keeps the
+// rules from deciding denies.
 func (r *TerraformRunReconciler) planRules(ctx context.Context, run *infrav1.TerraformRun, st *passState) (*planpolicy.Outcome, error) {
 	rules := st.eff.Spec.Approval.Rules
 	if len(rules) == 0 {
@@ -171,6 +190,35 @@ type planRefused struct{ msg string }
 
 func (e *planRefused) Error() string { return e.msg }
 
+// planUnreadable is a plan whose JSON inflates past records.MaxRecordSize,
+// the most the manager reads: the rules cannot judge it, so it cannot be
+// approved, and it is held at the gate (decideGate), neither retried as
+// an error nor denied.
+//
+// Held rather than denied: the rules did not judge the plan, so recording
+// a rule's denial (DeniedByRule) would claim a decision nobody made; a plan
+// this large is what terraform makes of a large configuration, unlike a
+// record that fails its digest (changed after the plan step wrote it),
+// which is denied. Held, it never applies, the gate's own controls still
+// end it (a person's rejection, the approval timeout, a spec change that
+// supersedes it), and the condition says why and what to do.
+type planUnreadable struct {
+	runID string
+	err   error
+}
+
+func (e *planUnreadable) Error() string {
+	return fmt.Sprintf("spec.approval.rules cannot read the plan as JSON of run %s: it is larger than %d MiB, the most the manager reads (%v)", e.runID, records.MaxRecordSize>>20, e.err)
+}
+
+func (e *planUnreadable) Unwrap() error { return e.err }
+
+// advice says what to do about a plan held because it is unreadable.
+func (e *planUnreadable) advice() string {
+	return "the plan cannot be approved while spec.approval.rules apply to it; reject it (kubectl tfrun reject) or let spec.approval.timeout end it, " +
+		"then make the plan smaller (split the configuration into several TerraformRuns), or have a policy admin change spec.approval.rules"
+}
+
 // rulePlan reads the plan waiting at the gate as the rules see it: the
 // plan as JSON the plan step kept, verified against the digest it
 // recorded.
@@ -182,6 +230,9 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 	if plan, ok := r.rules.plan(p.JSONDigest); ok {
 		return plan, nil
 	}
+	if e := r.rules.tooLarge(p.JSONDigest); e != nil {
+		return planpolicy.Plan{}, e
+	}
 	if r.Records == nil {
 		return planpolicy.Plan{}, &planRefused{"this manager keeps no records, so the plan the rules read is not there"}
 	}
@@ -189,6 +240,11 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 	b, err := r.Records.Get(ctx, k)
 	if errors.Is(err, records.ErrNotFound) {
 		return planpolicy.Plan{}, &planRefused{fmt.Sprintf("the plan as JSON of run %s is not kept (%v)", k.RunID, err)}
+	}
+	if errors.Is(err, records.ErrTooLarge) {
+		e := &planUnreadable{runID: k.RunID, err: err}
+		r.rules.keepTooLarge(p.JSONDigest, e)
+		return planpolicy.Plan{}, e
 	}
 	if err != nil {
 		return planpolicy.Plan{}, generic("ReadPlan", err, "reading the plan as JSON for spec.approval.rules")

@@ -1,13 +1,16 @@
 package controller
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -313,6 +316,166 @@ func TestChangeWindowsHold(t *testing.T) {
 				if w := run.Status.Approvals.ChangeWindow; w == nil || w.Open || w.OpensAt == nil {
 					t.Errorf("status.approvals.changeWindow = %+v, want closed, with when it opens", w)
 				}
+			}
+		})
+	}
+}
+
+// readFailingStore is a records store whose reads fail with err, counted.
+type readFailingStore struct {
+	*memStore
+	err  error
+	gets int
+}
+
+func (s *readFailingStore) Get(_ context.Context, k records.Key) ([]byte, error) {
+	s.gets++
+	return nil, fmt.Errorf("%s: %w", k, s.err)
+}
+
+// A plan whose JSON inflates past what the manager reads
+// (records.MaxRecordSize) cannot be judged by spec.approval.rules: it is
+// held at the gate, saying why and what to do, never approved, and read
+// once; a rejection and the approval timeout still end it. A read that
+// fails otherwise is retried, but does not keep a rejection or the
+// timeout from acting.
+func TestUnreadablePlanIsHeld(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-10 * time.Minute))
+	decided := metav1.NewTime(t0.Add(-time.Second))
+	pending := engine.Gate{State: engine.GatePending, Since: &since}
+	tooLarge := fmt.Errorf("inflates past 64 MiB, the most a record may hold when read (records.MaxRecordSize): %w", records.ErrTooLarge)
+	transient := errors.New("the API server is unavailable")
+	twoFromSecurity := []*infrav1.TerraformRunApproval{
+		inGroup(approval("x1", "a", digest, "sam", true), "security"), inGroup(approval("x2", "a", digest, "sue", true), "security"),
+	}
+	cases := map[string]struct {
+		spec         infrav1.ApprovalSpec
+		readErr      error
+		gate         engine.Gate
+		approvals    []*infrav1.TerraformRunApproval
+		decidedBy    string
+		wantErr      bool
+		wantApproved string
+		wantMessage  []string
+		wantApprove  int
+		wantReject   int
+		wantCancel   bool
+		wantRequeue  time.Duration
+	}{
+		"nothing decided: held, saying why and what to do": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules}, readErr: tooLarge, gate: pending,
+			wantApproved: "Unknown/PlanUnreadable",
+			wantMessage:  []string{"is held at the gate", "larger than 64 MiB, the most the manager reads", "kubectl tfrun reject", "split the configuration"},
+		},
+		"approvals that would meet every rule: still held, never approved": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules[:2]}, readErr: tooLarge, gate: pending, approvals: twoFromSecurity,
+			wantApproved: "Unknown/PlanUnreadable",
+		},
+		"mode Auto: held, not approved automatically": {
+			spec: infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto, Rules: teamRules[1:2]}, readErr: tooLarge, gate: pending,
+			wantApproved: "Unknown/PlanUnreadable",
+		},
+		"waiting for its timeout: held, looks again at the deadline": {
+			spec:    infrav1.ApprovalSpec{Rules: teamRules, Timeout: &metav1.Duration{Duration: 15 * time.Minute}},
+			readErr: tooLarge, gate: pending,
+			wantApproved: "Unknown/PlanUnreadable", wantRequeue: 5 * time.Minute,
+		},
+		"a person's rejection rejects it": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules}, readErr: tooLarge, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "bob", false)},
+			wantApproved: "False/Rejected", wantReject: 1,
+		},
+		"spec.approval.rejectedPlan rejects it": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules, RejectedPlan: digest}, decidedBy: "bob", readErr: tooLarge, gate: pending,
+			wantApproved: "False/Rejected", wantReject: 1,
+		},
+		"the approval timeout times it out": {
+			spec:    infrav1.ApprovalSpec{Rules: teamRules, Timeout: &metav1.Duration{Duration: 5 * time.Minute}},
+			readErr: tooLarge, gate: pending,
+			wantApproved: "False/ApprovalTimeout", wantReject: 1,
+		},
+		"an Argo resume is refused, the child stopped": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules[:2]}, readErr: tooLarge, approvals: twoFromSecurity[:1],
+			gate:         engine.Gate{State: engine.GateApproved, By: "sue", ByGroups: []string{"security"}, Stamped: true, DecidedAt: &decided},
+			wantApproved: "False/ApprovedOutsidePolicy", wantMessage: []string{"larger than 64 MiB"}, wantCancel: true,
+		},
+		"a read to retry: an error, nothing decided": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules}, readErr: transient, gate: pending, approvals: twoFromSecurity,
+			wantErr: true,
+		},
+		"a read to retry does not keep a rejection from rejecting": {
+			spec: infrav1.ApprovalSpec{Rules: teamRules}, readErr: transient, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "bob", false)},
+			wantApproved: "False/Rejected", wantReject: 1,
+		},
+		"a read to retry does not keep the timeout from acting": {
+			spec:    infrav1.ApprovalSpec{Rules: teamRules, Timeout: &metav1.Duration{Duration: 5 * time.Minute}},
+			readErr: transient, gate: pending, approvals: twoFromSecurity,
+			wantApproved: "False/ApprovalTimeout", wantReject: 1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{progress: map[string]engine.Progress{}}
+			run := aRun("a")
+			run.Spec.Approval = tc.spec
+			if tc.decidedBy != "" {
+				run.Annotations = map[string]string{infrav1.DecidedByAnnotation: tc.decidedBy}
+			}
+			r, _ := newReconciler(t, f)
+			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+			objs := []client.Object{child}
+			for _, a := range tc.approvals {
+				objs = append(objs, a.DeepCopy())
+			}
+			r, _ = newReconciler(t, f, objs...)
+			store := &readFailingStore{memStore: newMemStore(r.now), err: tc.readErr}
+			r.Records = store
+			st := r.newPassState(run)
+			st.engine, st.child = f, child
+			st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: tc.gate, Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest, JSONDigest: jsonDigest(destroyJSON)}}
+			res, err := r.reconcileApproval(ctx(), run, st)
+			if gotErr := err != nil; gotErr != tc.wantErr {
+				t.Fatalf("reconcileApproval error = %v, want an error: %v", err, tc.wantErr)
+			}
+			var unreadable *planUnreadable
+			if errors.As(err, &unreadable) {
+				t.Errorf("reconcileApproval returned the unreadable plan as an error to retry: %v", err)
+			}
+			if tc.wantErr {
+				return
+			}
+			if diff := cmp.Diff(tc.wantApproved, condOf(run, infrav1.ApprovedCondition)); diff != "" {
+				t.Errorf("Approved (-want +got):\n%s\n%v", diff, findCond(run, infrav1.ApprovedCondition))
+			}
+			c := findCond(run, infrav1.ApprovedCondition)
+			for _, m := range tc.wantMessage {
+				if c == nil || !strings.Contains(c.Message, m) {
+					t.Errorf("Approved message %v, want it to contain %q", c, m)
+				}
+			}
+			got := [3]int{len(f.approved), len(f.rejected), len(f.cancelled)}
+			want := [3]int{tc.wantApprove, tc.wantReject, 0}
+			if tc.wantCancel {
+				want[2] = 1
+			}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("engine approved, rejected, stopped (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.wantRequeue, res.RequeueAfter); diff != "" {
+				t.Errorf("requeue after (-want +got):\n%s", diff)
+			}
+			if tc.wantApproved != "Unknown/PlanUnreadable" {
+				return
+			}
+			// A plan held for its size is not inflated again on the next pass.
+			if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+				t.Fatal(err)
+			}
+			if store.gets != 1 {
+				t.Errorf("the plan was read %d times in two passes, want once", store.gets)
 			}
 		})
 	}

@@ -96,3 +96,50 @@ func TestTally(t *testing.T) {
 		})
 	}
 }
+
+// Once the approval deadline passed, approvals cast after it no longer
+// count, and every rejection still does: a deadline bounds approvals,
+// never rejections.
+func TestDropLateApprovals(t *testing.T) {
+	deadline := time.Date(2026, 11, 25, 12, 0, 0, 0, time.UTC)
+	early, late := deadline.Add(-time.Minute), deadline.Add(time.Minute)
+	approve := func(user string, at time.Time) vote {
+		return vote{user: user, approve: true, source: "TerraformRunApproval/" + user, at: at}
+	}
+	reject := func(user string, at time.Time) vote {
+		return vote{user: user, source: "TerraformRunApproval/" + user, at: at}
+	}
+	specReject := vote{user: "bob", source: "spec.approval.rejectedPlan"}
+	specApprove := vote{user: "bob", approve: true, source: "spec.approval.approvedPlan"}
+	cases := map[string]struct {
+		votes []vote
+		want  []vote
+	}{
+		"an approval cast before the deadline is kept": {
+			votes: []vote{approve("alice", early)}, want: []vote{approve("alice", early)},
+		},
+		"an approval cast at the deadline is kept": {
+			votes: []vote{approve("alice", deadline)}, want: []vote{approve("alice", deadline)},
+		},
+		"an approval cast after the deadline is dropped": {
+			votes: []vote{approve("alice", early), approve("bob", late)}, want: []vote{approve("alice", early)},
+		},
+		"a rejection cast after the deadline is kept": {
+			votes: []vote{approve("alice", early), reject("bob", late)}, want: []vote{approve("alice", early), reject("bob", late)},
+		},
+		"spec.approval.rejectedPlan, which has no time, is kept": {
+			votes: []vote{approve("alice", early), specReject}, want: []vote{approve("alice", early), specReject},
+		},
+		"spec.approval.approvedPlan, which has no time, is dropped": {
+			votes: []vote{specApprove}, want: nil,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			got := dropLateApprovals(tc.votes, deadline)
+			if diff := cmp.Diff(tc.want, got, cmp.AllowUnexported(vote{})); diff != "" {
+				t.Errorf("dropLateApprovals (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

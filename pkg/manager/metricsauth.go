@@ -3,9 +3,10 @@ package manager
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/json"
 	"fmt"
 	"net/http"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -41,7 +42,17 @@ const (
 // It does what controller-runtime's filters.WithAuthenticationAndAuthorization
 // does, with the manager's own client: that filter links k8s.io/apiserver
 // and client-go's informers, 5.5 MiB of the manager's resident memory at
-// rest (docs/performance.md, P4).
+// rest (docs/performance.md, P4). What it buys is that memory, and
+// nothing else: it keeps the library's behaviour where it guards the
+// endpoint. The scheme "Bearer" is matched case-insensitively (RFC 7235),
+// as k8s.io/apiserver's bearer token authenticator does; an allowed or
+// denied review is kept under the whole review it answered (user, UID,
+// groups, extra, verb and path), as the library's caching authorizer keys
+// on the whole attributes, so that a token whose user carries other extra
+// (scopes, say) never reuses another token's allow; and the Authorization
+// header is removed before the handler sees the request, as the library's
+// authentication filter does. The price is keeping those in step by hand,
+// with the tests of metricsauth_test.go.
 func MetricsAuth(cfg *rest.Config, httpClient *http.Client) (metricsserver.Filter, error) {
 	scheme := runtime.NewScheme()
 	if err := authenticationv1.AddToScheme(scheme); err != nil {
@@ -70,14 +81,13 @@ type metricsAuth struct {
 
 	mu     sync.Mutex
 	users  map[string]reviewed[authenticationv1.UserInfo] // by the token's SHA-256
-	grants map[string]reviewed[bool]                      // by user, groups, verb and path
+	grants map[string]reviewed[bool]                      // by the SubjectAccessReview's spec (grantKey)
 }
 
 func (a *metricsAuth) filter(log logr.Logger, next http.Handler) (http.Handler, error) {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		token, found := strings.CutPrefix(req.Header.Get("Authorization"), "Bearer ")
-		token = strings.TrimSpace(token)
-		if !found || token == "" {
+		token, found := bearerToken(req.Header.Get("Authorization"))
+		if !found {
 			http.Error(w, "Unauthorized", http.StatusUnauthorized)
 			return
 		}
@@ -107,8 +117,24 @@ func (a *metricsAuth) filter(log logr.Logger, next http.Handler) (http.Handler, 
 			http.Error(w, msg, http.StatusForbidden)
 			return
 		}
+		// The handler has no use for the token: it is not passed on, to
+		// be logged or forwarded.
+		req.Header.Del("Authorization")
 		next.ServeHTTP(w, req)
 	}), nil
+}
+
+// bearerToken is the token of an Authorization header of the Bearer
+// scheme, whose name is matched case-insensitively (RFC 7235, section
+// 2.1), with whitespace around and between scheme and token tolerated. A
+// header of another scheme, without a token, or with more than one word
+// after the scheme has none.
+func bearerToken(header string) (string, bool) {
+	f := strings.Fields(header)
+	if len(f) != 2 || !strings.EqualFold(f[0], "bearer") {
+		return "", false
+	}
+	return f[1], true
 }
 
 func (a *metricsAuth) authenticate(ctx context.Context, token string) (authenticationv1.UserInfo, bool, error) {
@@ -126,12 +152,6 @@ func (a *metricsAuth) authenticate(ctx context.Context, token string) (authentic
 }
 
 func (a *metricsAuth) authorize(ctx context.Context, u authenticationv1.UserInfo, verb, path string) (bool, error) {
-	groups := append([]string(nil), u.Groups...)
-	sort.Strings(groups)
-	key := strings.Join([]string{u.Username, u.UID, strings.Join(groups, ","), verb, path}, "\x00")
-	if r, hit := lookup(a, a.grants, key); hit {
-		return r.v, nil
-	}
 	extra := map[string]authorizationv1.ExtraValue{}
 	for k, v := range u.Extra {
 		extra[k] = authorizationv1.ExtraValue(v)
@@ -140,6 +160,13 @@ func (a *metricsAuth) authorize(ctx context.Context, u authenticationv1.UserInfo
 		User: u.Username, UID: u.UID, Groups: u.Groups, Extra: extra,
 		NonResourceAttributes: &authorizationv1.NonResourceAttributes{Path: path, Verb: verb},
 	}}
+	key, err := grantKey(sar.Spec)
+	if err != nil {
+		return false, err
+	}
+	if r, hit := lookup(a, a.grants, key); hit {
+		return r.v, nil
+	}
 	if err := a.c.Create(ctx, sar); err != nil {
 		return false, fmt.Errorf("SubjectAccessReview: %w", err)
 	}
@@ -149,6 +176,22 @@ func (a *metricsAuth) authorize(ctx context.Context, u authenticationv1.UserInfo
 	}
 	store(a, a.grants, key, reviewed[bool]{v: sar.Status.Allowed, expires: a.now().Add(ttl)})
 	return sar.Status.Allowed, nil
+}
+
+// grantKey is what an answer to the review spec is kept under: the whole
+// review, user, UID, groups (sorted: their order does not change the
+// answer), extra and the non-resource attributes, as JSON, whose
+// encoding of a map sorts its keys, so that the same review always has
+// the same key, hashed to bound the cache's memory. Extra values keep
+// their order: two orders are two keys, which costs a review, never a
+// wrong answer.
+func grantKey(spec authorizationv1.SubjectAccessReviewSpec) (string, error) {
+	spec.Groups = slices.Sorted(slices.Values(spec.Groups))
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", fmt.Errorf("SubjectAccessReview: %w", err)
+	}
+	return fmt.Sprintf("%x", sha256.Sum256(b)), nil
 }
 
 func lookup[T any](a *metricsAuth, m map[string]reviewed[T], key string) (reviewed[T], bool) {

@@ -106,6 +106,12 @@ type Record struct {
 // expired).
 var ErrNotFound = errors.New("record not found")
 
+// ErrTooLarge is a record that inflates past MaxRecordSize when read: it
+// is refused, whether a step wrote it that large (a plan of a large
+// configuration) or someone else wrote a gzip bomb in its place. Reading
+// it again gives the same answer.
+var ErrTooLarge = errors.New("refused, too large to read")
+
 // Store keeps records. Implementations must be safe for concurrent use.
 type Store interface {
 	// Put stores data under k, replacing what an earlier attempt of the

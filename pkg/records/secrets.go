@@ -258,7 +258,7 @@ func inflate(k Key, z io.Reader, declared string) ([]byte, error) {
 	case hasSize:
 		return nil, fmt.Errorf("%s inflates past its declared size (%d bytes): refused, its chunks are not one write of a step's", k, limit)
 	}
-	return nil, fmt.Errorf("%s inflates past %d MiB, the most a record may hold when read (records.MaxRecordSize): refused", k, MaxRecordSize>>20)
+	return nil, fmt.Errorf("%s inflates past %d MiB, the most a record may hold when read (records.MaxRecordSize): %w", k, MaxRecordSize>>20, ErrTooLarge)
 }
 
 // List returns the records of a TerraformRun.

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
 	"strconv"
 	"strings"
 	"testing"
@@ -38,16 +39,19 @@ func TestGetBoundsInflation(t *testing.T) {
 		data     []byte // what the only chunk inflates to (nil: as Put wrote it)
 		declared string // the chunks' declared size ("" : as Put wrote it; "-": none)
 		wantErr  string
+		// wantTooLarge: the error is ErrTooLarge, which callers tell
+		// from a read to retry.
+		wantTooLarge bool
 	}{
 		"as a step wrote it": {},
 		"more than it declares": {
 			data: append(append([]byte{}, honest...), "and more"...), wantErr: "inflates past its declared size (2100 bytes)",
 		},
 		"a bomb that declares no size": {
-			data: make([]byte, MaxRecordSize+1), declared: "-", wantErr: "inflates past 64 MiB, the most a record may hold",
+			data: make([]byte, MaxRecordSize+1), declared: "-", wantErr: "inflates past 64 MiB, the most a record may hold", wantTooLarge: true,
 		},
 		"a bomb that declares more than the most": {
-			data: make([]byte, MaxRecordSize+1), declared: strconv.Itoa(MaxRecordSize + 10), wantErr: "inflates past 64 MiB",
+			data: make([]byte, MaxRecordSize+1), declared: strconv.Itoa(MaxRecordSize + 10), wantErr: "inflates past 64 MiB", wantTooLarge: true,
 		},
 	}
 	for name, tc := range cases {
@@ -79,6 +83,9 @@ func TestGetBoundsInflation(t *testing.T) {
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("Get() error = %v, want %q", err, tc.wantErr)
+				}
+				if got := errors.Is(err, ErrTooLarge); got != tc.wantTooLarge {
+					t.Errorf("Get() error %v is ErrTooLarge: %v, want %v", err, got, tc.wantTooLarge)
 				}
 				return
 			}
