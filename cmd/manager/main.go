@@ -6,6 +6,8 @@ import (
 	"flag"
 	"fmt"
 	"io/fs"
+	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -26,6 +28,7 @@ import (
 	"github.com/opr8r/opr8r/config/crd"
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/egress"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/manager"
 	"github.com/opr8r/opr8r/pkg/notify"
@@ -61,6 +64,14 @@ type settings struct {
 	webhookRate                        float64
 	webhookBurst                       int
 	notifications                      bool
+	notifyParallel, notifyPerNS        int
+	notifyQueue                        int
+	egress                             egressFlags
+}
+
+// egressFlags are the guard's flags, as given (docs/notifications.md).
+type egressFlags struct {
+	podIPs, serviceCIDRs, podCIDRs, deny, allow string
 }
 
 func main() {
@@ -127,6 +138,14 @@ func main() {
 	flag.Float64Var(&s.webhookRate, "webhook-rate", 1, "Webhook requests each receiver takes per second, on average (more are answered 429).")
 	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once.")
 	flag.BoolVar(&s.notifications, "notifications", true, "Send runs' happenings to the TerraformRunNotifiers of their namespaces (docs/notifications.md).")
+	flag.IntVar(&s.notifyParallel, "notifications-parallel", notify.DefaultParallel, "Notification deliveries under way at once, in all.")
+	flag.IntVar(&s.notifyPerNS, "notifications-per-namespace", notify.DefaultPerNamespace, "Notification deliveries under way at once for one namespace, so that a namespace whose destinations are slow or dead delays only its own.")
+	flag.IntVar(&s.notifyQueue, "notifications-queue-size", notify.DefaultQueueSize, "Notices waiting per namespace; more are dropped, counted (opr8r_notifications_dropped_total) and shown on that namespace's notifiers.")
+	flag.StringVar(&s.egress.podIPs, "egress-own-ips", "", "The manager pod's own addresses, comma-separated (the chart passes the downward API's status.podIPs), refused as destinations besides those found on the pod's interfaces.")
+	flag.StringVar(&s.egress.serviceCIDRs, "egress-cluster-service-cidrs", egress.DefaultServiceCIDRs, "The cluster's Service ranges, refused as destinations of notifiers and preview reporters unless in --egress-allow-cidrs (default: common distributions' defaults).")
+	flag.StringVar(&s.egress.podCIDRs, "egress-cluster-pod-cidrs", egress.DefaultPodCIDRs, "The cluster's pod ranges, refused as destinations unless in --egress-allow-cidrs (default: common distributions' and CNIs' defaults).")
+	flag.StringVar(&s.egress.deny, "egress-deny-cidrs", "", "More ranges or addresses refused as destinations, comma-separated (your nodes', your VPC's, ...).")
+	flag.StringVar(&s.egress.allow, "egress-allow-cidrs", "", "Ranges or addresses allowed despite the cluster's ranges and --egress-deny-cidrs (an in-cluster sink's Service IP); never loopback, link-local, metadata or the manager's own addresses.")
 	opts.BindFlags(flag.CommandLine)
 	flag.Parse()
 	ctrl.SetLogger(zap.New(zap.UseFlagOptions(&opts)))
@@ -210,6 +229,11 @@ func run(s settings) error {
 	if err != nil {
 		return err
 	}
+	guard, err := s.egress.guard()
+	if err != nil {
+		return err
+	}
+	hc := guard.Client()
 	if _, err := manager.Setup(mgr, manager.Options{
 		Engines: enabled, DefaultEngine: infrav1.EngineName(s.defaultEngine), Engine: s.cfg,
 		MaxConcurrentReconciles: s.maxConcurrent, DestroyTimeout: s.destroyTimeout, ProgressTimeout: s.progressTimeout,
@@ -217,8 +241,8 @@ func run(s settings) error {
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 		SealKey: sealKey, DefaultApprovalTimeout: s.defaultApprovalTimeout,
-		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst},
-		Notify:   notifier(s.notifications),
+		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc},
+		Notify:   notifier(s, hc),
 	}); err != nil {
 		return err
 	}
@@ -242,6 +266,9 @@ func (s *settings) complete() error {
 	}
 	if s.maxActiveRunsPerNS < 0 {
 		s.maxActiveRunsPerNS = controller.DefaultNamespaceShare(s.maxActiveRuns)
+	}
+	if s.notifyParallel < 1 || s.notifyPerNS < 1 || s.notifyQueue < 1 {
+		return fmt.Errorf("--notifications-parallel, --notifications-per-namespace and --notifications-queue-size must be at least 1")
 	}
 	if err := s.completeProviders(); err != nil {
 		return err
@@ -375,9 +402,36 @@ func servedEngine(cfg *rest.Config, engines []engine.Engine) (string, error) {
 }
 
 // notifier is the notifications' dispatcher, or nil when they are off.
-func notifier(on bool) *notify.Dispatcher {
-	if !on {
+func notifier(s settings, hc *http.Client) *notify.Dispatcher {
+	if !s.notifications {
 		return nil
 	}
-	return &notify.Dispatcher{}
+	return &notify.Dispatcher{HTTP: hc, Parallel: s.notifyParallel, PerNamespace: s.notifyPerNS, QueueSize: s.notifyQueue}
+}
+
+// guard is the egress guard of notifiers and preview reporters: the
+// flags' ranges, and the pod's own addresses from the flag and from its
+// interfaces.
+func (e egressFlags) guard() (*egress.Guard, error) {
+	g := &egress.Guard{Own: egress.InterfaceAddrs()}
+	own, err := egress.ParseAddrs(e.podIPs)
+	if err != nil {
+		return nil, fmt.Errorf("--egress-own-ips: %w", err)
+	}
+	g.Own = append(g.Own, own...)
+	for _, f := range []struct {
+		name, value string
+		into        *[]netip.Prefix
+	}{
+		{"--egress-cluster-service-cidrs", e.serviceCIDRs, &g.Service},
+		{"--egress-cluster-pod-cidrs", e.podCIDRs, &g.Pods},
+		{"--egress-deny-cidrs", e.deny, &g.Deny},
+		{"--egress-allow-cidrs", e.allow, &g.Allow},
+	} {
+		if *f.into, err = egress.ParseCIDRs(f.value); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
+	}
+	ctrl.Log.WithName("setup").Info("egress guard", "ownAddresses", len(g.Own), "serviceCIDRs", e.serviceCIDRs, "podCIDRs", e.podCIDRs, "deny", e.deny, "allow", e.allow)
+	return g, nil
 }

@@ -9,6 +9,7 @@ package notify
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -105,13 +106,33 @@ func NoticeOf(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, msg string, now
 var (
 	deliveries = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "opr8r_notifications_total",
-		Help: "Notification deliveries by notifier type and result (delivered, failed after retries, dropped: the queue was full).",
+		Help: "Notification deliveries by notifier type and result (delivered, failed after retries, dropped: its namespace's queue was full).",
 	}, []string{"type", "result"})
+	dropped = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "opr8r_notifications_dropped_total",
+		Help: "Notices dropped because their namespace's queue was full (its destinations slow or dead), by namespace.",
+	}, []string{"namespace"})
 )
 
-func init() { metrics.Registry.MustRegister(deliveries) }
+func init() { metrics.Registry.MustRegister(deliveries, dropped) }
 
-// Dispatcher delivers notices. Notify never blocks.
+// Defaults of the Dispatcher's bounds.
+const (
+	DefaultParallel     = 32
+	DefaultPerNamespace = 2
+	DefaultQueueSize    = 256
+)
+
+// DroppedCondition is True on a notifier while notices of its namespace
+// were dropped because the namespace's queue was full (reason QueueFull):
+// its destinations, or its neighbours', are slow or do not answer.
+const DroppedCondition = "NotificationsDropped"
+
+// Dispatcher delivers notices, fairly between namespaces: each namespace
+// has its own bounded queue and at most PerNamespace deliveries under way,
+// and the namespaces with work are served in turn, so that a namespace
+// whose destinations are slow or dead delays and drops only its own
+// notices. Notify never blocks.
 type Dispatcher struct {
 	// Cache lists the notifiers.
 	Cache client.Reader
@@ -121,30 +142,54 @@ type Dispatcher struct {
 	Client client.Client
 	// Recorder emits Events on notifiers and runs when a delivery fails.
 	Recorder events.EventRecorder
-	// HTTP sends; nil: egress.Client, which refuses loopback, link-local
-	// and unspecified addresses, with a 10 s timeout.
+	// HTTP sends; nil: egress.Client, the guard with its defaults.
 	HTTP *http.Client
 	// Backoff are the waits between attempts (nil: 1, 2, 4, 8 s: five
 	// attempts).
 	Backoff []time.Duration
-	// Parallel bounds the deliveries under way (0: 8).
+	// Parallel bounds the deliveries under way in all (0:
+	// DefaultParallel).
 	Parallel int
+	// PerNamespace bounds one namespace's deliveries under way (0:
+	// DefaultPerNamespace).
+	PerNamespace int
+	// QueueSize bounds one namespace's notices waiting; more are dropped
+	// (0: DefaultQueueSize).
+	QueueSize int
 
-	once  sync.Once
-	queue chan Notice
-	slots chan struct{}
-	mu    sync.Mutex
-	seen  map[string]time.Time
+	once   sync.Once
+	wake   chan struct{}
+	mu     sync.Mutex
+	lanes  map[string]*lane
+	order  []string
+	cursor int
+	active int
+	seen   map[string]time.Time
+}
+
+// lane is one namespace's share: its waiting notices, the deliveries of
+// the notice it is on, and its drops not yet shown.
+type lane struct {
+	notices   []Notice
+	ready     []job
+	active    int
+	dropped   int
+	reporting bool
+}
+
+// job is one delivery: a notice to a notifier.
+type job struct {
+	nf *infrav1.TerraformRunNotifier
+	n  Notice
 }
 
 func (d *Dispatcher) init() {
 	d.once.Do(func() {
-		d.queue = make(chan Notice, 1024)
-		p := d.Parallel
-		if p == 0 {
-			p = 8
-		}
-		d.slots = make(chan struct{}, p)
+		d.Parallel = cmp.Or(d.Parallel, DefaultParallel)
+		d.PerNamespace = cmp.Or(d.PerNamespace, DefaultPerNamespace)
+		d.QueueSize = cmp.Or(d.QueueSize, DefaultQueueSize)
+		d.wake = make(chan struct{}, 1)
+		d.lanes = map[string]*lane{}
 		d.seen = map[string]time.Time{}
 		if d.HTTP == nil {
 			d.HTTP = egress.Client(false)
@@ -155,23 +200,46 @@ func (d *Dispatcher) init() {
 	})
 }
 
-// Notify queues a notice for the notifiers of the run's namespace. The
-// same happening of the same run (a pass repeated after a conflict, or a
-// failure that two conditions report) is sent once.
+// Notify queues a notice for the notifiers of the run's namespace, or
+// drops it when that namespace's queue is full. The same happening of the
+// same run (a pass repeated after a conflict, or a failure that two
+// conditions report) is sent once.
 func (d *Dispatcher) Notify(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, msg string) {
 	d.init()
 	n := NoticeOf(run, ev, msg, time.Now())
+	if d.repeated(n, msg) {
+		return
+	}
+	d.mu.Lock()
+	l := d.laneOf(n.Namespace)
+	full := len(l.notices) >= d.QueueSize
+	if full {
+		l.dropped++
+	} else {
+		l.notices = append(l.notices, n)
+	}
+	d.mu.Unlock()
+	if full {
+		deliveries.WithLabelValues("", "dropped").Inc()
+		dropped.WithLabelValues(n.Namespace).Inc()
+		ctrl.Log.WithName("notify").Info("notification dropped: the namespace's queue is full", "run", n.Namespace+"/"+n.Name, "event", ev, "queue", d.QueueSize)
+	}
+	d.poke()
+}
+
+// repeated says whether a notice was already queued, and remembers it.
+func (d *Dispatcher) repeated(n Notice, msg string) bool {
 	// A run's failure shows in two conditions (the step's and Stalled),
 	// each with its Event: one notice per run and happening. Drift is
 	// found by checks, which are not runs: their messages name them.
-	key := strings.Join([]string{n.UID, string(ev), n.RunID}, "\x00")
-	if ev == infrav1.NotifyDriftDetected {
+	key := strings.Join([]string{n.UID, string(n.Event), n.RunID}, "\x00")
+	if n.Event == infrav1.NotifyDriftDetected {
 		key += "\x00" + msg
 	}
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	if _, dup := d.seen[key]; dup {
-		d.mu.Unlock()
-		return
+		return true
 	}
 	if len(d.seen) > 10000 {
 		for k, t := range d.seen {
@@ -181,12 +249,25 @@ func (d *Dispatcher) Notify(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, m
 		}
 	}
 	d.seen[key] = time.Now()
-	d.mu.Unlock()
+	return false
+}
+
+// laneOf is a namespace's lane, made on first use; d.mu is held.
+func (d *Dispatcher) laneOf(ns string) *lane {
+	l, ok := d.lanes[ns]
+	if !ok {
+		l = &lane{}
+		d.lanes[ns] = l
+		d.order = append(d.order, ns)
+	}
+	return l
+}
+
+// poke wakes the dispatcher without blocking.
+func (d *Dispatcher) poke() {
 	select {
-	case d.queue <- n:
+	case d.wake <- struct{}{}:
 	default:
-		deliveries.WithLabelValues("", "dropped").Inc()
-		ctrl.Log.WithName("notify").Info("notification dropped: the queue is full", "run", n.Namespace+"/"+n.Name, "event", ev)
 	}
 }
 
@@ -197,36 +278,158 @@ func (d *Dispatcher) NeedLeaderElection() bool { return true }
 func (d *Dispatcher) Start(ctx context.Context) error {
 	d.init()
 	for {
+		for {
+			j, ok := d.next(ctx)
+			if !ok {
+				break
+			}
+			go d.run(ctx, j)
+		}
+		d.reportDrops(ctx)
 		select {
 		case <-ctx.Done():
 			return nil
-		case n := <-d.queue:
-			d.dispatch(ctx, n)
+		case <-d.wake:
 		}
 	}
 }
 
-// dispatch starts a delivery to each notifier that wants the notice.
-func (d *Dispatcher) dispatch(ctx context.Context, n Notice) {
+// next takes the next delivery to start, from the namespaces in turn,
+// within the bounds; false when none may start now.
+func (d *Dispatcher) next(ctx context.Context) (job, bool) {
+	for ctx.Err() == nil {
+		d.mu.Lock()
+		ns, l := d.pick()
+		if l == nil {
+			d.mu.Unlock()
+			return job{}, false
+		}
+		if len(l.ready) > 0 {
+			j := l.ready[0]
+			l.ready = l.ready[1:]
+			l.active++
+			d.active++
+			d.mu.Unlock()
+			return j, true
+		}
+		n := l.notices[0]
+		l.notices = l.notices[1:]
+		d.mu.Unlock()
+		jobs := d.expand(ctx, n)
+		d.mu.Lock()
+		l = d.laneOf(ns)
+		l.ready = append(l.ready, jobs...)
+		d.mu.Unlock()
+	}
+	return job{}, false
+}
+
+// pick is the namespace after the cursor that has work and room, moving
+// the cursor past it; d.mu is held.
+func (d *Dispatcher) pick() (string, *lane) {
+	if d.active >= d.Parallel {
+		return "", nil
+	}
+	for i := range d.order {
+		k := (d.cursor + i) % len(d.order)
+		l := d.lanes[d.order[k]]
+		if l.active < d.PerNamespace && (len(l.ready) > 0 || len(l.notices) > 0) {
+			d.cursor = k + 1
+			return d.order[k], l
+		}
+	}
+	return "", nil
+}
+
+// expand is the deliveries of a notice: one to each notifier of its
+// namespace that wants it.
+func (d *Dispatcher) expand(ctx context.Context, n Notice) []job {
 	var list infrav1.TerraformRunNotifierList
 	if err := d.Cache.List(ctx, &list, client.InNamespace(n.Namespace)); err != nil {
 		ctrl.Log.WithName("notify").Error(err, "listing notifiers", "namespace", n.Namespace)
+		return nil
+	}
+	var jobs []job
+	for i := range list.Items {
+		if Wants(&list.Items[i], n) {
+			jobs = append(jobs, job{nf: list.Items[i].DeepCopy(), n: n})
+		}
+	}
+	return jobs
+}
+
+// run makes one delivery and gives its slots back.
+func (d *Dispatcher) run(ctx context.Context, j job) {
+	defer d.done(j.n.Namespace)
+	d.deliver(ctx, j.nf, j.n)
+}
+
+// done gives a delivery's slots back, and forgets a namespace with nothing
+// left.
+func (d *Dispatcher) done(ns string) {
+	d.mu.Lock()
+	l := d.lanes[ns]
+	l.active--
+	d.active--
+	d.forgetIdle(ns, l)
+	d.mu.Unlock()
+	d.poke()
+}
+
+// forgetIdle drops a namespace's lane when it holds nothing; d.mu is held.
+func (d *Dispatcher) forgetIdle(ns string, l *lane) {
+	if l.active > 0 || len(l.notices) > 0 || len(l.ready) > 0 || l.dropped > 0 || l.reporting {
 		return
 	}
-	for i := range list.Items {
-		nf := list.Items[i].DeepCopy()
-		if !Wants(nf, n) {
+	delete(d.lanes, ns)
+	if i := slices.Index(d.order, ns); i >= 0 {
+		d.order = slices.Delete(d.order, i, i+1)
+		if d.cursor > i {
+			d.cursor--
+		}
+	}
+}
+
+// reportDrops shows each namespace's new drops on its notifiers, one
+// report under way per namespace.
+func (d *Dispatcher) reportDrops(ctx context.Context) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for ns, l := range d.lanes {
+		if l.dropped == 0 || l.reporting {
 			continue
 		}
-		select {
-		case d.slots <- struct{}{}:
-		case <-ctx.Done():
-			return
-		}
+		count := l.dropped
+		l.dropped, l.reporting = 0, true
 		go func() {
-			defer func() { <-d.slots }()
-			d.deliver(ctx, nf, n)
+			d.recordDrops(ctx, ns, count)
+			d.mu.Lock()
+			l.reporting = false
+			d.forgetIdle(ns, l)
+			d.mu.Unlock()
 		}()
+	}
+}
+
+// recordDrops sets DroppedCondition on the notifiers of a namespace, with
+// a Warning Event.
+func (d *Dispatcher) recordDrops(ctx context.Context, ns string, count int) {
+	var list infrav1.TerraformRunNotifierList
+	if d.Client == nil || d.Cache.List(ctx, &list, client.InNamespace(ns)) != nil {
+		return
+	}
+	msg := fmt.Sprintf("%d notices of this namespace dropped at %s: its queue of %d was full (its destinations are slow or do not answer)",
+		count, time.Now().UTC().Format(time.RFC3339), d.QueueSize)
+	for i := range list.Items {
+		nf := &list.Items[i]
+		if nf.Spec.Suspend || nf.DeletionTimestamp != nil {
+			continue
+		}
+		cond := metav1.Condition{Type: DroppedCondition, Status: metav1.ConditionTrue, Reason: "QueueFull", ObservedGeneration: nf.Generation, Message: msg}
+		d.patchStatus(ctx, nf, nil, cond)
+		if d.Recorder != nil {
+			d.Recorder.Eventf(nf, nil, corev1.EventTypeWarning, "NotificationsDropped", "Notify", "%s", msg)
+		}
 	}
 }
 
@@ -243,7 +446,9 @@ func Wants(nf *infrav1.TerraformRunNotifier, n Notice) bool {
 }
 
 // deliver sends one notice to one notifier with retries, then records the
-// outcome in the notifier's status.
+// outcome in the notifier's status. What it shows (status, Events, logs)
+// is the destination's status code and a fixed reason, never anything
+// else the destination sent, nor its URL.
 func (d *Dispatcher) deliver(ctx context.Context, nf *infrav1.TerraformRunNotifier, n Notice) {
 	log := ctrl.Log.WithName("notify").WithValues("notifier", nf.Namespace+"/"+nf.Name, "run", n.Name, "event", n.Event)
 	var (
@@ -256,7 +461,7 @@ func (d *Dispatcher) deliver(ctx context.Context, nf *infrav1.TerraformRunNotifi
 			return
 		}
 	}
-	del := infrav1.NotifierDelivery{Event: n.Event, Run: n.Name + "/" + n.RunID, At: metav1.Now(), Attempts: attempts, Succeeded: err == nil, Message: truncate(answer, 256)}
+	del := infrav1.NotifierDelivery{Event: n.Event, Run: n.Name + "/" + n.RunID, At: metav1.Now(), Attempts: attempts, Succeeded: err == nil, Message: answer}
 	cond := metav1.Condition{Type: infrav1.ReadyCondition, Status: metav1.ConditionTrue, Reason: "Delivered", ObservedGeneration: nf.Generation,
 		Message: fmt.Sprintf("delivered %s of %s (attempt %d)", n.Event, n.Name, attempts)}
 	if err != nil {
@@ -264,7 +469,7 @@ func (d *Dispatcher) deliver(ctx context.Context, nf *infrav1.TerraformRunNotifi
 		cond.Status, cond.Reason = metav1.ConditionFalse, "DeliveryFailed"
 		cond.Message = fmt.Sprintf("%s of %s not delivered after %d attempts: %s", n.Event, n.Name, attempts, truncate(err.Error(), 512))
 		deliveries.WithLabelValues(string(nf.Spec.Type), "failed").Inc()
-		log.Info("delivery failed", "attempts", attempts, "error", err.Error())
+		log.Info("delivery failed", "attempts", attempts, "reason", err.Error())
 		if d.Recorder != nil {
 			d.Recorder.Eventf(nf, nil, corev1.EventTypeWarning, "DeliveryFailed", "Notify", "%s", cond.Message)
 			run := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{Name: n.Name, Namespace: n.Namespace, UID: types.UID(n.UID)}}
@@ -274,11 +479,12 @@ func (d *Dispatcher) deliver(ctx context.Context, nf *infrav1.TerraformRunNotifi
 	} else {
 		deliveries.WithLabelValues(string(nf.Spec.Type), "delivered").Inc()
 	}
-	d.record(ctx, nf, del, cond)
+	d.patchStatus(ctx, nf, &del, cond)
 }
 
-// record writes a delivery's outcome to the notifier's status.
-func (d *Dispatcher) record(ctx context.Context, nf *infrav1.TerraformRunNotifier, del infrav1.NotifierDelivery, cond metav1.Condition) {
+// patchStatus writes a condition, and a delivery's outcome when del is
+// not nil, to the notifier's status.
+func (d *Dispatcher) patchStatus(ctx context.Context, nf *infrav1.TerraformRunNotifier, del *infrav1.NotifierDelivery, cond metav1.Condition) {
 	if d.Client == nil {
 		return
 	}
@@ -287,7 +493,9 @@ func (d *Dispatcher) record(ctx context.Context, nf *infrav1.TerraformRunNotifie
 		return
 	}
 	old := cur.DeepCopy()
-	cur.Status.LastDelivery = &del
+	if del != nil {
+		cur.Status.LastDelivery = del
+	}
 	cur.Status.ObservedGeneration = cur.Generation
 	apimeta.SetStatusCondition(&cur.Status.Conditions, cond)
 	if err := d.Client.Status().Patch(ctx, &cur, client.MergeFrom(old)); err != nil {
@@ -297,14 +505,15 @@ func (d *Dispatcher) record(ctx context.Context, nf *infrav1.TerraformRunNotifie
 
 // sendWithRetries sends a notice, trying again after each wait of Backoff
 // while the destination fails in a way a retry may mend (no answer, 429,
-// 5xx).
+// 5xx). It returns the attempts made, the answer ("HTTP <code> <status
+// text>") and the error, whose text is a fixed reason.
 func (d *Dispatcher) sendWithRetries(ctx context.Context, typ infrav1.NotifierType, addr string, token []byte, n Notice) (int32, string, error) {
 	for attempts := int32(1); ; attempts++ {
 		answer, err := d.send(ctx, typ, addr, token, n)
 		if err == nil || attempts > int32(len(d.Backoff)) || permanent(err) {
 			return attempts, answer, err
 		}
-		ctrl.Log.WithName("notify").V(1).Info("delivery failed; retrying", "run", n.Namespace+"/"+n.Name, "event", n.Event, "attempt", attempts, "error", err.Error())
+		ctrl.Log.WithName("notify").V(1).Info("delivery failed; retrying", "run", n.Namespace+"/"+n.Name, "event", n.Event, "attempt", attempts, "reason", err.Error())
 		select {
 		case <-time.After(d.Backoff[attempts-1]):
 		case <-ctx.Done():
@@ -335,24 +544,29 @@ func secretOf(ctx context.Context, c client.Reader, nf *infrav1.TerraformRunNoti
 	return addr, sec.Data[TokenKey], nil
 }
 
-// send POSTs one notice and returns the destination's answer.
+// send POSTs one notice and returns the destination's answer as its
+// status line. Its errors' text is a fixed reason (egress.Describe, or
+// the status line): the body of the answer is read and thrown away, since
+// a destination the tenant chose may be, or redirect to, an endpoint
+// whose answer the tenant must not read.
 func (d *Dispatcher) send(ctx context.Context, typ infrav1.NotifierType, addr string, token []byte, n Notice) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 15*time.Second)
 	defer cancel()
 	req, err := Request(ctx, typ, addr, token, n)
 	if err != nil {
-		return "", errPermanent{err}
+		return "", errPermanent{fmt.Errorf("spec.type %q: no request could be made of the notice", typ)}
 	}
 	resp, err := d.HTTP.Do(req)
 	if err != nil {
+		reason := errors.New(egress.Describe(err))
 		if egress.IsRefused(err) {
-			return "", errPermanent{err}
+			return "", errPermanent{reason}
 		}
-		return "", err
+		return "", reason
 	}
 	defer func() { _ = resp.Body.Close() }()
-	b, _ := io.ReadAll(io.LimitReader(resp.Body, 512))
-	answer := strings.TrimSpace(fmt.Sprintf("%d %s", resp.StatusCode, strings.TrimSpace(string(b))))
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 4096))
+	answer := StatusLine(resp.StatusCode)
 	switch {
 	case resp.StatusCode >= 200 && resp.StatusCode < 300:
 		return answer, nil
@@ -360,6 +574,12 @@ func (d *Dispatcher) send(ctx context.Context, typ infrav1.NotifierType, addr st
 		return answer, errors.New(answer)
 	}
 	return answer, errPermanent{errors.New(answer)}
+}
+
+// StatusLine is how a destination's answer is shown: its code and Go's
+// text for it, "HTTP 500 Internal Server Error".
+func StatusLine(code int) string {
+	return strings.TrimSpace(fmt.Sprintf("HTTP %d %s", code, http.StatusText(code)))
 }
 
 // Request makes the HTTP request of a notice for a notifier type.

@@ -157,7 +157,7 @@ func TestDeliveryRetries(t *testing.T) {
 		t.Errorf("after 500, 503, 200: err %v, calls %d, attempts %d", err, calls, attempts)
 	}
 	codes, calls = []int{502}, 0
-	if attempts, answer, err := d.sendWithRetries(context.Background(), infrav1.NotifierWebhook, srv.URL, key, n); err == nil || attempts != 4 || calls != 4 || answer != "502" {
+	if attempts, answer, err := d.sendWithRetries(context.Background(), infrav1.NotifierWebhook, srv.URL, key, n); err == nil || attempts != 4 || calls != 4 || answer != "HTTP 502 Bad Gateway" {
 		t.Errorf("always 502: err %v, attempts %d, calls %d, answer %q", err, attempts, calls, answer)
 	}
 	codes, calls = []int{400}, 0

@@ -28,8 +28,9 @@ type Reporter interface {
 }
 
 // NewReporter is the reporter of a forge type at its API base URL,
-// connecting through hc (nil: egress.Client, which refuses loopback and
-// link-local addresses: the API's address comes from a webhook, and is
+// connecting through hc (nil: egress.Client, whose guard refuses the
+// manager itself, the cluster's ranges, metadata services and cross-host
+// redirects: the API's address comes from a webhook, and is
 // kept on the preview TerraformRun, which the namespace's editors may
 // write).
 func NewReporter(t infrav1.ReceiverType, api, token string, hc *http.Client) (Reporter, error) {

@@ -498,6 +498,7 @@ opr8r_up() {
     --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=3m \
     --set allowCrossNamespaceDependencies=true \
+    --set "egress.allowCIDRs={$(node_ip)/32}" \
     --set providers.mirror.url="https://${MIRROR_IP}/" --set providers.mirror.caConfigMap=provider-mirror-ca \
     --set providers.cache.claim=opr8r-provider-cache --set providers.cache.size=1Gi >/dev/null
   # alice and bob (group e2e-approvers) may approve plans in e2e, not edit runs.

@@ -295,7 +295,7 @@ func pushes(g given) {
 				return ""
 			}
 			return fmt.Sprintf("%s/%s attempts=%d %s", c.Status, c.Reason, nf.Status.LastDelivery.Attempts, nf.Status.LastDelivery.Message)
-		}, timeout, interval).Should(Equal("False/DeliveryFailed attempts=3 500 sink says no"))
+		}, timeout, interval).Should(Equal("False/DeliveryFailed attempts=3 HTTP 500 Internal Server Error"))
 		// A second notifier of the same namespace got its delivery all the same.
 		var nf infrav1.TerraformRunNotifier
 		Expect(k8sClient.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "good"}, &nf)).To(Succeed())
