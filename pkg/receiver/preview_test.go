@@ -322,3 +322,29 @@ func TestIsManagersPreview(t *testing.T) {
 		})
 	}
 }
+
+// TestMovePreview: a push moves the preview, and writes its whole spec
+// again from the tracked run's, so the seal never covers what someone
+// else wrote into it.
+func TestMovePreview(t *testing.T) {
+	forge := newFakeForge(t, giteaRoutes())
+	rcv := testReceiver(forge.srv.URL, nil)
+	tampered := sealedPreview(t)
+	tampered.Spec.Source.Git.URL = "https://evil.example.com/x.git"
+	tampered.Spec.Source.Git.Ref = strings.Repeat("b", 40)
+	c := testClient(t, trackedRun("net"), tampered, rcv)
+	s := &Server{API: c, Writer: c, Recorder: events.NewFakeRecorder(10), HTTP: forge.srv.Client(), Seals: testSeals}
+	if _, err := s.previews(context.Background(), rcv, prEvent(forge.srv.URL)); err != nil {
+		t.Fatal(err)
+	}
+	var got infrav1.TerraformRun
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: "team-a", Name: "net-pr7"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(previewSpec(trackedRun("net"), sha), got.Spec); diff != "" {
+		t.Errorf("moved preview's spec (-want +got):\n%s", diff)
+	}
+	if !IsManagersPreview(testSeals, &got) {
+		t.Error("the moved preview is not sealed")
+	}
+}
