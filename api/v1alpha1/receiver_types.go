@@ -45,7 +45,8 @@ const (
 	// PullRequestLabel is the preview's pull request number.
 	PullRequestLabel = "preview.opr8r.io/pull-request"
 	// PreviewAnnotation holds what the preview reports to: the receiver,
-	// the forge's API, the repository and the head commit (JSON).
+	// the repository, the pull request and the head commit (JSON). The
+	// forge's address is the receiver's (spec.previews.apiURL), never this.
 	PreviewAnnotation = "infra.opr8r.io/preview"
 	// PreviewCommentAnnotation is the ID of the preview's comment on the
 	// pull request, edited in place.
@@ -53,14 +54,75 @@ const (
 	// PreviewReportedAnnotation is the last state reported (run ID and
 	// phase), so that each is reported once.
 	PreviewReportedAnnotation = "infra.opr8r.io/preview-reported"
+	// PreviewSealAnnotation is the manager's seal of a preview it made or
+	// moved: an HMAC under the manager's key of the preview's namespace,
+	// name, receiver, pull request, repository, head commit, tracked run's
+	// UID and spec. The preview reporter reports nothing else.
+	PreviewSealAnnotation = "infra.opr8r.io/preview-seal"
+)
+
+// Default caps of a receiver's previews.
+const (
+	// DefaultMaxPreviewsPerRun is spec.previews.maxPerRun's default.
+	DefaultMaxPreviewsPerRun = 10
+	// DefaultMaxPreviewsPerNamespace is spec.previews.maxPerNamespace's
+	// default.
+	DefaultMaxPreviewsPerNamespace = 50
+)
+
+// Default API addresses of the forges that have one.
+const (
+	// DefaultGitHubAPIURL is GitHub.com's REST API.
+	DefaultGitHubAPIURL = "https://api.github.com"
+	// DefaultGitLabAPIURL is GitLab.com (the client adds /api/v4).
+	DefaultGitLabAPIURL = "https://gitlab.com"
 )
 
 // ReceiverPreviews configures pull-request previews.
+// +kubebuilder:validation:XValidation:rule="has(self.tokenSecretRef) != has(self.githubApp)",message="spec.previews: set exactly one of tokenSecretRef and githubApp"
 type ReceiverPreviews struct {
+	// APIURL is the forge's API address, the only address the manager
+	// sends the forge's token to: for GitHub https://api.github.com (the
+	// default) or GitHub Enterprise's https://<host>/api/v3; for GitLab
+	// the server's root, https://gitlab.com (the default) or
+	// https://<host>; for Gitea (and Forgejo) the server's root,
+	// https://<host>, required. Neither a webhook nor a preview
+	// TerraformRun decides where the token goes.
+	// +kubebuilder:validation:MaxLength=512
+	// +kubebuilder:validation:XValidation:rule="self.matches('^https?://[^\\\\s/?#]+(/[^\\\\s?#]*)?$')",message="spec.previews.apiURL: an http or https URL without spaces, query or fragment"
+	// +optional
+	APIURL string `json:"apiURL,omitempty"`
+
 	// TokenSecretRef names a Secret in the receiver's namespace whose key
 	// `token` is a forge API token that may set commit statuses and comment
-	// on pull requests (Gitea: a token with the repository scope).
-	TokenSecretRef LocalObjectReference `json:"tokenSecretRef"`
+	// on pull requests (Gitea: a token with write:repository and
+	// write:issue; GitHub: a token with statuses and pull requests (or
+	// issues) write; GitLab: a token with the api scope). Set it or
+	// githubApp.
+	// +optional
+	TokenSecretRef *LocalObjectReference `json:"tokenSecretRef,omitempty"`
+
+	// GitHubApp reports as a GitHub App's installation (GitHub only),
+	// instead of with a token.
+	// +optional
+	GitHubApp *GitHubAppAuth `json:"githubApp,omitempty"`
+
+	// MaxPerRun caps the previews of one tracked TerraformRun (open pull
+	// requests against its branch); a pull request over the cap is not
+	// previewed, and its commit status says why.
+	// +kubebuilder:default=10
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=100
+	// +optional
+	MaxPerRun int32 `json:"maxPerRun,omitempty"`
+
+	// MaxPerNamespace caps the previews of the receiver's namespace, of
+	// every tracked run.
+	// +kubebuilder:default=50
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=1000
+	// +optional
+	MaxPerNamespace int32 `json:"maxPerNamespace,omitempty"`
 
 	// DashboardURLs link a preview's comment and commit status to its run
 	// in a dashboard, by engine (argo, tekton, job): a URL in which
@@ -75,6 +137,19 @@ type ReceiverPreviews struct {
 	DashboardURLs map[string]string `json:"dashboardURLs,omitempty"`
 }
 
+// GitHubAppAuth is a GitHub App installation that previews report as.
+type GitHubAppAuth struct {
+	// AppID is the App's ID.
+	// +kubebuilder:validation:Minimum=1
+	AppID int64 `json:"appID"`
+	// InstallationID is the App's installation on the repository's owner.
+	// +kubebuilder:validation:Minimum=1
+	InstallationID int64 `json:"installationID"`
+	// PrivateKeySecretRef names a Secret in the receiver's namespace whose
+	// key `privateKey` is the App's private key (PEM).
+	PrivateKeySecretRef LocalObjectReference `json:"privateKeySecretRef"`
+}
+
 // SourcePushAnnotation is set on a TerraformRun by a receiver: the commit a
 // push moved the tracked branch or tag to. A TerraformRun whose last run
 // already used that commit starts nothing; otherwise it starts a run
@@ -84,6 +159,8 @@ const SourcePushAnnotation = "infra.opr8r.io/source-push"
 
 // TerraformRunReceiverSpec says which forge's webhooks a receiver takes, how
 // they are verified, and which TerraformRuns of its namespace a push wakes.
+// +kubebuilder:validation:XValidation:rule="self.type != 'Gitea' || !has(self.previews) || has(self.previews.apiURL)",message="spec.previews.apiURL: required for Gitea: the Gitea server's root URL, for example https://gitea.example.com"
+// +kubebuilder:validation:XValidation:rule="!has(self.previews) || !has(self.previews.githubApp) || self.type == 'GitHub'",message="spec.previews.githubApp: only for type GitHub"
 type TerraformRunReceiverSpec struct {
 	// Type is the forge: Gitea (and Forgejo), GitHub or GitLab.
 	Type ReceiverType `json:"type"`
@@ -108,7 +185,7 @@ type TerraformRunReceiverSpec struct {
 	// against a TerraformRun's tracked branch (from the same repository)
 	// in a plan-only preview TerraformRun, and reports it on the forge: a
 	// commit status on the head commit and one comment, edited in place.
-	// Only Gitea (and Forgejo) report for now.
+	// Gitea (and Forgejo), GitHub and GitLab report.
 	// +optional
 	Previews *ReceiverPreviews `json:"previews,omitempty"`
 

@@ -241,7 +241,9 @@ func run(s settings) error {
 		AllowCrossNamespaceDependencies: s.crossNSDeps, WatchNamespaces: nsList, Shard: s.shard,
 		ObjectStore: objectStore, RecordsRetention: s.recordsRetention,
 		SealKey: sealKey, DefaultApprovalTimeout: s.defaultApprovalTimeout,
-		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc},
+		// The webhook server seals the previews it makes, and the preview
+		// reporter reports only those, under the manager's seal key.
+		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc, Seals: engine.Seals{Key: sealKey}},
 		Notify:   notifier(s, hc),
 	}); err != nil {
 		return err

@@ -440,7 +440,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, err
 	}
 	if o.Receiver != nil && o.Receiver.Addr != "" && o.Receiver.Addr != "0" {
-		if err := receiver.SetupPreviews(mgr, r.Records, o.Receiver.HTTP); err != nil {
+		if err := receiver.SetupPreviews(mgr, r.Records, o.Receiver.HTTP, o.Receiver.Seals); err != nil {
 			return nil, err
 		}
 	}

@@ -3,7 +3,9 @@ package receiver
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -23,6 +25,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -31,11 +34,11 @@ import (
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns,verbs=create;delete
 
 // Preview is what a preview TerraformRun reports to (its
-// infra.opr8r.io/preview annotation).
+// infra.opr8r.io/preview annotation). The forge's address is not in it:
+// it is the receiver's spec.previews.apiURL.
 type Preview struct {
 	Receiver string `json:"receiver"`
 	Type     string `json:"type"`
-	API      string `json:"api"`
 	Owner    string `json:"owner"`
 	Repo     string `json:"repo"`
 	Number   int64  `json:"number"`
@@ -102,7 +105,14 @@ func (s *Server) previews(ctx context.Context, rcv *infrav1.TerraformRunReceiver
 			s.event(rcv, corev1.EventTypeNormal, "PreviewSkipped", fmt.Sprintf("pull request #%d comes from another repository: not previewed (its code would plan with %s's credentials)", pr.Number, run.Name))
 			continue
 		default:
-			if err := s.openPreview(ctx, rcv, run, name, ev); err != nil {
+			err := s.openPreview(ctx, rcv, run, name, ev)
+			var skip *skipError
+			if errors.As(err, &skip) {
+				ctrl.LoggerFrom(ctx).Info("preview skipped", "run", run.Name, "pullRequest", pr.Number, "reason", skip.reason)
+				s.event(rcv, corev1.EventTypeWarning, skip.event, fmt.Sprintf("pull request #%d: %s", pr.Number, skip.reason))
+				continue
+			}
+			if err != nil {
 				return done, err
 			}
 		}
@@ -111,42 +121,84 @@ func (s *Server) previews(ctx context.Context, rcv *infrav1.TerraformRunReceiver
 	return done, nil
 }
 
+// skipError is a pull request not previewed for one tracked run, which
+// leaves the others' previews and the webhook's answer alone: a
+// TerraformRun of the preview's name that is not the run's preview, or a
+// cap reached.
+type skipError struct{ event, reason string }
+
+func (e *skipError) Error() string { return e.reason }
+
+// openPreview makes run's preview of the pull request's head, or moves
+// it there, seals it, and sets its pending status on the forge. A
+// TerraformRun of that name that is not run's preview, or a cap reached,
+// is a skipError.
 func (s *Server) openPreview(ctx context.Context, rcv *infrav1.TerraformRunReceiver, run *infrav1.TerraformRun, name string, ev Event) error {
 	pr := ev.PR
-	meta, _ := json.Marshal(Preview{Receiver: rcv.Name, Type: string(rcv.Spec.Type), API: pr.API, Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: pr.HeadSHA, URL: pr.URL})
+	pv := Preview{Receiver: rcv.Name, Type: string(rcv.Spec.Type), Owner: pr.Owner, Repo: pr.Repo, Number: pr.Number, Head: pr.HeadSHA, URL: pr.URL}
 	var cur infrav1.TerraformRun
 	err := s.API.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &cur)
 	switch {
 	case apierrors.IsNotFound(err):
-		p := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: run.Namespace,
-			Labels:          map[string]string{infrav1.PreviewOfLabel: run.Name, infrav1.PullRequestLabel: strconv.FormatInt(pr.Number, 10)},
-			Annotations:     map[string]string{infrav1.PreviewAnnotation: string(meta)},
-			OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID}},
-		}, Spec: previewSpec(run, pr.HeadSHA)}
-		if k, ok := run.Labels[infrav1.ShardLabel]; ok {
-			p.Labels[infrav1.ShardLabel] = k
+		if err := s.checkCaps(ctx, rcv, run, name, pv); err != nil {
+			return err
 		}
+		p := newPreview(run, name, pv)
 		if err := s.Writer.Create(ctx, p); err != nil {
 			return fmt.Errorf("creating preview %s: %w", name, err)
 		}
+		cur = *p
 	case err != nil:
 		return err
 	case cur.Labels[infrav1.PreviewOfLabel] != run.Name || !ownedBy(&cur, run):
-		return fmt.Errorf("TerraformRun %s exists and is not %s's preview", name, run.Name)
+		return &skipError{event: "PreviewSkipped", reason: fmt.Sprintf("TerraformRun %s exists and is not %s's preview: not previewed", name, run.Name)}
 	default:
-		patch := map[string]any{
-			"metadata": map[string]any{"annotations": map[string]string{infrav1.PreviewAnnotation: string(meta)}},
-			"spec":     map[string]any{"source": map[string]any{"git": map[string]any{"ref": pr.HeadSHA}}},
-		}
-		b, _ := json.Marshal(patch)
-		if err := s.Writer.Patch(ctx, &cur, client.RawPatch(types.MergePatchType, b)); err != nil {
-			return fmt.Errorf("moving preview %s to %s: %w", name, short(pr.HeadSHA), err)
+		if err := s.movePreview(ctx, &cur, run, pv); err != nil {
+			return err
 		}
 	}
+	if err := s.seal(ctx, &cur, pv); err != nil {
+		return err
+	}
 	// Pending at once, on the commit the forge shows.
-	if rep, err := s.reporter(ctx, rcv, pr.API); err == nil {
-		_ = rep.Status(ctx, pr.Owner, pr.Repo, pr.HeadSHA, statusContext(run.Namespace, name), "pending", "opr8r is planning "+short(pr.HeadSHA), "")
+	if rep, err := s.reporter(ctx, rcv); err == nil {
+		_ = setStatus(ctx, rep, pv, statusContext(run.Namespace, name), "pending", "opr8r is planning "+short(pr.HeadSHA), "")
+	}
+	return nil
+}
+
+// newPreview is run's preview of a pull request, as the manager makes it.
+func newPreview(run *infrav1.TerraformRun, name string, pv Preview) *infrav1.TerraformRun {
+	meta, _ := json.Marshal(pv)
+	p := &infrav1.TerraformRun{ObjectMeta: metav1.ObjectMeta{
+		Name: name, Namespace: run.Namespace,
+		Labels:          map[string]string{infrav1.PreviewOfLabel: run.Name, infrav1.PullRequestLabel: strconv.FormatInt(pv.Number, 10)},
+		Annotations:     map[string]string{infrav1.PreviewAnnotation: string(meta)},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID}},
+	}, Spec: previewSpec(run, pv.Head)}
+	if k, ok := run.Labels[infrav1.ShardLabel]; ok {
+		p.Labels[infrav1.ShardLabel] = k
+	}
+	return p
+}
+
+// movePreview moves run's preview cur to the pull request's new head: its
+// spec made again from run's (whatever else someone wrote into it), its
+// labels and annotation the manager's.
+func (s *Server) movePreview(ctx context.Context, cur, run *infrav1.TerraformRun, pv Preview) error {
+	want := newPreview(run, cur.Name, pv)
+	orig := cur.DeepCopy()
+	cur.Spec = want.Spec
+	if cur.Labels == nil {
+		cur.Labels = map[string]string{}
+	}
+	if cur.Annotations == nil {
+		cur.Annotations = map[string]string{}
+	}
+	maps.Copy(cur.Labels, want.Labels)
+	maps.Copy(cur.Annotations, want.Annotations)
+	if err := s.Writer.Patch(ctx, cur, client.MergeFrom(orig)); err != nil {
+		return fmt.Errorf("moving preview %s to %s: %w", cur.Name, short(pv.Head), err)
 	}
 	return nil
 }
@@ -162,16 +214,10 @@ func (s *Server) closePreview(ctx context.Context, rcv *infrav1.TerraformRunRece
 		// else made is never deleted by a webhook.
 		return nil
 	}
-	var p Preview
-	_ = json.Unmarshal([]byte(cur.Annotations[infrav1.PreviewAnnotation]), &p)
-	if rep, err := s.reporter(ctx, rcv, p.API); err == nil {
-		id, _ := strconv.ParseInt(cur.Annotations[infrav1.PreviewCommentAnnotation], 10, 64)
-		if id == 0 {
-			id, _ = rep.FindComment(ctx, p.Owner, p.Repo, p.Number, marker(namespace, cur.Labels[infrav1.PreviewOfLabel]))
-		}
-		if id > 0 {
-			_, _ = rep.Comment(ctx, p.Owner, p.Repo, p.Number, id, fmt.Sprintf("%s\n### opr8r preview of `%s/%s`: closed\n\nThe pull request closed; its preview (TerraformRun `%s`, its runs and their records) was removed.\n",
-				marker(namespace, cur.Labels[infrav1.PreviewOfLabel]), namespace, cur.Labels[infrav1.PreviewOfLabel], name))
+	if IsManagersPreview(s.Seals, &cur) {
+		if rep, err := s.reporter(ctx, rcv); err == nil {
+			pv, _ := previewOf(&cur)
+			_ = reportClosed(ctx, rep, s.Seals, &cur, pv, "The pull request closed")
 		}
 	}
 	if err := s.Writer.Delete(ctx, &cur, client.PropagationPolicy(metav1.DeletePropagationBackground)); client.IgnoreNotFound(err) != nil {
@@ -242,23 +288,30 @@ func marker(namespace, run string) string {
 }
 
 // reporter is the forge client of a receiver's previews.
-func (s *Server) reporter(ctx context.Context, rcv *infrav1.TerraformRunReceiver, api string) (Reporter, error) {
-	return reporterFor(ctx, s.API, rcv, api, s.HTTP)
+func (s *Server) reporter(ctx context.Context, rcv *infrav1.TerraformRunReceiver) (Reporter, error) {
+	return reporterFor(ctx, s.API, rcv, s.HTTP)
 }
 
-func reporterFor(ctx context.Context, c client.Reader, rcv *infrav1.TerraformRunReceiver, api string, hc *http.Client) (Reporter, error) {
-	if rcv.Spec.Previews == nil {
-		return nil, fmt.Errorf("receiver %s has no spec.previews", rcv.Name)
+// setStatus sets a preview's commit status, its description made plain
+// text.
+func setStatus(ctx context.Context, rep Reporter, pv Preview, context, state, desc, link string) error {
+	return rep.Status(ctx, pv.Owner, pv.Repo, pv.Head, context, state, StatusText(desc), link)
+}
+
+// reportClosed edits a preview's comment (if it has one) to say that the
+// preview is gone, and why.
+func reportClosed(ctx context.Context, rep Reporter, seals engine.Seals, run *infrav1.TerraformRun, pv Preview, why string) error {
+	tracked := run.Labels[infrav1.PreviewOfLabel]
+	id := commentID(seals, run)
+	if id == 0 {
+		var err error
+		if id, err = rep.FindComment(ctx, pv.Owner, pv.Repo, pv.Number, marker(run.Namespace, tracked)); err != nil || id == 0 {
+			return err
+		}
 	}
-	var sec corev1.Secret
-	if err := c.Get(ctx, types.NamespacedName{Namespace: rcv.Namespace, Name: rcv.Spec.Previews.TokenSecretRef.Name}, &sec); err != nil {
-		return nil, fmt.Errorf("spec.previews.tokenSecretRef: %w", err)
-	}
-	tok := strings.TrimSpace(string(sec.Data[TokenKey]))
-	if tok == "" {
-		return nil, fmt.Errorf("spec.previews.tokenSecretRef: Secret %s has no key %q", sec.Name, TokenKey)
-	}
-	return NewReporter(rcv.Spec.Type, api, tok, hc)
+	_, err := rep.Comment(ctx, pv.Owner, pv.Repo, pv.Number, id, fmt.Sprintf("%s\n### opr8r preview of %s: closed\n\n%s; its preview (TerraformRun %s, its runs and their records) was removed.\n",
+		marker(run.Namespace, tracked), CodeSpan(run.Namespace+"/"+tracked, 300), why, CodeSpan(run.Name, 100)))
+	return err
 }
 
 // PreviewReporter reports preview TerraformRuns on their forge as their
@@ -273,22 +326,26 @@ type PreviewReporter struct {
 	Records records.Store
 	// HTTP reaches the forges (nil: egress.Client).
 	HTTP *http.Client
+	// Seals verifies that a preview is one the manager made (and seals the
+	// comment's id it records).
+	Seals engine.Seals
 }
 
 // SetupPreviews adds the preview reporter to mgr.
-func SetupPreviews(mgr ctrl.Manager, rec records.Store, hc *http.Client) error {
+func SetupPreviews(mgr ctrl.Manager, rec records.Store, hc *http.Client, seals engine.Seals) error {
 	req, _ := labels.NewRequirement(infrav1.PreviewOfLabel, selection.Exists, nil)
 	isPreview := predicate.NewPredicateFuncs(func(o client.Object) bool { return req.Matches(labels.Set(o.GetLabels())) })
 	return ctrl.NewControllerManagedBy(mgr).Named("preview").
 		For(&infrav1.TerraformRun{}, builder.WithPredicates(isPreview, predicate.Funcs{
 			UpdateFunc: func(e event.UpdateEvent) bool { return true },
 		})).
-		Complete(&PreviewReporter{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Records: rec, HTTP: hc})
+		Complete(&PreviewReporter{Client: mgr.GetClient(), API: mgr.GetAPIReader(), Records: rec, HTTP: hc, Seals: seals})
 }
 
-// Reconcile reports a preview's latest run once per run and phase. It
-// reads the preview from the API server: the cache may not show yet the
-// comment it recorded a moment ago.
+// Reconcile reports a preview's latest run once per run and phase, only
+// for a preview the manager made (its seal verifies), to the forge at its
+// receiver's address. It reads the preview from the API server: the cache
+// may not show yet the comment it recorded a moment ago.
 func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var run infrav1.TerraformRun
 	if err := p.API.Get(ctx, req.NamespacedName, &run); err != nil || run.DeletionTimestamp != nil {
@@ -302,23 +359,44 @@ func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 	if run.Annotations[infrav1.PreviewReportedAnnotation] == key {
 		return ctrl.Result{}, nil
 	}
-	var pv Preview
-	if err := json.Unmarshal([]byte(run.Annotations[infrav1.PreviewAnnotation]), &pv); err != nil {
+	log := ctrl.LoggerFrom(ctx)
+	if !IsManagersPreview(p.Seals, &run) {
+		log.Info("not reported: a TerraformRun labelled as a preview whose seal does not verify (not made by the manager, or changed since)")
 		return ctrl.Result{}, nil
 	}
+	pv, _ := previewOf(&run)
 	var rcv infrav1.TerraformRunReceiver
 	if err := p.Client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: pv.Receiver}, &rcv); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
-	rep, err := reporterFor(ctx, p.API, &rcv, pv.API, p.HTTP)
+	rep, err := reporterFor(ctx, p.API, &rcv, p.HTTP)
 	if err != nil {
-		ctrl.LoggerFrom(ctx).Info("preview not reported", "error", err.Error())
+		log.Info("preview not reported", "error", err.Error())
 		return ctrl.Result{RequeueAfter: time.Minute}, nil
 	}
+	id, err := p.report(ctx, rep, &rcv, &run, pv)
+	if wait, ok := retryAfter(err); ok {
+		log.Info("preview not reported yet: the forge asks to wait", "after", wait, "error", err.Error())
+		return ctrl.Result{RequeueAfter: wait}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+		infrav1.PreviewReportedAnnotation: key, infrav1.PreviewCommentAnnotation: commentRef(p.Seals, &run, id),
+	}}})
+	return ctrl.Result{}, p.Client.Patch(ctx, &run, client.RawPatch(types.MergePatchType, patch))
+}
+
+// report sets the preview's commit status and its comment, and returns the
+// comment's id.
+func (p *PreviewReporter) report(ctx context.Context, rep Reporter, rcv *infrav1.TerraformRunReceiver, run *infrav1.TerraformRun, pv Preview) (int64, error) {
+	cur := run.Status.Run
 	commit := cur.Commit
 	if commit == "" {
 		commit = run.Spec.Source.Git.Ref
 	}
+	pv.Head = commit
 	state, desc := "pending", "opr8r is planning "+short(commit)
 	switch {
 	case cur.Phase == infrav1.RunSucceeded && run.Status.Plan != nil:
@@ -330,23 +408,31 @@ func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		state, desc = "failure", firstLine(cur.Message)
 	}
 	tracked := run.Labels[infrav1.PreviewOfLabel]
-	link := dashboardLink(&rcv, &run)
-	if err := rep.Status(ctx, pv.Owner, pv.Repo, commit, statusContext(run.Namespace, run.Name), state, desc, link); err != nil {
-		return ctrl.Result{}, fmt.Errorf("commit status on %s: %w", short(commit), err)
+	link := dashboardLink(rcv, run)
+	if err := setStatus(ctx, rep, pv, statusContext(run.Namespace, run.Name), state, desc, link); err != nil {
+		return 0, fmt.Errorf("commit status on %s: %w", short(commit), err)
 	}
-	id, _ := strconv.ParseInt(run.Annotations[infrav1.PreviewCommentAnnotation], 10, 64)
+	id := commentID(p.Seals, run)
 	if id == 0 {
+		var err error
 		if id, err = rep.FindComment(ctx, pv.Owner, pv.Repo, pv.Number, marker(run.Namespace, tracked)); err != nil {
-			return ctrl.Result{}, fmt.Errorf("comments of #%d: %w", pv.Number, err)
+			return 0, fmt.Errorf("comments of #%d: %w", pv.Number, err)
 		}
 	}
-	if id, err = rep.Comment(ctx, pv.Owner, pv.Repo, pv.Number, id, p.body(ctx, &run, tracked, commit, state, link)); err != nil {
-		return ctrl.Result{}, fmt.Errorf("comment on #%d: %w", pv.Number, err)
+	id, err := rep.Comment(ctx, pv.Owner, pv.Repo, pv.Number, id, p.body(ctx, run, tracked, commit, state, link))
+	if err != nil {
+		return 0, fmt.Errorf("comment on #%d: %w", pv.Number, err)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		infrav1.PreviewReportedAnnotation: key, infrav1.PreviewCommentAnnotation: strconv.FormatInt(id, 10),
-	}}})
-	return ctrl.Result{}, p.Client.Patch(ctx, &run, client.RawPatch(types.MergePatchType, patch))
+	return id, nil
+}
+
+// retryAfter is how long the forge asked to wait, when err says so.
+func retryAfter(err error) (time.Duration, bool) {
+	var rl *RateLimitedError
+	if errors.As(err, &rl) {
+		return rl.After, true
+	}
+	return 0, false
 }
 
 func isEnded(p infrav1.RunPhase) bool {
@@ -359,9 +445,6 @@ func isEnded(p infrav1.RunPhase) bool {
 
 func firstLine(s string) string {
 	s, _, _ = strings.Cut(strings.TrimSpace(s), "\n")
-	if len(s) > 130 {
-		s = s[:130] + "…"
-	}
 	return s
 }
 
@@ -372,30 +455,45 @@ func firstLine(s string) string {
 func (p *PreviewReporter) body(ctx context.Context, run *infrav1.TerraformRun, tracked, commit, state, link string) string {
 	var b strings.Builder
 	cur := run.Status.Run
-	fmt.Fprintf(&b, "%s\n### opr8r preview of `%s/%s` at `%s`\n\n", marker(run.Namespace, tracked), run.Namespace, tracked, short(commit))
+	id, eng := CodeSpan(cur.ID, 100), Word(strings.ToLower(string(cur.Engine)))
+	fmt.Fprintf(&b, "%s\n### opr8r preview of %s at %s\n\n", marker(run.Namespace, tracked), CodeSpan(run.Namespace+"/"+tracked, 300), CodeSpan(short(commit), 20))
 	switch state {
 	case "pending":
-		fmt.Fprintf(&b, "Planning… (run `%s`, engine %s)\n", cur.ID, cur.Engine)
+		fmt.Fprintf(&b, "Planning… (run %s, engine %s)\n", id, eng)
 	case "error":
-		fmt.Fprintf(&b, "Run `%s` was stopped for a newer commit; its plan follows.\n", cur.ID)
+		fmt.Fprintf(&b, "Run %s was stopped for a newer commit; its plan follows.\n", id)
 	case "failure":
-		fmt.Fprintf(&b, "**The plan failed** (run `%s`, engine %s):\n\n```\n%s\n```\n", cur.ID, cur.Engine, truncate(cur.Message, 2000))
+		fmt.Fprintf(&b, "**The plan failed** (run %s, engine %s):\n\n%s", id, eng, CodeBlock(cur.Message, MaxErrorRunes))
 	default:
 		pl := run.Status.Plan
-		fmt.Fprintf(&b, "**Plan: %d to add, %d to change, %d to destroy** (run `%s`, engine %s, plan `%s`)\n\n", pl.Add, pl.Change, pl.Destroy, cur.ID, cur.Engine, short(strings.TrimPrefix(pl.Digest, "sha256:")))
-		if changes := p.changes(ctx, run); len(changes) > 0 {
-			b.WriteString("| action | resource |\n| --- | --- |\n")
-			for _, c := range changes {
-				fmt.Fprintf(&b, "| %s | `%s` |\n", strings.Join(c.Actions, ", "), c.Address)
-			}
-			b.WriteString("\n")
-		}
+		fmt.Fprintf(&b, "**Plan: %d to add, %d to change, %d to destroy** (run %s, engine %s, plan %s)\n\n", pl.Add, pl.Change, pl.Destroy, id, eng, CodeSpan(short(strings.TrimPrefix(pl.Digest, "sha256:")), 20))
+		b.WriteString(changesTable(p.changes(ctx, run)))
 	}
 	if link != "" {
-		fmt.Fprintf(&b, "\n[The run in the %s dashboard](%s).", cur.Engine, link)
+		fmt.Fprintf(&b, "\n[The run in the %s dashboard](<%s>).", eng, strings.NewReplacer("<", "%3C", ">", "%3E").Replace(link))
 	}
-	fmt.Fprintf(&b, "\nThe whole plan: `kubectl tfrun plan %s -n %s`; logs: `kubectl tfrun logs %s -n %s`. Merging applies through `%s`'s approval policy.\n",
-		run.Name, run.Namespace, run.Name, run.Namespace, tracked)
+	fmt.Fprintf(&b, "\nThe whole plan: `kubectl tfrun plan %s -n %s`; logs: `kubectl tfrun logs %s -n %s`. Merging applies through %s's approval policy.\n",
+		run.Name, run.Namespace, run.Name, run.Namespace, CodeSpan(tracked, 100))
+	return b.String()
+}
+
+// changesTable is the markdown table of the resources a plan changes:
+// actions as terraform's words only, addresses as code spans they cannot
+// leave.
+func changesTable(changes []planpolicy.ResourceChange) string {
+	if len(changes) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString("| action | resource |\n| --- | --- |\n")
+	for _, c := range changes {
+		actions := make([]string, len(c.Actions))
+		for i, a := range c.Actions {
+			actions[i] = Word(a)
+		}
+		fmt.Fprintf(&b, "| %s | %s |\n", strings.Join(actions, ", "), CodeSpan(c.Address, 300))
+	}
+	b.WriteString("\n")
 	return b.String()
 }
 
@@ -424,11 +522,4 @@ func (p *PreviewReporter) changes(ctx context.Context, run *infrav1.TerraformRun
 		out = out[:50]
 	}
 	return out
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

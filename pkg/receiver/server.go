@@ -26,6 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/metrics"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 // PathIndex indexes TerraformRunReceivers by status.webhookPath.
@@ -76,6 +77,9 @@ type Server struct {
 	Recorder events.EventRecorder
 	// HTTP reaches the forges' APIs for previews (nil: egress.Client).
 	HTTP *http.Client
+	// Seals seals the previews the server makes or moves, under the
+	// manager's key; the preview reporter reports no other.
+	Seals engine.Seals
 	// Rate and Burst limit each receiver's requests.
 	Rate  rate.Limit
 	Burst int

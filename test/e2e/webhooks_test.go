@@ -574,6 +574,7 @@ spec:
   events: [push, pull_request]
   secretRef: {name: e2e-pr-webhook}
   previews:
+    apiURL: %[8]s
     tokenSecretRef: {name: e2e-pr-api}
     dashboardURLs:
       argo: "%[4]s/workflows/{namespace}/{child}"
@@ -604,7 +605,7 @@ spec:
   secretRef: {name: e2e-pr-notifier}
   events: [ApprovalRequired, Applied]
   runSelector: {matchLabels: {e2e-previews: "on"}}
-`, ns, hookToken, tok.Token, mustEnv(t, "OPR8R_E2E_ARGO_UI"), mustEnv(t, "OPR8R_E2E_TEKTON_VIEW"), sink.url, notifyToken), e.kubectl, "apply", "-f", "-")
+`, ns, hookToken, tok.Token, mustEnv(t, "OPR8R_E2E_ARGO_UI"), mustEnv(t, "OPR8R_E2E_TEKTON_VIEW"), sink.url, notifyToken, f.url), e.kubectl, "apply", "-f", "-")
 	t.Logf("$ (as %s) kubectl apply the previews' receiver\n%s", mallory, out)
 	if err != nil {
 		t.Fatalf("an editor of the namespace could not make a receiver: %v", err)

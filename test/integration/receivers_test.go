@@ -331,7 +331,7 @@ var _ = Describe("pull request previews", func() {
 		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns}, StringData: map[string]string{"token": "forge-api-token"}})).To(Succeed())
 		Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "forge", Namespace: ns},
 			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, Events: []infrav1.ReceiverEvent{infrav1.ReceiverPush, infrav1.ReceiverPullRequest},
-				SecretRef: infrav1.LocalObjectReference{Name: "hook"}, Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"}}}})).To(Succeed())
+				SecretRef: infrav1.LocalObjectReference{Name: "hook"}, Previews: &infrav1.ReceiverPreviews{APIURL: "https://git.example.com", TokenSecretRef: &infrav1.LocalObjectReference{Name: "api"}}}})).To(Succeed())
 		var path string
 		Eventually(func() string {
 			var r infrav1.TerraformRunReceiver
@@ -357,7 +357,8 @@ var _ = Describe("pull request previews", func() {
 		Expect(p.Spec.Approval.Mode).To(Equal(infrav1.ApprovalManual), "no approval policy of the tracked run: planOnly never waits")
 		Expect(p.Spec.Interval).To(BeNil())
 		Expect(p.Spec.Backend.Kubernetes.SecretSuffix).To(Equal("net"), "the tracked run's state")
-		Expect(p.Annotations[infrav1.PreviewAnnotation]).To(ContainSubstring(`"api":"https://git.example.com"`))
+		Expect(p.Annotations[infrav1.PreviewAnnotation]).NotTo(ContainSubstring(`"api"`), "the forge's address is the receiver's, not the preview's")
+		Expect(p.Annotations).To(HaveKey(infrav1.PreviewSealAnnotation))
 
 		By("a fork's pull request: no preview")
 		fork := giteaPR("opened", 5, commitB, "main")
@@ -394,13 +395,13 @@ var _ = Describe("pull request previews", func() {
 		} {
 			err := k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{GenerateName: "bad-", Namespace: ns},
 				Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "hook"},
-					Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"}, DashboardURLs: want}}})
+					Previews: &infrav1.ReceiverPreviews{APIURL: "https://git.example.com", TokenSecretRef: &infrav1.LocalObjectReference{Name: "api"}, DashboardURLs: want}}})
 			Expect(err).To(HaveOccurred())
 			Expect(err.Error()).To(And(ContainSubstring("spec.previews.dashboardURLs"), ContainSubstring(urls)))
 		}
 		Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "good", Namespace: ns},
 			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "hook"},
-				Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "api"},
+				Previews: &infrav1.ReceiverPreviews{APIURL: "https://git.example.com", TokenSecretRef: &infrav1.LocalObjectReference{Name: "api"},
 					DashboardURLs: map[string]string{"argo": "https://argo.example.com/workflows/{namespace}/{child}"}}}})).To(Succeed())
 	})
 })
