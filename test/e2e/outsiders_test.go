@@ -114,7 +114,7 @@ spec:
   type: Gitea
   secretRef: {name: victor-may-not-read}
   events: [push, pull_request]
-  previews: {tokenSecretRef: {name: victor-may-not-read}}
+  previews: {apiURL: "https://gitea.example.com", tokenSecretRef: {name: victor-may-not-read}}
 `, ns), []string{"names Secret victor-may-not-read"}, "--as", victor, "apply", "--dry-run=server", "-f", "-")
 	e.refused(t, "all", "an editor points a notifier at a Secret he may not read", "", fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
 kind: TerraformRunNotifier

@@ -261,7 +261,10 @@ func pushes(g given) {
 		s.StartAt(commitA)
 		patchRun(ns, "preview", func(r *infrav1.TerraformRun) { r.Spec.Source.Git.Ref = commitB })
 		Eventually(s.CancelRequested, timeout, interval).Should(BeTrue(), "the plan of the old commit is stopped")
-		Expect(condReason(ns, "preview", infrav1.ReconcilingCondition)()).To(Equal("True/Superseded"))
+		// The pass asks the child to stop, then writes its status: the stop
+		// is seen first (a focused envtest run on 2026-12-07 read Progressing
+		// between the two writes on Tekton).
+		Eventually(condReason(ns, "preview", infrav1.ReconcilingCondition), timeout, interval).Should(Equal("True/Superseded"))
 		s.CompleteAfterGate()
 		s2 := g.nextRun(ns, "preview", s.Key().Name)
 		Expect(getRun(ns, "preview").Status.Run.Trigger).To(Equal(infrav1.TriggerSpecChange))

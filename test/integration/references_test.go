@@ -92,8 +92,8 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 	It("refuses a receiver or a notifier whose Secret its writer may not read (the forge token, the destination)", func() {
 		rcv := &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "hooks", Namespace: ns},
 			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "granted"},
-				Previews: &infrav1.ReceiverPreviews{TokenSecretRef: infrav1.LocalObjectReference{Name: "db-password"}}}}
-		refused(as(editor).Create(ctx, rcv.DeepCopy()), "spec.secretRef or spec.previews.tokenSecretRef names Secret db-password")
+				Previews: &infrav1.ReceiverPreviews{APIURL: "https://gitea.example.com", TokenSecretRef: &infrav1.LocalObjectReference{Name: "db-password"}}}}
+		refused(as(editor).Create(ctx, rcv.DeepCopy()), "spec.previews.tokenSecretRef or spec.previews.githubApp.privateKeySecretRef names Secret granted, db-password, one of which "+editor+" may not read")
 		rcv.Spec.Previews.TokenSecretRef.Name = "granted"
 		admitted(as(editor).Create(ctx, rcv))
 		n := &infrav1.TerraformRunNotifier{ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: ns},
