@@ -177,8 +177,10 @@ type TerraformRunReceiverSpec struct {
 	// SecretRef names a Secret in the receiver's namespace whose key
 	// `token` is the webhook's secret: the key of Gitea's and GitHub's
 	// HMAC signatures, GitLab's secret token. It is also part of the
-	// receiver's unguessable path (status.webhookPath). At least 16
-	// characters.
+	// receiver's unguessable path (status.webhookPath), made from the
+	// token the receiver first had; a rotated token takes effect at once,
+	// at the same path. At least 16 characters; leading and trailing
+	// whitespace (a --from-file newline) is not part of it.
 	SecretRef LocalObjectReference `json:"secretRef"`
 
 	// Previews, with the pull_request event, plans each open pull request
@@ -205,7 +207,9 @@ type TerraformRunReceiverStatus struct {
 
 	// WebhookPath is the path on the manager's webhook server that takes
 	// this receiver's webhooks: /hook/ and the SHA-256 of the token, the
-	// receiver's name and namespace. Give the forge
+	// receiver's name and namespace, made once, when the receiver first
+	// has a token, and kept when the token rotates, so that the forge's
+	// configuration keeps working. Give the forge
 	// https://<the opr8r-webhook Service's address><webhookPath>.
 	// +optional
 	WebhookPath string `json:"webhookPath,omitempty"`
@@ -215,6 +219,102 @@ type TerraformRunReceiverStatus struct {
 	// +listMapKey=type
 	// +optional
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// Pushes are the deliveries the webhook server took, oldest first: each
+	// is recorded here within the forge's request (one write, with
+	// optimistic concurrency), and the receiver's reconciler wakes the
+	// TerraformRuns that track it after the answer. A delivery whose id or
+	// payload is here already is answered 200 duplicate and changes
+	// nothing. Entries are kept for --webhook-delivery-ttl (at most
+	// MaxReceivedPushes of them).
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	// +optional
+	Pushes []ReceivedPush `json:"pushes,omitempty"`
+}
+
+// MaxReceivedPushes is the most deliveries a receiver's status keeps.
+const MaxReceivedPushes = 100
+
+// ReceivedPushState says where a received delivery stands.
+// +kubebuilder:validation:Enum=Pending;Done;Stale
+type ReceivedPushState string
+
+const (
+	// PushPending: recorded, the tracking TerraformRuns not woken yet.
+	PushPending ReceivedPushState = "Pending"
+	// PushDone: the tracking TerraformRuns were woken (or the event needs
+	// no fan-out, such as a pull request's).
+	PushDone ReceivedPushState = "Done"
+	// PushStale: an older push than one already handled (its commit was
+	// already handled, or is the before of a push already handled); it
+	// wakes nothing.
+	PushStale ReceivedPushState = "Stale"
+)
+
+// ReceivedPush is one delivery a receiver took.
+type ReceivedPush struct {
+	// Delivery is the forge's id of the delivery (X-GitHub-Delivery,
+	// X-Gitea-Delivery, GitLab's Idempotency-Key or X-Gitlab-Event-UUID);
+	// empty when the forge sent none.
+	// +kubebuilder:validation:MaxLength=128
+	// +optional
+	Delivery string `json:"delivery,omitempty"`
+
+	// Digest is the SHA-256 of the payload (hex). The delivery id is not
+	// signed; the payload is, so a replay under a fresh id is caught here.
+	// +kubebuilder:validation:MaxLength=64
+	Digest string `json:"digest"`
+
+	// ReceivedAt is when the webhook server took it.
+	ReceivedAt metav1.Time `json:"receivedAt"`
+
+	// Event is the kind of event: push, tag or pull_request.
+	Event ReceiverEvent `json:"event"`
+
+	// Ref is the branch or tag's short name.
+	// +kubebuilder:validation:MaxLength=255
+	// +optional
+	Ref string `json:"ref,omitempty"`
+
+	// Repos are the pushed repository's URLs, as the forge gave them.
+	// +kubebuilder:validation:MaxItems=4
+	// +optional
+	Repos []string `json:"repos,omitempty"`
+
+	// Before is the commit the ref pointed to before the push (empty: the
+	// ref was created).
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Before string `json:"before,omitempty"`
+
+	// Commit is the commit the push moved the ref to.
+	// +kubebuilder:validation:MaxLength=64
+	// +optional
+	Commit string `json:"commit,omitempty"`
+
+	// Files are the files the push's commits added, modified or removed,
+	// for the runs' spec.source.git.paths; kept only while Pending. Unset
+	// with FilesKnown false: the payload was truncated or listed none.
+	// +kubebuilder:validation:MaxItems=200
+	// +optional
+	Files []string `json:"files,omitempty"`
+
+	// FilesKnown says whether Files is every file the push changed.
+	// +optional
+	FilesKnown bool `json:"filesKnown,omitempty"`
+
+	// State is Pending, Done or Stale.
+	State ReceivedPushState `json:"state"`
+
+	// Woken is how many TerraformRuns the push woke.
+	// +optional
+	Woken int32 `json:"woken,omitempty"`
+
+	// Message says why a push is stale, or whom it woke.
+	// +kubebuilder:validation:MaxLength=1024
+	// +optional
+	Message string `json:"message,omitempty"`
 }
 
 // TerraformRunReceiver takes a forge's webhooks for the TerraformRuns of its

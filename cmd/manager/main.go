@@ -63,6 +63,8 @@ type settings struct {
 	webhookAddr                        string
 	webhookRate                        float64
 	webhookBurst                       int
+	webhookDeliveryTTL                 time.Duration
+	webhookTokenTTL                    time.Duration
 	notifications                      bool
 	notifyParallel, notifyPerNS        int
 	notifyQueue                        int
@@ -136,7 +138,9 @@ func main() {
 	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
 	flag.StringVar(&s.webhookAddr, "webhook-bind-address", ":9292", "Address of the webhook server that takes forges' push webhooks for TerraformRunReceivers (docs/pull-requests.md); 0 disables it. Expose it with the opr8r-webhook Service (an Ingress in front for the forge).")
 	flag.Float64Var(&s.webhookRate, "webhook-rate", 1, "Webhook requests each receiver takes per second, on average (more are answered 429).")
-	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once.")
+	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once (requests that fail verification have a budget of their own of the same size).")
+	flag.DurationVar(&s.webhookDeliveryTTL, "webhook-delivery-ttl", receiver.DefaultDeliveryTTL, "How long a receiver's status keeps a delivery it took (a redelivery or replay within it is answered duplicate); at most 100 are kept.")
+	flag.DurationVar(&s.webhookTokenTTL, "webhook-token-ttl", receiver.DefaultTokenTTL, "How long the webhook server uses a receiver's token read from its Secret (a request that fails verification reads it again, at most once a second).")
 	flag.BoolVar(&s.notifications, "notifications", true, "Send runs' happenings to the TerraformRunNotifiers of their namespaces (docs/notifications.md).")
 	flag.IntVar(&s.notifyParallel, "notifications-parallel", notify.DefaultParallel, "Notification deliveries under way at once, in all.")
 	flag.IntVar(&s.notifyPerNS, "notifications-per-namespace", notify.DefaultPerNamespace, "Notification deliveries under way at once for one namespace, so that a namespace whose destinations are slow or dead delays only its own.")
@@ -243,8 +247,9 @@ func run(s settings) error {
 		SealKey: sealKey, DefaultApprovalTimeout: s.defaultApprovalTimeout,
 		// The webhook server seals the previews it makes, and the preview
 		// reporter reports only those, under the manager's seal key.
-		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc, Seals: engine.Seals{Key: sealKey}},
-		Notify:   notifier(s, hc),
+		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc, Seals: engine.Seals{Key: sealKey},
+			DeliveryTTL: s.webhookDeliveryTTL, TokenTTL: s.webhookTokenTTL},
+		Notify: notifier(s, hc),
 	}); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -53,6 +54,16 @@ type Event struct {
 	Repos []string
 	// PR is the pull request of a PullRequest event.
 	PR *PullRequestEvent
+	// Before is the commit a push moved the ref from; empty when it created
+	// the ref.
+	Before string
+	// Delivery is the forge's id of the delivery (not signed).
+	Delivery string
+	// Files are the files a push's commits added, modified or removed;
+	// FilesKnown says whether they are all of them (not a truncated list of
+	// commits, nor a push that lists none, nor a force push or a new ref).
+	Files      []string
+	FilesKnown bool
 }
 
 // PR actions opr8r acts on.
@@ -131,13 +142,61 @@ func Sign(body, token []byte) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// pushCommit is a commit of a push, with the files it changed.
+type pushCommit struct {
+	Added    []string `json:"added"`
+	Modified []string `json:"modified"`
+	Removed  []string `json:"removed"`
+}
+
+// githubMaxCommits is where GitHub may cut a push's list of commits, which
+// has no total to compare with: a list this long is taken as truncated.
+const githubMaxCommits = 20
+
+// changedFiles are the files a push's commits changed, and whether they are
+// all of them: total is the forge's count of the push's commits (0: none
+// given), limit the length at which a list without a total is taken as
+// cut.
+func changedFiles(commits []pushCommit, total, limit int, before string, forced bool) ([]string, bool) {
+	if len(commits) == 0 || total > len(commits) || (total == 0 && len(commits) >= limit) || before == "" || forced {
+		return nil, false
+	}
+	seen := map[string]bool{}
+	var out []string
+	for _, c := range commits {
+		if c.Added == nil && c.Modified == nil && c.Removed == nil {
+			return nil, false
+		}
+		for _, f := range slices.Concat(c.Added, c.Modified, c.Removed) {
+			if !seen[f] {
+				seen[f] = true
+				out = append(out, f)
+			}
+		}
+	}
+	return out, true
+}
+
+// noCommit is "" for a commit of zeros (a ref created or deleted).
+func noCommit(sha string) string {
+	if strings.Trim(sha, "0") == "" {
+		return ""
+	}
+	return sha
+}
+
 // pushPayload is the part of a push that Gitea, Forgejo, Gogs and GitHub
-// share: the ref, the commit after, and the repository's URLs.
+// share: the ref, the commits before and after, the commits' files, and
+// the repository's URLs.
 type pushPayload struct {
-	Ref        string `json:"ref"`
-	After      string `json:"after"`
-	Deleted    bool   `json:"deleted"`
-	HeadCommit *struct {
+	Ref          string       `json:"ref"`
+	Before       string       `json:"before"`
+	After        string       `json:"after"`
+	Deleted      bool         `json:"deleted"`
+	Forced       bool         `json:"forced"`
+	Commits      []pushCommit `json:"commits"`
+	TotalCommits int          `json:"total_commits"`
+	HeadCommit   *struct {
 		ID string `json:"id"`
 	} `json:"head_commit"`
 	Repository struct {
@@ -164,6 +223,8 @@ func (p pushPayload) event(name string) (Event, error) {
 	if len(e.Repos) == 0 {
 		return e, errors.New("payload names no repository URL")
 	}
+	e.Before = noCommit(p.Before)
+	e.Files, e.FilesKnown = changedFiles(p.Commits, p.TotalCommits, githubMaxCommits, e.Before, p.Forced)
 	return e, nil
 }
 
@@ -216,7 +277,9 @@ func (gitea) Verify(h http.Header, body, token []byte) error {
 
 func (gitea) Parse(h http.Header, body []byte) (Event, error) {
 	// A tag's creation also comes as a push of refs/tags/...
-	return parseHub(first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event"), body, "synchronized")
+	e, err := parseHub(first(h, "X-Gitea-Event", "X-Forgejo-Event", "X-Gogs-Event"), body, "synchronized")
+	e.Delivery = first(h, "X-Gitea-Delivery", "X-Forgejo-Delivery", "X-Gogs-Delivery")
+	return e, err
 }
 
 // github verifies GitHub's webhooks: X-Hub-Signature-256 is sha256= and
@@ -237,7 +300,9 @@ func (github) Verify(h http.Header, body, token []byte) error {
 }
 
 func (github) Parse(h http.Header, body []byte) (Event, error) {
-	return parseHub(h.Get("X-GitHub-Event"), body, "synchronize")
+	e, err := parseHub(h.Get("X-GitHub-Event"), body, "synchronize")
+	e.Delivery = h.Get("X-GitHub-Delivery")
+	return e, err
 }
 
 // parseHub reads the events Gitea, Forgejo and GitHub send alike: a push,
@@ -273,7 +338,13 @@ func (gitlab) Verify(h http.Header, body, token []byte) error {
 }
 
 func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
-	name := h.Get("X-Gitlab-Event")
+	e, err := parseGitLab(h.Get("X-Gitlab-Event"), body)
+	e.Delivery = first(h, "Idempotency-Key", "X-Gitlab-Event-UUID")
+	return e, err
+}
+
+// parseGitLab reads GitLab's push, tag push and merge request events.
+func parseGitLab(name string, body []byte) (Event, error) {
 	if name == "Merge Request Hook" {
 		return parseMR(name, body)
 	}
@@ -281,10 +352,13 @@ func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
 		return Event{Kind: Other, Name: name}, nil
 	}
 	var p struct {
-		Ref         string `json:"ref"`
-		After       string `json:"after"`
-		CheckoutSHA string `json:"checkout_sha"`
-		Project     struct {
+		Ref          string       `json:"ref"`
+		Before       string       `json:"before"`
+		After        string       `json:"after"`
+		CheckoutSHA  string       `json:"checkout_sha"`
+		Commits      []pushCommit `json:"commits"`
+		TotalCommits int          `json:"total_commits_count"`
+		Project      struct {
 			GitHTTPURL string `json:"git_http_url"`
 			GitSSHURL  string `json:"git_ssh_url"`
 			WebURL     string `json:"web_url"`
@@ -305,6 +379,9 @@ func (gitlab) Parse(h http.Header, body []byte) (Event, error) {
 	if len(e.Repos) == 0 {
 		return e, errors.New("payload names no project URL")
 	}
+	e.Before = noCommit(p.Before)
+	// GitLab lists at most 20 commits, and counts them all.
+	e.Files, e.FilesKnown = changedFiles(p.Commits, p.TotalCommits, githubMaxCommits, e.Before, false)
 	return e, nil
 }
 

@@ -24,12 +24,12 @@ type githubReporter struct {
 	hc     *http.Client
 	token  string
 	app    *GitHubApp
-	tokens *tokenCache
+	tokens *appTokenCache
 	now    func() time.Time
 	login  string
 }
 
-func newGitHubReporter(api string, creds Credentials, hc *http.Client, tokens *tokenCache) (*githubReporter, error) {
+func newGitHubReporter(api string, creds Credentials, hc *http.Client, tokens *appTokenCache) (*githubReporter, error) {
 	base, err := url.Parse(strings.TrimSuffix(api, "/") + "/")
 	if err != nil {
 		return nil, fmt.Errorf("GitHub API address: %w", err)
@@ -193,23 +193,23 @@ type appToken struct {
 	expires      time.Time
 }
 
-// tokenCache keeps installation tokens (an hour's worth each, by GitHub)
+// appTokenCache keeps installation tokens (an hour's worth each, by GitHub)
 // across reports, by API address, installation and key.
-type tokenCache struct {
+type appTokenCache struct {
 	mu sync.Mutex
 	m  map[string]appToken
 }
 
 // installationTokens is the process's cache, shared by the webhook server
 // and the preview reporter.
-var installationTokens = &tokenCache{}
+var installationTokens = &appTokenCache{}
 
-func (c *tokenCache) key(api string, app *GitHubApp) string {
+func (c *appTokenCache) key(api string, app *GitHubApp) string {
 	h := sha256.Sum256(app.PrivateKey)
 	return fmt.Sprintf("%s\x00%d\x00%d\x00%x", api, app.AppID, app.InstallationID, h)
 }
 
-func (c *tokenCache) get(key string, now time.Time) (appToken, bool) {
+func (c *appTokenCache) get(key string, now time.Time) (appToken, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	t, ok := c.m[key]
@@ -219,7 +219,7 @@ func (c *tokenCache) get(key string, now time.Time) (appToken, bool) {
 	return t, true
 }
 
-func (c *tokenCache) put(key string, t appToken) {
+func (c *appTokenCache) put(key string, t appToken) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.m == nil {

@@ -31,7 +31,7 @@ func TestGitHubApp(t *testing.T) {
 		"POST " + statuses:                         {{code: 201, file: "github-status.json"}},
 		"GET " + comments:                          {{body: `[{"id":10,"body":"` + mark + `","user":{"login":"mallory"}},{"id":11,"body":"` + mark + `","user":{"login":"octoapp[bot]"}}]`}},
 	})
-	g, err := newGitHubReporter(f.srv.URL, Credentials{App: &GitHubApp{AppID: 7, InstallationID: 42, PrivateKey: pemKey}}, f.srv.Client(), &tokenCache{})
+	g, err := newGitHubReporter(f.srv.URL, Credentials{App: &GitHubApp{AppID: 7, InstallationID: 42, PrivateKey: pemKey}}, f.srv.Client(), &appTokenCache{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -82,7 +82,7 @@ func testReporter(t *testing.T, typ infrav1.ReceiverType, api string, creds Cred
 	t.Helper()
 	switch typ {
 	case infrav1.ReceiverGitHub:
-		g, err := newGitHubReporter(api, creds, hc, &tokenCache{})
+		g, err := newGitHubReporter(api, creds, hc, &appTokenCache{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package receiver
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,10 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/events"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,24 +56,28 @@ func Path(token []byte, name, namespace string) string {
 
 var requests = prometheus.NewCounterVec(prometheus.CounterOpts{
 	Name: "opr8r_receiver_requests_total",
-	Help: "Webhook requests by result: accepted, ignored, refused (bad or unsigned), limited, unknown (no receiver at the path), error.",
+	Help: "Webhook requests by result: accepted, ignored, duplicate (a delivery taken before), stale (older than a push taken), refused (bad or unsigned), limited, unknown (no receiver at the path), error.",
 }, []string{"result"})
 
 func init() { metrics.Registry.MustRegister(requests) }
 
 // Server is the manager's webhook server. It runs on every replica (it
-// needs no leadership: it only marks TerraformRuns, which the leader
-// reconciles).
+// needs no leadership: it only records each verified push in its
+// receiver's status, and the receiver's reconciler, on the leader, wakes
+// the TerraformRuns).
 type Server struct {
 	// Addr is the address it listens on.
 	Addr string
 	// Cache holds the receivers (indexed by PathIndex).
 	Cache client.Reader
-	// API reads Secrets and lists TerraformRuns from the API server (a
-	// shard's cache holds only its own runs, and no tenant's Secret).
+	// API reads Secrets, receivers (after a conflict) and TerraformRuns
+	// from the API server (a shard's cache holds only its own runs, and no
+	// tenant's Secret).
 	API client.Reader
-	// Writer marks the TerraformRuns.
+	// Writer makes, moves and deletes previews.
 	Writer client.Writer
+	// Status records the pushes taken in the receivers' status.
+	Status client.SubResourceWriter
 	// Recorder emits Events on the receivers.
 	Recorder events.EventRecorder
 	// HTTP reaches the forges' APIs for previews (nil: egress.Client).
@@ -80,14 +85,23 @@ type Server struct {
 	// Seals seals the previews the server makes or moves, under the
 	// manager's key; the preview reporter reports no other.
 	Seals engine.Seals
-	// Rate and Burst limit each receiver's requests.
+	// Rate and Burst limit each receiver's verified requests; requests
+	// that fail verification have a budget of their own of the same size.
 	Rate  rate.Limit
 	Burst int
+	// DeliveryTTL is how long a receiver's status keeps a delivery taken
+	// (0: DefaultDeliveryTTL).
+	DeliveryTTL time.Duration
+	// TokenTTL is how long a token read is used (0: DefaultTokenTTL).
+	TokenTTL time.Duration
+	// Now is the clock (nil: time.Now).
+	Now func() time.Time
 
 	mu       sync.Mutex
 	limiters map[string]*rate.Limiter
 	unknown  *rate.Limiter
 	bound    string
+	tokens   *tokenCache
 }
 
 // Address is the address the server listens on, once it does ("" before).
@@ -123,7 +137,11 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
-func (s *Server) limiter(path string) *rate.Limiter {
+// unverifiedPrefix keys the limiter of a path's requests that failed
+// verification.
+const unverifiedPrefix = "unverified:"
+
+func (s *Server) limiter(key string) *rate.Limiter {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.limiters == nil {
@@ -133,18 +151,38 @@ func (s *Server) limiter(path string) *rate.Limiter {
 	if r == 0 {
 		r, b = rate.Every(time.Second), 10
 	}
-	if path == "" {
+	if key == "" {
 		if s.unknown == nil {
 			s.unknown = rate.NewLimiter(r*5, b*5)
 		}
 		return s.unknown
 	}
-	l, ok := s.limiters[path]
+	l, ok := s.limiters[key]
 	if !ok {
 		l = rate.NewLimiter(r, b)
-		s.limiters[path] = l
+		s.limiters[key] = l
 	}
 	return l
+}
+
+func (s *Server) tokenCache() *tokenCache {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tokens == nil {
+		ttl := s.TokenTTL
+		if ttl == 0 {
+			ttl = DefaultTokenTTL
+		}
+		s.tokens = &tokenCache{API: s.API, TTL: ttl, Refresh: DefaultTokenRefresh, Now: s.Now}
+	}
+	return s.tokens
+}
+
+func (s *Server) now() time.Time {
+	if s.Now != nil {
+		return s.Now()
+	}
+	return time.Now()
 }
 
 // answer is the JSON body of every answer.
@@ -166,60 +204,77 @@ func reply(w http.ResponseWriter, code int, a answer) {
 
 // ServeHTTP takes one webhook. A refusal names its reason to the caller
 // only as much as a forge's delivery log needs; the log and the receiver's
-// Event say the rest.
+// Event say the rest. The signature is checked before the receiver's rate
+// limit counts the request: requests that fail verification have a budget
+// of their own, and cannot use up the forge's.
 func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	log := ctrl.Log.WithName("receiver").WithValues("path", req.URL.Path, "remote", req.RemoteAddr)
 	if req.Method != http.MethodPost {
 		reply(w, http.StatusMethodNotAllowed, answer{Result: "refused", Reason: "POST only"})
 		return
 	}
-	if !strings.HasPrefix(req.URL.Path, "/hook/") {
-		reply(w, http.StatusNotFound, answer{Result: "unknown", Reason: "no receiver at this path"})
+	rcv, ok := s.receiverAt(w, req, log)
+	if !ok {
 		return
 	}
-	var list infrav1.TerraformRunReceiverList
-	if err := s.Cache.List(req.Context(), &list, client.MatchingFields{PathIndex: req.URL.Path}); err != nil {
-		log.Error(err, "listing receivers")
-		reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "listing receivers"})
-		return
-	}
-	if len(list.Items) != 1 {
-		if !s.limiter("").Allow() {
-			reply(w, http.StatusTooManyRequests, answer{Result: "limited", Reason: "too many requests"})
-			return
-		}
-		log.Info("refused a webhook: no receiver at this path")
-		reply(w, http.StatusNotFound, answer{Result: "unknown", Reason: "no receiver at this path"})
-		return
-	}
-	rcv := &list.Items[0]
 	log = log.WithValues("receiver", client.ObjectKeyFromObject(rcv).String())
+	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
+	if err != nil {
+		s.refuseUnverified(w, log, rcv, req.URL.Path, http.StatusRequestEntityTooLarge, fmt.Sprintf("body unreadable or over %d bytes: %v", MaxBody, err))
+		return
+	}
+	ev, code, err := s.verify(req.Context(), rcv, req.Header, body)
+	if err != nil {
+		s.refuseUnverified(w, log, rcv, req.URL.Path, code, err.Error())
+		return
+	}
 	if !s.limiter(req.URL.Path).Allow() {
 		log.Info("refused a webhook: rate limit")
 		reply(w, http.StatusTooManyRequests, answer{Result: "limited", Reason: "too many requests for this receiver; retry later"})
 		return
 	}
-	body, err := io.ReadAll(http.MaxBytesReader(w, req.Body, MaxBody))
-	if err != nil {
-		s.refuse(w, log, rcv, http.StatusRequestEntityTooLarge, fmt.Sprintf("body unreadable or over %d bytes: %v", MaxBody, err))
-		return
-	}
-	ev, code, err := s.verify(req.Context(), rcv, req.Header, body)
-	if err != nil {
-		s.refuse(w, log, rcv, code, err.Error())
-		return
-	}
-	if ev.Kind == PullRequest && slices.Contains(actsOn(rcv), infrav1.ReceiverPullRequest) && rcv.Spec.Previews != nil && ev.PR.Action != "" {
-		previews, err := s.previews(req.Context(), rcv, ev)
-		if err != nil {
-			log.Error(err, "previews")
-			reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "previews failed; the forge may redeliver", Runs: previews})
-			return
+	s.take(w, req.Context(), log, rcv, ev, body)
+}
+
+// receiverAt finds the receiver at the request's path, or answers 404
+// (limited, as a scan of paths).
+func (s *Server) receiverAt(w http.ResponseWriter, req *http.Request, log logr.Logger) (*infrav1.TerraformRunReceiver, bool) {
+	var list infrav1.TerraformRunReceiverList
+	if strings.HasPrefix(req.URL.Path, "/hook/") {
+		if err := s.Cache.List(req.Context(), &list, client.MatchingFields{PathIndex: req.URL.Path}); err != nil {
+			log.Error(err, "listing receivers")
+			reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "listing receivers"})
+			return nil, false
 		}
-		msg := fmt.Sprintf("pull request #%d %s at %s: previews %s", ev.PR.Number, ev.PR.Action, short(ev.Commit), strings.Join(previews, ", "))
-		log.Info("took a webhook", "event", ev.Name, "pullRequest", ev.PR.Number, "action", ev.PR.Action, "previews", previews)
-		s.event(rcv, corev1.EventTypeNormal, "Received", msg)
-		reply(w, http.StatusAccepted, answer{Result: "accepted", Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit, Runs: previews})
+	}
+	if len(list.Items) != 1 {
+		if !s.limiter("").Allow() {
+			reply(w, http.StatusTooManyRequests, answer{Result: "limited", Reason: "too many requests"})
+			return nil, false
+		}
+		log.Info("refused a webhook: no receiver at this path")
+		reply(w, http.StatusNotFound, answer{Result: "unknown", Reason: "no receiver at this path"})
+		return nil, false
+	}
+	return &list.Items[0], true
+}
+
+// refuseUnverified answers a request that failed verification, within the
+// budget of such requests at the path (429 beyond it, without an Event).
+func (s *Server) refuseUnverified(w http.ResponseWriter, log logr.Logger, rcv *infrav1.TerraformRunReceiver, path string, code int, reason string) {
+	if !s.limiter(unverifiedPrefix + path).Allow() {
+		log.V(1).Info("refused a webhook: rate limit of unverified requests")
+		reply(w, http.StatusTooManyRequests, answer{Result: "limited", Reason: "too many unverified requests"})
+		return
+	}
+	s.refuse(w, log, rcv, code, reason)
+}
+
+// take acts on a verified event: a pull request's previews, or a push
+// recorded in the receiver's status for its reconciler to fan out.
+func (s *Server) take(w http.ResponseWriter, ctx context.Context, log logr.Logger, rcv *infrav1.TerraformRunReceiver, ev Event, body []byte) {
+	if ev.Kind == PullRequest && slices.Contains(actsOn(rcv), infrav1.ReceiverPullRequest) && rcv.Spec.Previews != nil && ev.PR.Action != "" {
+		s.takePR(w, ctx, log, rcv, ev, body)
 		return
 	}
 	if ev.Kind == Other || ev.Kind == PullRequest || !slices.Contains(actsOn(rcv), infrav1.ReceiverEvent(ev.Kind)) {
@@ -231,23 +286,61 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		reply(w, http.StatusAccepted, answer{Result: "ignored", Reason: "the ref was deleted", Event: ev.Name, Ref: ev.Ref})
 		return
 	}
-	runs, err := s.mark(req.Context(), rcv, ev)
-	if err != nil {
-		log.Error(err, "marking TerraformRuns")
-		reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "marking TerraformRuns failed; the forge may redeliver", Runs: runs})
+	p, err := s.record(ctx, rcv, receivedPush(ev, body, s.now()))
+	if s.answerRecordErr(w, log, ev, err) {
 		return
 	}
-	msg := fmt.Sprintf("%s %s moved to %s: %s", ev.Kind, ev.Ref, short(ev.Commit), wokeWhom(runs))
-	log.Info("took a webhook", "event", ev.Name, "ref", ev.Ref, "commit", ev.Commit, "runs", runs)
-	s.event(rcv, corev1.EventTypeNormal, "Received", msg)
-	reply(w, http.StatusAccepted, answer{Result: "accepted", Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit, Runs: runs})
+	if p.State == infrav1.PushStale {
+		log.Info("took a stale webhook", "event", ev.Name, "ref", ev.Ref, "commit", ev.Commit, "delivery", ev.Delivery, "why", p.Message)
+		reply(w, http.StatusAccepted, answer{Result: "stale", Reason: p.Message, Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit})
+		return
+	}
+	log.Info("took a webhook", "event", ev.Name, "ref", ev.Ref, "commit", ev.Commit, "delivery", ev.Delivery)
+	reply(w, http.StatusAccepted, answer{Result: "accepted", Reason: "recorded; the tracking TerraformRuns are woken after this answer", Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit})
 }
 
-func wokeWhom(runs []string) string {
-	if len(runs) == 0 {
-		return "no TerraformRun of this namespace tracks it"
+// takePR makes, moves or deletes a pull request's previews within the
+// request, and then records the delivery, so that a replay is a duplicate.
+func (s *Server) takePR(w http.ResponseWriter, ctx context.Context, log logr.Logger, rcv *infrav1.TerraformRunReceiver, ev Event, body []byte) {
+	p := receivedPush(ev, body, s.now())
+	p.State = infrav1.PushDone
+	if dup := duplicateOf(rcv.Status.Pushes, p); dup != nil {
+		s.answerRecordErr(w, log, ev, dup)
+		return
 	}
-	return "woke TerraformRuns " + strings.Join(runs, ", ")
+	previews, err := s.previews(ctx, rcv, ev)
+	if err != nil {
+		log.Error(err, "previews")
+		reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "previews failed; the forge may redeliver", Runs: previews})
+		return
+	}
+	_, err = s.record(ctx, rcv, p)
+	if s.answerRecordErr(w, log, ev, err) {
+		return
+	}
+	msg := fmt.Sprintf("pull request #%d %s at %s: previews %s", ev.PR.Number, ev.PR.Action, short(ev.Commit), strings.Join(previews, ", "))
+	log.Info("took a webhook", "event", ev.Name, "pullRequest", ev.PR.Number, "action", ev.PR.Action, "previews", previews)
+	s.event(rcv, corev1.EventTypeNormal, "Received", msg)
+	reply(w, http.StatusAccepted, answer{Result: "accepted", Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit, Runs: previews})
+}
+
+// answerRecordErr answers a delivery that could not be recorded, and says
+// whether it did.
+func (s *Server) answerRecordErr(w http.ResponseWriter, log logr.Logger, ev Event, err error) bool {
+	switch {
+	case err == nil:
+		return false
+	case errors.Is(err, ErrDuplicate):
+		log.Info("ignored a duplicate webhook", "event", ev.Name, "delivery", ev.Delivery, "reason", err.Error())
+		reply(w, http.StatusOK, answer{Result: "duplicate", Reason: err.Error(), Event: ev.Name, Ref: ev.Ref, Commit: ev.Commit})
+	case errors.Is(err, ErrBacklog):
+		log.Info("refused a webhook: backlog", "event", ev.Name, "delivery", ev.Delivery)
+		reply(w, http.StatusServiceUnavailable, answer{Result: "error", Reason: err.Error() + "; the forge may redeliver"})
+	default:
+		log.Error(err, "recording a webhook", "event", ev.Name, "delivery", ev.Delivery)
+		reply(w, http.StatusInternalServerError, answer{Result: "error", Reason: "recording the push failed; the forge may redeliver"})
+	}
+	return true
 }
 
 func short(sha string) string {
@@ -265,24 +358,31 @@ func actsOn(r *infrav1.TerraformRunReceiver) []infrav1.ReceiverEvent {
 }
 
 // verify checks the request against the receiver's current token and reads
-// it; the code is the answer's for an error.
+// it; the code is the answer's for an error. The token is cached briefly; a
+// request that fails verification reads it again (a rotated token), at most
+// once every DefaultTokenRefresh.
 func (s *Server) verify(ctx context.Context, rcv *infrav1.TerraformRunReceiver, h http.Header, body []byte) (Event, int, error) {
 	forge, err := ForgeOf(rcv.Spec.Type)
 	if err != nil {
 		return Event{}, http.StatusInternalServerError, err
 	}
-	token, err := Token(ctx, s.API, rcv)
+	tokens := s.tokenCache()
+	token, err := tokens.get(ctx, rcv, false)
 	if err != nil {
-		return Event{}, http.StatusServiceUnavailable, err
-	}
-	if Path(token, rcv.Name, rcv.Namespace) != rcv.Status.WebhookPath {
-		return Event{}, http.StatusNotFound, errors.New("the receiver's token changed since this path was made; use the path in its status")
+		if token, err = tokens.get(ctx, rcv, true); err != nil {
+			return Event{}, http.StatusServiceUnavailable, err
+		}
 	}
 	if err := forge.Verify(h, body, token); err != nil {
+		if fresh, ferr := tokens.get(ctx, rcv, true); ferr == nil && !bytes.Equal(fresh, token) {
+			err = forge.Verify(h, body, fresh)
+		}
 		if errors.Is(err, ErrUnsigned) {
 			return Event{}, http.StatusUnauthorized, fmt.Errorf("unsigned request: no %s signature or token header", rcv.Spec.Type)
 		}
-		return Event{}, http.StatusUnauthorized, err
+		if err != nil {
+			return Event{}, http.StatusUnauthorized, err
+		}
 	}
 	ev, err := forge.Parse(h, body)
 	if err != nil {
@@ -291,9 +391,7 @@ func (s *Server) verify(ctx context.Context, rcv *infrav1.TerraformRunReceiver, 
 	return ev, 0, nil
 }
 
-func (s *Server) refuse(w http.ResponseWriter, log interface {
-	Info(string, ...any)
-}, rcv *infrav1.TerraformRunReceiver, code int, reason string) {
+func (s *Server) refuse(w http.ResponseWriter, log logr.Logger, rcv *infrav1.TerraformRunReceiver, code int, reason string) {
 	log.Info("refused a webhook", "reason", reason)
 	s.event(rcv, corev1.EventTypeWarning, "Refused", "refused a webhook: "+reason)
 	reply(w, code, answer{Result: "refused", Reason: reason})
@@ -303,40 +401,6 @@ func (s *Server) event(rcv *infrav1.TerraformRunReceiver, typ, reason, msg strin
 	if s.Recorder != nil {
 		s.Recorder.Eventf(rcv, nil, typ, reason, "Webhook", "%s", msg)
 	}
-}
-
-// Token reads a receiver's token from its Secret.
-func Token(ctx context.Context, c client.Reader, rcv *infrav1.TerraformRunReceiver) ([]byte, error) {
-	var sec corev1.Secret
-	if err := c.Get(ctx, types.NamespacedName{Namespace: rcv.Namespace, Name: rcv.Spec.SecretRef.Name}, &sec); err != nil {
-		return nil, fmt.Errorf("spec.secretRef: reading Secret %s: %w", rcv.Spec.SecretRef.Name, err)
-	}
-	tok := sec.Data[TokenKey]
-	if len(tok) < MinTokenLength {
-		return nil, fmt.Errorf("spec.secretRef: Secret %s has no key %q of at least %d characters; set one, for example with: kubectl create secret generic %s --from-literal=token=$(head -c 24 /dev/urandom | base64)", sec.Name, TokenKey, MinTokenLength, sec.Name)
-	}
-	return tok, nil
-}
-
-// mark sets the push annotation on each TerraformRun of the receiver's
-// namespace that the receiver may wake and that tracks the pushed
-// repository and ref. It lists from the API server, a page at a time.
-func (s *Server) mark(ctx context.Context, rcv *infrav1.TerraformRunReceiver, ev Event) ([]string, error) {
-	runs, err := s.tracking(ctx, rcv, ev)
-	if err != nil {
-		return nil, err
-	}
-	var woke []string
-	for _, run := range runs {
-		if run.Annotations[infrav1.SourcePushAnnotation] != ev.Commit {
-			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, infrav1.SourcePushAnnotation, ev.Commit)
-			if err := s.Writer.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-				return woke, fmt.Errorf("marking %s: %w", run.Name, err)
-			}
-		}
-		woke = append(woke, run.Name)
-	}
-	return woke, nil
 }
 
 // Tracks says whether a TerraformRun's source is the event's repository

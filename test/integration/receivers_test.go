@@ -30,6 +30,7 @@ const (
 	pushToken  = "a-receiver-token-of-32-characters"
 	commitA    = "1111111111111111111111111111111111111111"
 	commitB    = "2222222222222222222222222222222222222222"
+	commitC    = "3333333333333333333333333333333333333333"
 	notifyHMAC = "a-notifier-hmac-key"
 )
 
@@ -60,6 +61,27 @@ func postHook(path string, body []byte, header map[string]string) (int, string) 
 	defer func() { _ = resp.Body.Close() }()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+// giteaPushFrom is a Gitea push of ref from before ("": a new branch) to
+// after.
+func giteaPushFrom(repo, ref, before, after string) []byte {
+	if before == "" {
+		before = strings.Repeat("0", 40)
+	}
+	b, err := json.Marshal(map[string]any{
+		"ref": "refs/heads/" + ref, "before": before, "after": after,
+		"repository": map[string]any{"clone_url": repo, "html_url": strings.TrimSuffix(repo, ".git"), "full_name": "team/infra"},
+	})
+	Expect(err).NotTo(HaveOccurred())
+	return b
+}
+
+// signedGiteaDelivery signs body with the suite's token, as delivery.
+func signedGiteaDelivery(body []byte, delivery string) map[string]string {
+	h := signedGitea(body, pushToken)
+	h["X-Gitea-Delivery"] = delivery
+	return h
 }
 
 func signedGitea(body []byte, key string) map[string]string {
@@ -172,7 +194,7 @@ func pushes(g given) {
 		By("a push of the commit already applied: accepted, no run")
 		code, body := postHook(path, giteaPush(pushRepo, "main", commitA), signedGitea(giteaPush(pushRepo, "main", commitA), pushToken))
 		Expect(code).To(Equal(http.StatusAccepted), body)
-		Expect(body).To(ContainSubstring(`"runs":["pushed"]`))
+		Expect(body).To(ContainSubstring(`"result":"accepted"`))
 		Eventually(func() string { return getRun(ns, "pushed").Status.LastHandledPush }, timeout, interval).Should(Equal(commitA))
 		Consistently(func() string { return getRun(ns, "pushed").Status.Run.ID }, 2*time.Second, interval).Should(Equal(first))
 
@@ -247,6 +269,44 @@ func pushes(g given) {
 		s.CompleteAfterGate()
 		g.nextRun(ns, "waiting", first)
 		Expect(getRun(ns, "waiting").Status.Run.Trigger).To(Equal(infrav1.TriggerSourceChange))
+	})
+
+	It("lets no replayed or late push supersede a plan waiting for approval", func() {
+		ns := newNamespace()
+		w := g.run("replayed", ns).Git(pushRepo, "main", "", "")
+		Expect(k8sClient.Create(context.Background(), w.Obj())).To(Succeed())
+		path := makeReceiver(ns)
+		toA, toB := giteaPushFrom(pushRepo, "main", "", commitA), giteaPushFrom(pushRepo, "main", commitA, commitB)
+		code, body := postHook(path, toA, signedGiteaDelivery(toA, "delivery-a"))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		code, body = postHook(path, toB, signedGiteaDelivery(toB, "delivery-b"))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Eventually(func() string { return getRun(ns, "replayed").Annotations[infrav1.SourcePushAnnotation] }, timeout, interval).Should(Equal(commitB))
+		s := g.active(ns, "replayed")
+		s.StartAt(commitB)
+		s.Plan(1, 0, 0, digestOf("replayed-b"))
+		s.Suspend(digestOf("replayed-b"))
+		Eventually(phase(ns, "replayed"), timeout, interval).Should(Equal(infrav1.RunAwaitingApproval))
+
+		By("the push to A replayed, as sent and under a fresh delivery id, and the push to B replayed: duplicates")
+		for _, h := range []map[string]string{signedGiteaDelivery(toA, "delivery-a"), signedGiteaDelivery(toA, "a-fresh-id")} {
+			code, body = postHook(path, toA, h)
+			Expect(code).To(Equal(http.StatusOK), body)
+			Expect(body).To(ContainSubstring(`"result":"duplicate"`))
+		}
+		code, body = postHook(path, toB, signedGiteaDelivery(toB, "delivery-b"))
+		Expect(code).To(Equal(http.StatusOK), body)
+
+		By("a late push of the commit before B (never delivered before): stale")
+		late := giteaPushFrom(pushRepo, "main", commitC, commitA)
+		code, body = postHook(path, late, signedGiteaDelivery(late, "delivery-late"))
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(body).To(ContainSubstring(`"result":"stale"`))
+
+		Consistently(func() string {
+			return getRun(ns, "replayed").Annotations[infrav1.SourcePushAnnotation] + " " + string(phase(ns, "replayed")())
+		}, 3*time.Second, interval).Should(Equal(commitB + " " + string(infrav1.RunAwaitingApproval)))
+		Expect(s.CancelRequested()).To(BeFalse(), "the plan waiting for approval is not superseded")
 	})
 
 	It("stops a planOnly run still planning when its source moves (a preview superseded by a push), and tells no notifier of it", func() {
