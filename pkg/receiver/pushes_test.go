@@ -47,7 +47,11 @@ func TestRecord(t *testing.T) {
 			want: []string{"d1=Done", "d2=Done", "d3=Pending"},
 		},
 		"the same delivery id is a duplicate": {
-			have: handled, p: func() infrav1.ReceivedPush { p := push("d2", shaOf("2"), shaOf("3"), 2, ""); p.Digest = "other"; return p }(),
+			have: handled, p: func() infrav1.ReceivedPush {
+				p := push("d2", shaOf("2"), shaOf("3"), 2, "")
+				p.Digest = "other"
+				return p
+			}(),
 			wantErr: ErrDuplicate,
 		},
 		"the same payload under a fresh delivery id is a duplicate (a replay: the id is not signed)": {
