@@ -436,6 +436,10 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	if err := addRecords(mgr, r, o); err != nil {
 		return nil, err
 	}
+	if o.Receiver != nil && len(o.Receiver.Seals.Key) == 0 {
+		// The previews it makes are sealed under the manager's own key.
+		o.Receiver.Seals = engine.Seals{Key: o.SealKey}
+	}
 	if err := receiver.Setup(mgr, o.Receiver); err != nil {
 		return nil, err
 	}

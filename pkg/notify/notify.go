@@ -643,14 +643,23 @@ func slackBody(n Notice) map[string]any {
 	if n.Plan != nil {
 		text += fmt.Sprintf(" (plan +%d ~%d -%d)", n.Plan.Add, n.Plan.Change, n.Plan.Destroy)
 	}
-	text += ": " + n.Message
+	// The message may be terraform's error, which a pull request's author
+	// writes (a precondition's error_message): escaped as Slack asks (&, <,
+	// >), so it names nobody (<!channel>, <@U…>) and links nowhere.
+	text += ": " + slackEscape(n.Message)
 	if n.Hint != "" {
-		text += "\n`" + n.Hint + "`"
+		text += "\n`" + slackEscape(n.Hint) + "`"
 	}
 	return map[string]any{
 		"text":   text,
 		"blocks": []any{map[string]any{"type": "section", "text": map[string]any{"type": "mrkdwn", "text": text}}},
 	}
+}
+
+// slackEscape escapes the three characters Slack's mrkdwn reads as
+// mentions and links (api.slack.com: "Escaping text").
+func slackEscape(s string) string {
+	return strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;").Replace(s)
 }
 
 func truncate(s string, n int) string {

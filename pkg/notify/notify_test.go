@@ -165,3 +165,26 @@ func TestDeliveryRetries(t *testing.T) {
 		t.Errorf("a 400: %v after %d attempts, want one permanent failure", err, attempts)
 	}
 }
+
+// TestSlackNamesNobody: a failed run's message is terraform's error, which
+// a pull request's author writes (a precondition's error_message): in a
+// Slack body it mentions nobody and links nowhere (issue 49's attack
+// review).
+func TestSlackNamesNobody(t *testing.T) {
+	n := Notice{Event: infrav1.NotifyFailed, Namespace: "team", Name: "web-pr7", RunID: "web-pr7-1",
+		Message: "Error: <!channel> approve at <https://evil.example|opr8r approval> & <@U123>", Hint: "kubectl tfrun logs <x>"}
+	b := slackBody(n)
+	text := b["text"].(string)
+	for _, bad := range []string{"<!channel>", "<https://evil.example", "<@U123>", "<x>"} {
+		if strings.Contains(text, bad) {
+			t.Errorf("the Slack text carries %q unescaped: %s", bad, text)
+		}
+	}
+	if !strings.Contains(text, "&lt;!channel&gt; approve at &lt;https://evil.example|opr8r approval&gt; &amp; &lt;@U123&gt;") {
+		t.Errorf("the message is not escaped as Slack asks: %s", text)
+	}
+	block := b["blocks"].([]any)[0].(map[string]any)["text"].(map[string]any)["text"].(string)
+	if block != text {
+		t.Errorf("the mrkdwn block differs from the text: %q", block)
+	}
+}

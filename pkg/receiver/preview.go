@@ -89,7 +89,9 @@ func (s *Server) previews(ctx context.Context, rcv *infrav1.TerraformRunReceiver
 		return nil, err
 	}
 	pr := ev.PR
-	fork := len(pr.HeadRepos) > 0 && RepoKey(pr.HeadRepos[0]) != RepoKey(ev.Repos[0])
+	// A head repository the event does not name (GitHub's head.repo is null
+	// once a fork is deleted) counts as a fork: fail closed.
+	fork := len(pr.HeadRepos) == 0 || RepoKey(pr.HeadRepos[0]) != RepoKey(ev.Repos[0])
 	var done []string
 	for _, run := range runs {
 		if run.Labels[infrav1.PreviewOfLabel] != "" {

@@ -116,6 +116,7 @@ func TestOpenPreviews(t *testing.T) {
 	cases := map[string]struct {
 		objs         []client.Object
 		tweak        func(*infrav1.ReceiverPreviews)
+		event        func(*Event)
 		wantDone     []string
 		wantEvents   []string
 		wantStatuses []string
@@ -133,6 +134,11 @@ func TestOpenPreviews(t *testing.T) {
 			wantEvents:   []string{"Warning PreviewSkipped"},
 			wantStatuses: []string{"pending opr8r/team-a/dns-pr7 opr8r is planning 6dcb09b5b578"},
 			wantSealed:   []string{"dns-pr7"},
+		},
+		"a pull request whose head repository the event does not name (a deleted fork: GitHub's head.repo null) is a fork": {
+			objs:       []client.Object{trackedRun("net")},
+			event:      func(e *Event) { e.PR.HeadRepos = nil },
+			wantEvents: []string{"Normal PreviewSkipped"},
 		},
 		"over the cap per run": {
 			objs:         []client.Object{trackedRun("net"), labelled("net-pr3", "net", "3"), labelled("net-pr4", "net", "4")},
@@ -155,7 +161,11 @@ func TestOpenPreviews(t *testing.T) {
 			c := testClient(t, append(tc.objs, rcv)...)
 			rec := events.NewFakeRecorder(10)
 			s := &Server{API: c, Writer: c, Recorder: rec, HTTP: forge.srv.Client(), Seals: testSeals}
-			done, err := s.previews(context.Background(), rcv, prEvent(evil.srv.URL))
+			ev := prEvent(evil.srv.URL)
+			if tc.event != nil {
+				tc.event(&ev)
+			}
+			done, err := s.previews(context.Background(), rcv, ev)
 			if err != nil {
 				t.Fatalf("previews: %v", err)
 			}

@@ -35,11 +35,19 @@ func Record(pushes []infrav1.ReceivedPush, p infrav1.ReceivedPush, now time.Time
 			return pushes, fmt.Errorf("%w %s (taken at %s, %s)", ErrDuplicate, deliveryName(q), q.ReceivedAt.UTC().Format(time.RFC3339), q.State)
 		}
 	}
+	// The head each ref reached is kept past the ttl and before any other
+	// entry goes when the list is full: without it, a late or replayed old
+	// push (after 72 hours, or after a hundred pushes to other branches)
+	// relates to nothing recorded and would count as new.
+	heads := headsOf(pushes)
 	out := slices.DeleteFunc(slices.Clone(pushes), func(q infrav1.ReceivedPush) bool {
-		return q.State != infrav1.PushPending && now.Sub(q.ReceivedAt.Time) > ttl
+		return q.State != infrav1.PushPending && !heads[q.Digest] && now.Sub(q.ReceivedAt.Time) > ttl
 	})
 	for len(out) >= infrav1.MaxReceivedPushes {
-		i := slices.IndexFunc(out, func(q infrav1.ReceivedPush) bool { return q.State != infrav1.PushPending })
+		i := slices.IndexFunc(out, func(q infrav1.ReceivedPush) bool { return q.State != infrav1.PushPending && !heads[q.Digest] })
+		if i < 0 {
+			i = slices.IndexFunc(out, func(q infrav1.ReceivedPush) bool { return q.State != infrav1.PushPending })
+		}
 		if i < 0 {
 			return pushes, ErrBacklog
 		}
@@ -52,6 +60,23 @@ func Record(pushes []infrav1.ReceivedPush, p infrav1.ReceivedPush, now time.Time
 		}
 	}
 	return append(out, p), nil
+}
+
+// headsOf are the digests of the last push, not stale, of each event, ref
+// and repository that some TerraformRun tracks (one still pending, or one
+// that woke a run): the pushes to branches nothing tracks (a pull request
+// author's own branches) never crowd them out.
+func headsOf(pushes []infrav1.ReceivedPush) map[string]bool {
+	heads := map[string]bool{}
+	for i, p := range pushes {
+		if p.State == infrav1.PushStale || p.Commit == "" || (p.State != infrav1.PushPending && p.Woken == 0) {
+			continue
+		}
+		if len(sameRef(pushes[i+1:], p)) == 0 {
+			heads[p.Digest] = true
+		}
+	}
+	return heads
 }
 
 func deliveryName(q infrav1.ReceivedPush) string {
@@ -114,11 +139,17 @@ func sameRepo(a, b []string) bool {
 }
 
 // Behind says whether commit is behind have for the ref of the pushes: a
-// commit some chain of recorded pushes (not stale) went from, on the way to
-// have. A receiver never moves a TerraformRun back to such a commit.
+// commit some chain of pushes recorded before p (not stale) went from, on
+// the way to have. A receiver never moves a TerraformRun back to such a
+// commit; a push taken after those (a force push back from the head they
+// reached, in order) is not behind them.
 func Behind(pushes []infrav1.ReceivedPush, p infrav1.ReceivedPush, have string) bool {
-	if have == "" || p.Commit == have {
+	if have == "" || p.Commit == have || (p.Before != "" && p.Before == have) {
+		// From have, p moves forward (a force push back included).
 		return false
+	}
+	if i := slices.IndexFunc(pushes, func(q infrav1.ReceivedPush) bool { return q.Digest == p.Digest }); i >= 0 {
+		pushes = pushes[:i]
 	}
 	chain := sameRef(pushes, p)
 	seen := map[string]bool{}

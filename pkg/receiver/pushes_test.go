@@ -169,3 +169,51 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// Issue 49's attack review: a pull-request author pushes a hundred times to
+// branches of their own; the head main reached stays recorded, so a late
+// or replayed old push of main is still stale.
+func TestRecordKeepsEachRefsHead(t *testing.T) {
+	pushes := []infrav1.ReceivedPush{push("m1", shaOf("0"), shaOf("1"), 0, infrav1.PushDone), push("m2", shaOf("1"), shaOf("2"), 1, infrav1.PushDone)}
+	pushes[0].Woken, pushes[1].Woken = 3, 3 // main is tracked; the branches below are not
+	for i := 0; i < 2*infrav1.MaxReceivedPushes; i++ {
+		q := push("pr-"+strings.Repeat("x", i%7)+string(rune('a'+i%26))+time.Duration(i).String(), "", shaOf("5"), 2+i, infrav1.PushDone)
+		q.Ref = "feature-" + time.Duration(i).String()
+		q.Commit = strings.Repeat("5", 39) + string(rune('a'+i%6))
+		var err error
+		if pushes, err = Record(pushes, q, t0.Add(time.Duration(2+i)*time.Minute), DefaultDeliveryTTL); err != nil {
+			t.Fatal(err)
+		}
+	}
+	got, err := Record(pushes, push("replayed", shaOf("0"), shaOf("1"), 400, ""), t0.Add(400*time.Minute), DefaultDeliveryTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := got[len(got)-1]; last.State != infrav1.PushStale {
+		t.Fatalf("an old push of main after a hundred pushes to other branches: %s (%s), want Stale", last.State, last.Message)
+	}
+	late, err := Record(pushes, push("late", shaOf("0"), shaOf("1"), 90*60, ""), t0.Add(90*time.Hour), DefaultDeliveryTTL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if last := late[len(late)-1]; last.State != infrav1.PushStale {
+		t.Fatalf("an old push of main after the delivery ttl: %s, want Stale (main's head is kept)", last.State)
+	}
+}
+
+// A force push back from the head, in order, is not behind the pushes
+// that came before it: the rollback is planned.
+func TestBehindForcePushBack(t *testing.T) {
+	pushes := []infrav1.ReceivedPush{
+		push("d1", shaOf("0"), shaOf("1"), 0, infrav1.PushDone),
+		push("d2", shaOf("1"), shaOf("2"), 1, infrav1.PushDone),
+		push("back", shaOf("2"), shaOf("1"), 2, infrav1.PushPending),
+	}
+	if Behind(pushes, pushes[2], shaOf("2")) {
+		t.Fatal("a force push back from 2 to 1, taken after the push to 2, counts as behind 2: the rollback would never plan")
+	}
+	late := push("late", shaOf("0"), shaOf("1"), 3, infrav1.PushPending)
+	if !Behind(append(pushes[:2:2], late), late, shaOf("2")) {
+		t.Fatal("a late push to 1, the before of the push to 2 taken earlier, is not behind 2")
+	}
+}

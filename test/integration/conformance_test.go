@@ -505,7 +505,15 @@ func conformance(g given) {
 
 			patchRun(ns, "keep", func(r *infrav1.TerraformRun) { r.Spec.Approval.ApprovedPlan = ddigest })
 			Eventually(gateState(d), timeout, interval).Should(Equal("Approved"))
-			Expect(getRun(ns, "keep").Status.Approval.Digest).To(Equal(ddigest))
+			// The gate is passed before the pass's status write records the
+			// approval (a focused envtest run on 2026-12-07 read a nil
+			// status.approval between the two).
+			Eventually(func() string {
+				if a := getRun(ns, "keep").Status.Approval; a != nil {
+					return a.Digest
+				}
+				return ""
+			}, timeout, interval).Should(Equal(ddigest))
 			d.FinishDestroy()
 			Eventually(gone(ns, "keep"), timeout, interval).Should(BeTrue())
 		})

@@ -102,7 +102,20 @@ func makeReceiver(ns string) string {
 		path = r.Status.WebhookPath
 		return path
 	}, timeout, interval).Should(Equal(receiver.Path([]byte(pushToken), "forge", ns)))
+	awaitServed(path)
 	return path
+}
+
+// awaitServed waits until the webhook server finds a receiver at path: it
+// looks receivers up by path in the manager's cache, which sees the status
+// write a moment after the API server (a focused envtest run on 2026-12-07:
+// 404 for a push sent at once). The probe is unsigned: refused, 401.
+func awaitServed(path string) {
+	GinkgoHelper()
+	Eventually(func() int {
+		code, _ := postHook(path, []byte(`{}`), map[string]string{"X-Gitea-Event": "push"})
+		return code
+	}, timeout, interval).ShouldNot(Equal(http.StatusNotFound))
 }
 
 // sink records what notifiers deliver.
@@ -402,6 +415,7 @@ var _ = Describe("pull request previews", func() {
 			path = r.Status.WebhookPath
 			return path
 		}, timeout, interval).ShouldNot(BeEmpty())
+		awaitServed(path)
 		hdr := func(b []byte) map[string]string {
 			return map[string]string{"X-Gitea-Event": "pull_request", "X-Gitea-Signature": receiver.Sign(b, []byte(pushToken))}
 		}

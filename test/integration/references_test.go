@@ -68,6 +68,9 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 			mutate(r)
 			refused(as(editor).Create(ctx, r), field, "names Secret db-password, which "+editor+" may not read", "get secrets in namespace "+ns)
 		}
+		st := testRun("other-state", ns)
+		st.Spec.Backend = &infrav1.BackendSpec{Kubernetes: &infrav1.KubernetesBackend{SecretSuffix: "prod-db"}}
+		refused(as(editor).Create(ctx, st), "spec.backend.kubernetes.secretSuffix", "names Secret tfstate-default-prod-db, which "+editor+" may not read")
 		r := testRun("cm-source", ns)
 		r.Spec.Source = infrav1.Source{ConfigMapRef: &infrav1.LocalObjectReference{Name: "module"}}
 		refused(as(editor).Create(ctx, r), "spec.source.configMapRef", "names ConfigMap module, which "+editor+" may not read")
@@ -87,6 +90,14 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "git-token", MountPath: "/secrets/git"}}
 		}), "names Secret git-token")
 		refused(patch(as(editor), g, func(r *infrav1.TerraformRun) { r.Spec.Terraform.Env[0].SecretKeyRef.Name = "db-password" }), "names Secret db-password")
+
+		By("a name moved to another field is asked about again: a clone's credentials into files, which module code reads")
+		c := testRun("creds", ns)
+		c.Spec.Source = infrav1.Source{Git: &infrav1.GitSource{URL: "https://git.example.com/infra.git", CredentialsSecretRef: &infrav1.LocalObjectReference{Name: "git-token"}}}
+		admitted(as(tenant).Create(ctx, c))
+		refused(patch(as(editor), c, func(r *infrav1.TerraformRun) {
+			r.Spec.Terraform.Files = []infrav1.SecretFile{{SecretName: "git-token", MountPath: "/secrets/git"}}
+		}), "names Secret git-token")
 	})
 
 	It("refuses a receiver or a notifier whose Secret its writer may not read (the forge token, the destination)", func() {
@@ -100,6 +111,15 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 			Spec: infrav1.TerraformRunNotifierSpec{Type: infrav1.NotifierSlack, SecretRef: infrav1.LocalObjectReference{Name: "hook-token"}}}
 		refused(as(editor).Create(ctx, n.DeepCopy()), "spec.secretRef names Secret hook-token")
 		admitted(as(tenant).Create(ctx, n))
+
+		By("an editor may not send a receiver's forge token elsewhere: its API address, its type, or the webhook's token moved to the forge's")
+		gh := &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "gh", Namespace: ns},
+			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitHub, SecretRef: infrav1.LocalObjectReference{Name: "hook-token"},
+				Previews: &infrav1.ReceiverPreviews{TokenSecretRef: &infrav1.LocalObjectReference{Name: "git-token"}}}}
+		admitted(as(tenant).Create(ctx, gh))
+		refused(patch(as(editor), gh, func(r *infrav1.TerraformRunReceiver) { r.Spec.Previews.APIURL = "https://evil.example/api/v3" }), "names Secret git-token")
+		refused(patch(as(editor), gh, func(r *infrav1.TerraformRunReceiver) { r.Spec.Previews.TokenSecretRef.Name = "hook-token" }), "names Secret hook-token")
+		admitted(patch(as(editor), gh, func(r *infrav1.TerraformRunReceiver) { r.Spec.Previews.MaxPerRun = 3 }))
 	})
 
 	It("keeps a preview a preview: nobody but the manager sets its planOnly to false or unmarks it", func() {
