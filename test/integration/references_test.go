@@ -104,7 +104,7 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 		rcv := &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "hooks", Namespace: ns},
 			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, SecretRef: infrav1.LocalObjectReference{Name: "granted"},
 				Previews: &infrav1.ReceiverPreviews{APIURL: "https://gitea.example.com", TokenSecretRef: &infrav1.LocalObjectReference{Name: "db-password"}}}}
-		refused(as(editor).Create(ctx, rcv.DeepCopy()), "spec.previews.tokenSecretRef or spec.previews.githubApp.privateKeySecretRef names Secret granted, db-password, one of which "+editor+" may not read")
+		refused(as(editor).Create(ctx, rcv.DeepCopy()), "spec.previews.githubApp.privateKeySecretRef (read again when spec.type or spec.previews.apiURL changes: the token goes there) names Secret granted, db-password, one of which "+editor+" may not read")
 		rcv.Spec.Previews.TokenSecretRef.Name = "granted"
 		admitted(as(editor).Create(ctx, rcv))
 		n := &infrav1.TerraformRunNotifier{ObjectMeta: metav1.ObjectMeta{Name: "chat", Namespace: ns},
