@@ -315,3 +315,22 @@ func TestAPIURL(t *testing.T) {
 		})
 	}
 }
+
+// TestGiteaReporterWithoutReadUser: a token without Gitea's read:user scope
+// may not ask who it is (GET /api/v1/user: 403, seen in make e2e on Gitea
+// 1.25.4 with a write:repository and write:issue token). The reporter then
+// searches no comment (one that carries the marker may be anyone's) and
+// makes its own, whose id the preview records.
+func TestGiteaReporterWithoutReadUser(t *testing.T) {
+	comments := "/api/v1/repos/octocat/Hello-World/issues/7/comments"
+	f := newFakeForge(t, map[string][]answerOf{
+		"GET /api/v1/version": {{body: `{"version":"1.25.4"}`}},
+		"GET /api/v1/user":    {{code: http.StatusForbidden, body: `{"message":"token does not have at least one of required scope(s): [read:user]"}`}},
+		"GET " + comments:     {{body: `[{"id":10,"body":"` + mark + ` mallory's","user":{"id":66,"login":"mallory"}}]`}},
+	})
+	rep := testReporter(t, infrav1.ReceiverGitea, f.srv.URL, Credentials{Token: "tok"}, f.srv.Client())
+	id, err := find(context.Background(), rep)
+	if err != nil || id != 0 {
+		t.Errorf("FindComment = %d, %v; want 0 and no error (no identity: search nothing, make a comment)", id, err)
+	}
+}
