@@ -736,12 +736,12 @@ spec:
 		t.Errorf("the preview's status says %q, want plan +0 ~1 -0", desc)
 	}
 	cs := previewComments(t, f, repo, pr1.Index)
-	if len(cs) != 1 || !strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change, 0 to destroy**") || !strings.Contains(cs[0].Body, "| update | `terraform_data.release` |") || !strings.Contains(cs[0].Body, head[:12]) {
+	if len(cs) != 1 || !strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change, 0 to destroy**") || !strings.Contains(cs[0].Body, "| update | ` terraform_data.release ` |") || !strings.Contains(cs[0].Body, head[:12]) {
 		t.Fatalf("comments on #%d: %d, want one with the plan: %v", pr1.Index, len(cs), commentBodies(cs))
 	}
 	t.Logf("comment on #%d:\n%s", pr1.Index, cs[0].Body)
 	link := map[string]string{"argo": os.Getenv("OPR8R_E2E_ARGO_UI") + "/workflows/" + ns + "/" + p1 + "-plan-", "tekton": os.Getenv("OPR8R_E2E_TEKTON_VIEW") + "/#/namespaces/" + ns + "/pipelineruns/" + p1 + "-plan-"}[engine]
-	if !strings.Contains(cs[0].Body, "[The run in the "+engine+" dashboard]("+link) {
+	if !strings.Contains(cs[0].Body, "[The run in the "+engine+" dashboard](<"+link) {
 		t.Errorf("the comment does not link to the run in the %s dashboard (%s…)", engine, link)
 	}
 	commentID := cs[0].ID
