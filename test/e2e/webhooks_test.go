@@ -735,8 +735,18 @@ spec:
 	if desc != "plan +0 ~1 -0" {
 		t.Errorf("the preview's status says %q, want plan +0 ~1 -0", desc)
 	}
+	// The status and the comment are two writes to the forge, the status
+	// first: the comment may still say "Planning…" a moment after the
+	// status says success (a clean-clone CI run on 2026-12-07).
 	cs := previewComments(t, f, repo, pr1.Index)
-	if len(cs) != 1 || !strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change, 0 to destroy**") || !strings.Contains(cs[0].Body, "| update | ` terraform_data.release ` |") || !strings.Contains(cs[0].Body, head[:12]) {
+	hasPlan := func() bool {
+		return len(cs) == 1 && strings.Contains(cs[0].Body, "**Plan: 0 to add, 1 to change, 0 to destroy**") && strings.Contains(cs[0].Body, "| update | ` terraform_data.release ` |") && strings.Contains(cs[0].Body, head[:12])
+	}
+	for deadline := time.Now().Add(30 * time.Second); !hasPlan() && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		cs = previewComments(t, f, repo, pr1.Index)
+	}
+	if !hasPlan() {
 		t.Fatalf("comments on #%d: %d, want one with the plan: %v", pr1.Index, len(cs), commentBodies(cs))
 	}
 	t.Logf("comment on #%d:\n%s", pr1.Index, cs[0].Body)
