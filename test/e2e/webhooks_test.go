@@ -786,6 +786,10 @@ spec:
 	p3 := previewNameOf(name, pr3.Index)
 	failed := waitStatus(t, f, repo, broken, "opr8r/"+ns+"/"+p3, "failure")
 	cs3 := previewComments(t, f, repo, pr3.Index)
+	for deadline := time.Now().Add(30 * time.Second); !(len(cs3) == 1 && strings.Contains(cs3[0].Body, "**The plan failed**")) && time.Now().Before(deadline); {
+		time.Sleep(time.Second) // the comment follows the status (above)
+		cs3 = previewComments(t, f, repo, pr3.Index)
+	}
 	if !strings.Contains(failed, "Unsupported argument") || len(cs3) != 1 || !strings.Contains(cs3[0].Body, "**The plan failed**") || !strings.Contains(cs3[0].Body, "Unsupported argument") {
 		t.Errorf("a broken pull request: status %q, comments %v; want terraform's error in both", failed, commentBodies(cs3))
 	}
