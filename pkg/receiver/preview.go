@@ -229,32 +229,9 @@ func (s *Server) closePreview(ctx context.Context, rcv *infrav1.TerraformRunRece
 }
 
 // tracking lists the TerraformRuns of the receiver's namespace (that it
-// may wake) that track the event's repository and ref, from the API
-// server, a page at a time.
+// may wake) that track the event's repository and ref (trackingRuns).
 func (s *Server) tracking(ctx context.Context, rcv *infrav1.TerraformRunReceiver, ev Event) ([]*infrav1.TerraformRun, error) {
-	sel := labels.Everything()
-	if rcv.Spec.RunSelector != nil {
-		var err error
-		if sel, err = metav1.LabelSelectorAsSelector(rcv.Spec.RunSelector); err != nil {
-			return nil, fmt.Errorf("spec.runSelector: %w", err)
-		}
-	}
-	var out []*infrav1.TerraformRun
-	opts := []client.ListOption{client.InNamespace(rcv.Namespace), client.MatchingLabelsSelector{Selector: sel}, client.Limit(500)}
-	for cont := ""; ; {
-		var runs infrav1.TerraformRunList
-		if err := s.API.List(ctx, &runs, append(opts, client.Continue(cont))...); err != nil {
-			return out, err
-		}
-		for i := range runs.Items {
-			if run := &runs.Items[i]; run.DeletionTimestamp == nil && Tracks(run, ev) {
-				out = append(out, run)
-			}
-		}
-		if cont = runs.Continue; cont == "" {
-			return out, nil
-		}
-	}
+	return trackingRuns(ctx, s.API, rcv, ev)
 }
 
 // ownedBy says whether o has an owner reference to run (by UID).
