@@ -3,11 +3,14 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io/fs"
+	"net"
 	"net/http"
 	"net/netip"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +19,7 @@ import (
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -36,6 +40,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/providers"
 	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records/s3"
+	"github.com/opr8r/opr8r/pkg/stateapi"
 )
 
 // settings are the manager's flags.
@@ -61,6 +66,8 @@ type settings struct {
 	providerMirrorCA                   string
 	stepBinary                         string
 	webhookAddr                        string
+	stateAPIAddr, stateAPIURL          string
+	stateAPISecret                     string
 	webhookRate                        float64
 	webhookBurst                       int
 	webhookDeliveryTTL                 time.Duration
@@ -136,6 +143,9 @@ func main() {
 	flag.StringVar(&s.cfg.Providers.CacheClaim, "provider-cache-claim", "", "Name of a PersistentVolumeClaim, in each run's namespace, that keeps terraform's plugin cache across that namespace's runs; the manager makes it when missing (empty: each run fetches its providers into its own workspace). docs/performance.md, P10.")
 	flag.StringVar(&s.cfg.Providers.CacheSize, "provider-cache-size", controller.DefaultProviderCacheSize, "Requested size of the provider cache claims the manager makes.")
 	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
+	flag.StringVar(&s.stateAPIAddr, "state-api-bind-address", ":9444", "Address of the state API, through which terraform steps reach their run's Secrets and Leases (the runner service accounts hold no right on them; docs/security.md); 0 disables it, and the steps then need those rights themselves.")
+	flag.StringVar(&s.stateAPIURL, "state-api-url", "", "The state API's https URL as step pods reach it (the opr8r-state Service); empty: https://opr8r-state.<manager's namespace>.svc:<port> in a cluster, and no state API when the manager runs outside one.")
+	flag.StringVar(&s.stateAPISecret, "state-api-tls-secret", "opr8r-state-tls", "Secret, in the manager's own namespace, holding the state API's self-signed certificate; made at the first start when missing.")
 	flag.StringVar(&s.webhookAddr, "webhook-bind-address", ":9292", "Address of the webhook server that takes forges' push webhooks for TerraformRunReceivers (docs/pull-requests.md); 0 disables it. Expose it with the opr8r-webhook Service (an Ingress in front for the forge).")
 	flag.Float64Var(&s.webhookRate, "webhook-rate", 1, "Webhook requests each receiver takes per second, on average (more are answered 429).")
 	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once (requests that fail verification have a budget of their own of the same size).")
@@ -233,6 +243,10 @@ func run(s settings) error {
 	if err != nil {
 		return err
 	}
+	stateAPI, err := s.stateAPI(restCfg)
+	if err != nil {
+		return err
+	}
 	guard, err := s.egress.guard()
 	if err != nil {
 		return err
@@ -249,7 +263,8 @@ func run(s settings) error {
 		// reporter reports only those, under the manager's seal key.
 		Receiver: &receiver.Server{Addr: s.webhookAddr, Rate: rate.Limit(s.webhookRate), Burst: s.webhookBurst, HTTP: hc, Seals: engine.Seals{Key: sealKey},
 			DeliveryTTL: s.webhookDeliveryTTL, TokenTTL: s.webhookTokenTTL},
-		Notify: notifier(s, hc),
+		Notify:   notifier(s, hc),
+		StateAPI: stateAPI,
 	}); err != nil {
 		return err
 	}
@@ -328,6 +343,49 @@ func loadSealKey(cfg *rest.Config, scheme *runtime.Scheme, name string) ([]byte,
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	return manager.LoadSealKey(ctx, c, manager.OwnNamespace("opr8r-system"), name)
+}
+
+// stateAPI makes or reads the state API's certificate, and tells the
+// engines where the steps reach it; nil when it is off.
+func (s *settings) stateAPI(cfg *rest.Config) (*stateapi.Server, error) {
+	if s.stateAPIAddr == "" || s.stateAPIAddr == "0" {
+		return nil, nil
+	}
+	ns := manager.OwnNamespace("opr8r-system")
+	u := s.stateAPIURL
+	if u == "" {
+		if os.Getenv("KUBERNETES_SERVICE_HOST") == "" {
+			ctrl.Log.WithName("setup").Info("no state API: the manager runs outside a cluster and --state-api-url is empty; the steps use their service account's own rights on Secrets and Leases")
+			return nil, nil
+		}
+		_, port, err := net.SplitHostPort(s.stateAPIAddr)
+		if err != nil {
+			return nil, fmt.Errorf("--state-api-bind-address %q: %w", s.stateAPIAddr, err)
+		}
+		u = "https://opr8r-state." + ns + ".svc:" + port
+	}
+	parsed, err := url.Parse(u)
+	if err != nil || parsed.Scheme != "https" || parsed.Hostname() == "" {
+		return nil, fmt.Errorf("--state-api-url %q: an https URL", u)
+	}
+	host := parsed.Hostname()
+	dns := []string{host}
+	if short, ok := strings.CutSuffix(host, ".svc"); ok {
+		dns = append(dns, short, host+".cluster.local")
+	}
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cert, caPEM, err := stateapi.EnsureCertificate(ctx, cs, ns, s.stateAPISecret, dns, time.Now())
+	if err != nil {
+		return nil, err
+	}
+	s.cfg.StateAPI = engine.StateAPI{URL: u, CA: string(caPEM)}
+	ctrl.Log.WithName("setup").Info("terraform steps reach their Secrets and Leases through the state API", "url", u)
+	return &stateapi.Server{Addr: s.stateAPIAddr, TLS: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}, nil
 }
 
 // newObjectStore connects to the records' object store when one is

@@ -77,7 +77,7 @@ func run(args []string, out io.Writer) int {
 	capture := &step.LogCapture{}
 	console := out
 	out = io.MultiWriter(out, capture)
-	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile, StateRetry: o.stateRetry, LockTimeout: o.lockTimeout}
+	r := &step.Runner{Terraform: o.terraformBin, Out: out, ResultsDir: o.resultsDir, ResultsFile: o.resultsFile, StateRetry: o.stateRetry, LockTimeout: o.lockTimeout, NoStateLock: o.noStateLock}
 	keepLog := func() {
 		if r.Records == nil {
 			return
@@ -101,6 +101,9 @@ func run(args []string, out io.Writer) int {
 	if err := loadSecrets(r, &o); err != nil {
 		return fail(err)
 	}
+	if err := useStateAPI(&o); err != nil {
+		return fail(err)
+	}
 	if err := connect(r, cmd, &o); err != nil {
 		return fail(err)
 	}
@@ -121,6 +124,22 @@ func run(args []string, out io.Writer) int {
 	return 0
 }
 
+// useStateAPI writes the kubeconfig of the manager's state API when the
+// step has one (names.EnvStateAPI, set by the manager with its
+// certificate and a projected token): terraform's kubernetes backend and
+// the step's own Secrets go through it.
+func useStateAPI(o *options) error {
+	url := os.Getenv(names.EnvStateAPI)
+	if url == "" {
+		return nil
+	}
+	if err := step.WriteStateKubeconfig(names.StateKubeconfig, url, os.Getenv(names.EnvStateAPICA), names.StateTokenFile); err != nil {
+		return fmt.Errorf("writing the state API's kubeconfig: %w", err)
+	}
+	o.stateKubeconfig = names.StateKubeconfig
+	return nil
+}
+
 // connect gives the runner the API server and the run's records store,
 // when the step needs them.
 func connect(r *step.Runner, cmd string, o *options) error {
@@ -137,6 +156,11 @@ func connect(r *step.Runner, cmd string, o *options) error {
 			return err
 		}
 		k.Shard = o.shard
+		if o.stateKubeconfig != "" {
+			if err := k.UseStateAPI(o.stateKubeconfig); err != nil {
+				return err
+			}
+		}
 		r.Kube = k
 	}
 	if !keepsRecords {
@@ -157,6 +181,8 @@ func connect(r *step.Runner, cmd string, o *options) error {
 	// The log and the plans made for people in TerraformRunRecords, which
 	// opr8r's approvers and editors may read; the plan in clear in a Secret.
 	store := records.NewRouter(r.Kube.Client, owner)
+	// Records in clear are Secrets, reached through the state API.
+	store.Secrets = &records.SecretStore{Client: r.Kube.State, Owner: owner}
 	store.Warn = func(msg string) { fmt.Fprintln(r.Out, "opr8r-step: warning: "+r.Redact(msg)) }
 	r.Records = store
 	if (cmd == "init" || cmd == "apply") && owner != nil {
@@ -186,7 +212,7 @@ func planOptions(o *options) (step.PlanOptions, error) {
 func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args []string, out io.Writer) error {
 	mod := step.Module{Dir: o.moduleDir, Workspace: o.workspace}
 	be := step.Backend{Type: o.backend, Namespace: o.backendNS, SecretSuffix: o.backendSuffix, ConfigFile: o.backendConfig,
-		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == ""}
+		InCluster: os.Getenv("KUBERNETES_SERVICE_HOST") != "" && os.Getenv("KUBE_CONFIG_PATH") == "", Kubeconfig: o.stateKubeconfig}
 	plan, err := planOptions(o)
 	if err != nil {
 		return err
@@ -338,6 +364,8 @@ type options struct {
 	recordsRun, recordsRunUID, recordsRunID                 string
 	destroy, insecure, awaitApproval                        bool
 	approvalWait, stateRetry, lockTimeout                   time.Duration
+	noStateLock                                             bool
+	stateKubeconfig                                         string
 	envFiles, varsDirs, depVars, secretFiles                multi
 	// secretVarsDirs are those of varsDirs that are Secrets.
 	secretVarsDirs multi
@@ -363,6 +391,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	fs.StringVar(&o.dest, "dest", "", "install: directory to copy opr8r-step into; clone: checkout directory")
 	fs.DurationVar(&o.timeout, "timeout", 0, "the step's budget (spec.timeouts): at it, terraform is interrupted and given a few minutes to stop and write its state; 0: none")
+	fs.BoolVar(&o.noStateLock, "no-state-lock", false, "init, plan: read the state without its lock and create no workspace (a preview, whose state access is read-only)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", step.DefaultLockTimeout, "init, plan, apply, destroy: how long terraform waits for the state lock another holds (a scheduled check, a preview, a colleague's plan) before it fails")
 	fs.DurationVar(&o.stateRetry, "state-retry", step.DefaultStateRetry, "apply, destroy: how long to keep saving a state the backend did not take before keeping it in the run's errored-state Secret")
 	fs.StringVar(&o.source, "source", "git", "clone: git, oci, dir, or inline (the files in --inputs-env)")

@@ -306,7 +306,8 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	if err := r.checkRules(st.eff); err != nil {
 		return nil, err
 	}
-	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps})
+	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps,
+		Preview: r.IsPreview != nil && r.IsPreview(run)})
 	if err != nil {
 		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %w", err)
 	}

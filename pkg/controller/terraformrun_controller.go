@@ -126,6 +126,10 @@ type TerraformRunReconciler struct {
 	// that a forgotten plan does not hold a slot of its namespace's share
 	// and a workspace volume for ever.
 	DefaultApprovalTimeout time.Duration
+	// IsPreview says whether a run is a preview the manager made
+	// (receiver.IsManagersPreview): its child plans without the state
+	// lock.
+	IsPreview func(*infrav1.TerraformRun) bool
 	// Now is the clock; tests may replace it.
 	Now func() time.Time
 }

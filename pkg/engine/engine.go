@@ -304,6 +304,20 @@ type Config struct {
 	// Providers says where terraform steps install providers from and
 	// whether they share a plugin cache across runs (--provider-*).
 	Providers Providers
+	// StateAPI is the manager's state API, through which terraform steps
+	// reach their run's Secrets and Leases (pkg/stateapi); its zero value:
+	// the steps use their service account's own rights (a manager outside
+	// the cluster, make dev with KUBECONFIG).
+	StateAPI StateAPI
+}
+
+// StateAPI says where the manager serves the state API.
+type StateAPI struct {
+	// URL is its https address, as the step pods reach it
+	// (--state-api-url: the opr8r-state Service).
+	URL string
+	// CA is the PEM of the certificate it serves.
+	CA string
 }
 
 // IsRunnerAccount says whether sa is one of the install's runner service
@@ -361,6 +375,10 @@ type Request struct {
 	// outputs it takes as variables, resolved by the reconciler from their
 	// status: names only, never values.
 	Dependencies []Dependency
+	// Preview says the run is a pull request's preview the manager made
+	// (its seal verifies): its steps read the tracked run's state without
+	// the lock, and the state API lets them write none of it.
+	Preview bool
 }
 
 // Dependency is a TerraformRun whose outputs a run takes as variables.

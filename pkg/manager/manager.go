@@ -32,6 +32,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/records/s3"
+	"github.com/opr8r/opr8r/pkg/stateapi"
 )
 
 // Options configures the controller.
@@ -93,6 +94,9 @@ type Options struct {
 	// Notify, when set, sends the runs' happenings to the
 	// TerraformRunNotifiers of their namespaces (pkg/notify).
 	Notify *notify.Dispatcher
+	// StateAPI, when set, serves the steps' Secrets and Leases
+	// (pkg/stateapi); Setup fills in its grants and authenticator.
+	StateAPI *stateapi.Server
 }
 
 // CacheOptions restricts the manager's caches to objects opr8r made
@@ -434,6 +438,11 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, err
 	}
 	if err := addRecords(mgr, r, o); err != nil {
+		return nil, err
+	}
+	seals := engine.Seals{Key: o.SealKey}
+	r.IsPreview = func(run *infrav1.TerraformRun) bool { return receiver.IsManagersPreview(seals, run) }
+	if err := addStateAPI(mgr, o, r.IsPreview); err != nil {
 		return nil, err
 	}
 	if o.Receiver != nil && len(o.Receiver.Seals.Key) == 0 {

@@ -110,3 +110,74 @@ const (
 	EnvProviderMirror   = "OPR8R_PROVIDER_MIRROR"
 	EnvProviderMirrorCA = "OPR8R_PROVIDER_MIRROR_CA"
 )
+
+// The manager's state API (pkg/stateapi): the steps of a run reach their
+// run's Secrets and Leases through it, with a projected service-account
+// token whose audience names the run and the child, so the service
+// accounts that run module code hold no right on the namespace's Secrets.
+const (
+	// EnvStateAPI is the state API's https URL in terraform steps'
+	// environment; EnvStateAPICA the PEM of the certificate it serves.
+	EnvStateAPI   = "OPR8R_STATE_API"
+	EnvStateAPICA = "OPR8R_STATE_API_CA"
+	// StateTokenDir holds the projected token; StateTokenFile is it.
+	StateTokenDir  = "/opr8r/state-token"
+	StateTokenFile = StateTokenDir + "/token"
+	// StateKubeconfig is the kubeconfig the step writes for terraform's
+	// kubernetes backend and for itself: the same path in every pod, as a
+	// saved plan keeps the backend's configuration (config_path).
+	StateKubeconfig = "/tmp/opr8r-state/kubeconfig"
+	// StateAudiencePrefix begins the audience of a step's state token:
+	// StateAudience.
+	StateAudiencePrefix = "opr8r.io/state/"
+)
+
+// StateAudience is the audience of the state token of child's steps: the
+// namespace, the TerraformRun and its uid, and the child. The manager
+// builds it into the child's pods; nobody else can mint a runner's token.
+func StateAudience(namespace, run, uid, child string) string {
+	return StateAudiencePrefix + namespace + "/" + run + "/" + uid + "/" + child
+}
+
+// ParseStateAudience splits a StateAudience; ok is false for any other
+// string.
+func ParseStateAudience(aud string) (namespace, run, uid, child string, ok bool) {
+	rest, found := strings.CutPrefix(aud, StateAudiencePrefix)
+	if !found {
+		return "", "", "", "", false
+	}
+	p := strings.Split(rest, "/")
+	if len(p) != 4 || p[0] == "" || p[1] == "" || p[2] == "" || p[3] == "" {
+		return "", "", "", "", false
+	}
+	return p[0], p[1], p[2], p[3], true
+}
+
+// StateSecretName is the kubernetes backend's state Secret of a
+// workspace and secret suffix; StateLeaseName its lock.
+func StateSecretName(workspace, suffix string) string {
+	if workspace == "" {
+		workspace = "default"
+	}
+	return "tfstate-" + workspace + "-" + suffix
+}
+
+// StateLeaseName is the kubernetes backend's lock of that state.
+func StateLeaseName(workspace, suffix string) string {
+	return "lock-" + StateSecretName(workspace, suffix)
+}
+
+// KubernetesStateSuffix is the secret_suffix of a run's state in the
+// kubernetes backend (spec.backend.kubernetes.secretSuffix, else
+// StateSecretSuffix); ok is false when the run keeps its state in another
+// backend (spec.backend.configSecretRef).
+func KubernetesStateSuffix(run *infrav1.TerraformRun) (suffix string, ok bool) {
+	be := run.Spec.Backend
+	if be != nil && be.ConfigSecretRef != nil {
+		return "", false
+	}
+	if be != nil && be.Kubernetes != nil && be.Kubernetes.SecretSuffix != "" {
+		return be.Kubernetes.SecretSuffix, true
+	}
+	return StateSecretSuffix(run.Name), true
+}

@@ -102,10 +102,7 @@ func (b *builder) backendArgs() ([]string, []corev1.VolumeMount) {
 			"--backend-config-file=" + BackendConfigFile,
 		}, []corev1.VolumeMount{*b.backendMount}
 	}
-	suffix := names.StateSecretSuffix(b.run.Name)
-	if be != nil && be.Kubernetes != nil && be.Kubernetes.SecretSuffix != "" {
-		suffix = be.Kubernetes.SecretSuffix
-	}
+	suffix, _ := names.KubernetesStateSuffix(b.run)
 	return []string{
 		"--backend=kubernetes",
 		"--backend-namespace=" + b.run.Namespace,

@@ -35,6 +35,46 @@ func (b *builder) collectVolumes() {
 	b.collectFiles()
 	b.collectIdentityToken()
 	b.collectProviders()
+	b.collectStateAPI()
+	b.collectPreview()
+}
+
+// StateTokenVolume is the projected token of the state API.
+const StateTokenVolume = "state-token"
+
+// StateTokenSeconds is the state token's lifetime; the kubelet renews it
+// before it ends, and the step reads the file again.
+const StateTokenSeconds = 3600
+
+// collectStateAPI gives every terraform step the manager's state API
+// (pkg/stateapi): its URL and certificate, and a token whose audience
+// names this child and its run, which is the only way the step's
+// service account reaches a Secret or a Lease. The token is redacted
+// from every log.
+func (b *builder) collectStateAPI() {
+	api := b.req.Config.StateAPI
+	if api.URL == "" {
+		return
+	}
+	aud := names.StateAudience(b.run.Namespace, b.run.Name, string(b.run.UID), b.req.Name)
+	b.addVolume(corev1.Volume{Name: StateTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+		DefaultMode: ptr.To[int32](0o440),
+		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
+			Audience: aud, ExpirationSeconds: ptr.To[int64](StateTokenSeconds), Path: path.Base(names.StateTokenFile),
+		}}},
+	}}})
+	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: StateTokenVolume, MountPath: names.StateTokenDir, ReadOnly: true})
+	b.tfEnvArgs = append(b.tfEnvArgs, "--secret-files="+names.StateTokenDir)
+	b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: names.EnvStateAPI, Value: api.URL}, corev1.EnvVar{Name: names.EnvStateAPICA, Value: api.CA})
+}
+
+// collectPreview makes a preview's terraform steps read the tracked
+// run's state without its lock: a pull request's plan never holds the
+// lock a real apply waits for.
+func (b *builder) collectPreview() {
+	if b.req.Preview {
+		b.tfEnvArgs = append(b.tfEnvArgs, "--no-state-lock")
+	}
 }
 
 // ProviderCacheVolume is the shared plugin cache's volume.

@@ -77,7 +77,7 @@ func (r *Runner) dependencyValue(ctx context.Context, d results.DependencyVar, c
 			return "", false, fmt.Errorf("dependency %s is in another namespace and this step has no API access", d.Run)
 		}
 		ns, name, _ := strings.Cut(d.Secret, "/")
-		s, err := r.Kube.Client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		s, err := r.Kube.stateClient().CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
 		switch {
 		case apierrors.IsNotFound(err):
 			data = nil

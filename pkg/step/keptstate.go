@@ -50,7 +50,7 @@ func (k *StateKeeper) keep(ctx context.Context, file string) (string, error) {
 	if k.Kube.Shard != "" {
 		s.Labels[infrav1.ShardLabel] = k.Kube.Shard
 	}
-	if _, err := k.Kube.Client.CoreV1().Secrets(k.Kube.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
+	if _, err := k.Kube.stateClient().CoreV1().Secrets(k.Kube.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
 		return "", fmt.Errorf("keeping the state in Secret %s/%s: %w", k.Kube.Namespace, name, err)
 	}
 	return name, nil
@@ -67,7 +67,7 @@ func (r *Runner) pushKept(ctx context.Context, m Module) error {
 	if k == nil || k.Kube == nil || k.Run == "" {
 		return nil
 	}
-	secrets := k.Kube.Client.CoreV1().Secrets(k.Kube.Namespace)
+	secrets := k.Kube.stateClient().CoreV1().Secrets(k.Kube.Namespace)
 	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: names.ErroredStateLabel + "=" + k.Run})
 	if err != nil {
 		return fmt.Errorf("looking for states earlier runs kept (Secrets labelled %s=%s): %w", names.ErroredStateLabel, k.Run, err)

@@ -3,6 +3,8 @@ package step
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -11,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
@@ -18,7 +21,12 @@ import (
 // Kube is the step's access to the API server, with the pod's service
 // account (or a kubeconfig outside a cluster).
 type Kube struct {
-	Client    kubernetes.Interface
+	// Client reaches the API server as the pod's service account.
+	Client kubernetes.Interface
+	// State reaches Secrets and Leases: the manager's state API when the
+	// step has one (the service account holds no right on them), else
+	// Client.
+	State     kubernetes.Interface
 	Namespace string
 	// Owner is the child (Workflow or PipelineRun) that owns the Secrets the
 	// steps write, so they are deleted with it.
@@ -44,7 +52,38 @@ func NewKube(kubeconfig, namespace string, owner *metav1.OwnerReference) (*Kube,
 	if err != nil {
 		return nil, err
 	}
-	return &Kube{Client: c, Namespace: namespace, Owner: owner}, nil
+	return &Kube{Client: c, State: c, Namespace: namespace, Owner: owner}, nil
+}
+
+// UseStateAPI makes k reach Secrets and Leases through the state API's
+// kubeconfig.
+func (k *Kube) UseStateAPI(kubeconfig string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return fmt.Errorf("the state API's kubeconfig: %w", err)
+	}
+	StateAPIConfig(cfg)
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	k.State = c
+	return nil
+}
+
+// StateAPIConfig makes cfg speak JSON, the only encoding the state API
+// reads (it checks what a step writes).
+func StateAPIConfig(cfg *rest.Config) {
+	cfg.ContentType = "application/json"
+	cfg.AcceptContentTypes = "application/json"
+}
+
+// stateClient is where the step's Secrets and Leases are.
+func (k *Kube) stateClient() kubernetes.Interface {
+	if k.State != nil {
+		return k.State
+	}
+	return k.Client
 }
 
 // OwnerRef builds the owner reference of the child from its kind, name and uid.
@@ -83,7 +122,7 @@ func (k *Kube) writeSecret(ctx context.Context, name, component string, data map
 	if k.Owner != nil {
 		s.OwnerReferences = []metav1.OwnerReference{*k.Owner}
 	}
-	secrets := k.Client.CoreV1().Secrets(k.Namespace)
+	secrets := k.stateClient().CoreV1().Secrets(k.Namespace)
 	_, err := secrets.Create(ctx, s, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) && !replace {
 		return fmt.Errorf("writing Secret %s/%s: an earlier attempt wrote it, and this step may not replace it: %w", k.Namespace, name, err)
@@ -101,4 +140,20 @@ func (k *Kube) writeSecret(ctx context.Context, name, component string, data map
 		return fmt.Errorf("writing Secret %s/%s: %w", k.Namespace, name, err)
 	}
 	return nil
+}
+
+// WriteStateKubeconfig writes, at path, the kubeconfig of the manager's
+// state API at url (server certificate caPEM), authenticated by the
+// projected token at tokenFile, which client-go reads again as the
+// kubelet renews it.
+func WriteStateKubeconfig(path, url, caPEM, tokenFile string) error {
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["state"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: []byte(caPEM)}
+	cfg.AuthInfos["step"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
+	cfg.Contexts["state"] = &clientcmdapi.Context{Cluster: "state", AuthInfo: "step"}
+	cfg.CurrentContext = "state"
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	return clientcmd.WriteToFile(*cfg, path)
 }

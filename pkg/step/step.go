@@ -42,8 +42,12 @@ const DefaultInterruptGrace = 4 * time.Minute
 // takes at most this much).
 const DefaultLockTimeout = 5 * time.Minute
 
-// lockTimeoutArg is terraform's -lock-timeout for the runner.
+// lockTimeoutArg is terraform's -lock-timeout for the runner, or
+// -lock=false for a step that reads the state without its lock.
 func (r *Runner) lockTimeoutArg() string {
+	if r.NoStateLock {
+		return "-lock=false"
+	}
 	d := r.LockTimeout
 	if d <= 0 {
 		d = DefaultLockTimeout
@@ -53,6 +57,10 @@ func (r *Runner) lockTimeoutArg() string {
 
 // Runner holds what every step needs.
 type Runner struct {
+	// NoStateLock plans without the state lock (-lock=false) and never
+	// creates a workspace: a preview, which reads the tracked run's state
+	// and may not write it or hold its lock (--no-state-lock).
+	NoStateLock bool
 	// Terraform is the terraform or tofu binary; empty finds terraform,
 	// then tofu, on PATH.
 	Terraform string

@@ -43,6 +43,10 @@ type Backend struct {
 	// InCluster uses the pod's service account for the kubernetes backend;
 	// otherwise KUBE_CONFIG_PATH in terraform's environment is used.
 	InCluster bool
+	// Kubeconfig, when set, is the kubeconfig of the manager's state API
+	// (WriteStateKubeconfig): the kubernetes backend reaches the run's
+	// state through it (config_path), not with the pod's service account.
+	Kubeconfig string
 	// ConfigFile is passed to init -backend-config.
 	ConfigFile string
 }
@@ -73,7 +77,15 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 		return err
 	}
 	if m.Workspace != "" && m.Workspace != "default" {
-		if _, _, err := r.tf(ctx, m.Dir, false, nil, "workspace", "select", "-or-create", "-no-color", m.Workspace); err != nil {
+		args := []string{"workspace", "select", "-or-create", "-no-color", m.Workspace}
+		if r.NoStateLock {
+			// A preview reads the state: it makes no workspace.
+			args = []string{"workspace", "select", "-no-color", m.Workspace}
+		}
+		if _, _, err := r.tf(ctx, m.Dir, false, nil, args...); err != nil {
+			if r.NoStateLock {
+				return fmt.Errorf("workspace %s of the tracked run has no state yet, and a preview reads the state without writing it: apply the tracked run once, then push again: %w", m.Workspace, err)
+			}
 			return err
 		}
 	}
@@ -88,7 +100,9 @@ func writeBackendOverride(dir string, b Backend) error {
 			return errors.New("the kubernetes backend needs --backend-namespace and --backend-secret-suffix")
 		}
 		body = fmt.Sprintf("  secret_suffix = %q\n  namespace     = %q\n", b.SecretSuffix, b.Namespace)
-		if b.InCluster {
+		if b.Kubeconfig != "" {
+			body += fmt.Sprintf("  config_path   = %q\n", b.Kubeconfig)
+		} else if b.InCluster {
 			body += "  in_cluster_config = true\n"
 		}
 		b.Type = "kubernetes"
@@ -571,7 +585,7 @@ func (r *Runner) Cleanup(ctx context.Context, m Module, b Backend, holderPrefix 
 		ws = "default"
 	}
 	name := fmt.Sprintf("lock-tfstate-%s-%s", ws, b.SecretSuffix)
-	leases := r.Kube.Client.CoordinationV1().Leases(b.Namespace)
+	leases := r.Kube.stateClient().CoordinationV1().Leases(b.Namespace)
 	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return "no state lock exists", nil

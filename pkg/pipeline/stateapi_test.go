@@ -1,0 +1,59 @@
+package pipeline_test
+
+import (
+	"slices"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/testutil"
+)
+
+// TestStateAPIToken: with the state API, every terraform step (and no
+// check, not the clone) gets its URL and certificate and a token whose
+// audience names this child, its run and the run's uid, redacted from the
+// logs; a preview's steps read the state without the lock.
+func TestStateAPIToken(t *testing.T) {
+	run := testutil.MakeRun("net", "team-a").Check("policy", "conftest:1", "", "conftest", "test").Obj()
+	cfg := testutil.Config
+	cfg.StateAPI = engine.StateAPI{URL: "https://opr8r-state.opr8r-system.svc:9444", CA: "-----BEGIN CERTIFICATE-----"}
+	for _, preview := range []bool{false, true} {
+		p, err := pipeline.Build(engine.Request{Run: pipeline.Defaults(run, infrav1.EngineArgo, cfg), Config: cfg, Type: infrav1.RunApply, Name: "net-3", Preview: preview})
+		if err != nil {
+			t.Fatal(err)
+		}
+		i := slices.IndexFunc(p.Volumes, func(v corev1.Volume) bool { return v.Name == pipeline.StateTokenVolume })
+		if i < 0 {
+			t.Fatalf("no state token volume: %+v", p.Volumes)
+		}
+		tok := p.Volumes[i].Projected.Sources[0].ServiceAccountToken
+		if want := names.StateAudience("team-a", "net", string(run.UID), "net-3"); tok == nil || tok.Audience != want {
+			t.Fatalf("state token %+v, want audience %s", tok, want)
+		}
+		for _, s := range p.Steps {
+			terraform := slices.Contains([]string{names.StepInit, names.StepPlan, names.StepApply, names.StepExport, names.StepCleanup}, s.Name)
+			mounted := slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == pipeline.StateTokenVolume && m.MountPath == names.StateTokenDir })
+			env := slices.ContainsFunc(s.Env, func(e corev1.EnvVar) bool { return e.Name == names.EnvStateAPI && e.Value == cfg.StateAPI.URL }) &&
+				slices.ContainsFunc(s.Env, func(e corev1.EnvVar) bool { return e.Name == names.EnvStateAPICA && e.Value == cfg.StateAPI.CA })
+			redacted := slices.Contains(s.Args, "--secret-files="+names.StateTokenDir)
+			if mounted != terraform || env != terraform || redacted != terraform {
+				t.Errorf("step %s: token mounted %v, URL and CA %v, redacted %v; want %v (terraform steps only)", s.Name, mounted, env, redacted, terraform)
+			}
+			if noLock := slices.Contains(s.Args, "--no-state-lock"); noLock != (terraform && preview) {
+				t.Errorf("step %s of a preview %v: --no-state-lock %v", s.Name, preview, noLock)
+			}
+		}
+	}
+	// Without the state API (a manager outside the cluster), nothing.
+	p, err := pipeline.Build(engine.Request{Run: pipeline.Defaults(run, infrav1.EngineArgo, testutil.Config), Config: testutil.Config, Type: infrav1.RunApply, Name: "net-3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.ContainsFunc(p.Volumes, func(v corev1.Volume) bool { return v.Name == pipeline.StateTokenVolume }) {
+		t.Fatal("a state token without a state API")
+	}
+}
