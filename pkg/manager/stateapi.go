@@ -13,8 +13,8 @@ import (
 	"github.com/opr8r/opr8r/pkg/stateapi"
 )
 
-// addStateAPI serves the state API with grants read from the manager's
-// cache of TerraformRuns.
+// addStateAPI serves the state API with grants read from the
+// TerraformRuns the tokens name.
 func addStateAPI(mgr ctrl.Manager, o Options, isPreview func(*infrav1.TerraformRun) bool) error {
 	s := o.StateAPI
 	if s == nil || s.Addr == "" || s.Addr == "0" {
@@ -31,7 +31,10 @@ func addStateAPI(mgr ctrl.Manager, o Options, isPreview func(*infrav1.TerraformR
 		s.Upstream = mgr.GetConfig()
 	}
 	if s.Grants == nil {
-		cache := mgr.GetCache()
+		// Read from the API server, not the cache: a shard's manager
+		// caches its shard's runs only, and any replica of any shard may
+		// answer a step (the Service picks one).
+		cache := mgr.GetAPIReader()
 		s.Grants = &stateapi.Grants{
 			Runs:      cache,
 			IsRunner:  o.Engine.IsRunnerAccount,

@@ -11,6 +11,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -28,7 +29,7 @@ const CertValidity = 5 * 365 * 24 * time.Hour
 // the Secret namespace/name (kubernetes.io/tls) so every replica serves
 // the same one, and makes it (self-signed, for dnsNames) when the Secret
 // is missing, or its certificate is unreadable, near its end or not for
-// dnsNames. The certificate's PEM is what steps trust (names.EnvStateAPICA).
+// dnsNames (host names or IP addresses). The certificate's PEM is what steps trust (names.EnvStateAPICA).
 func EnsureCertificate(ctx context.Context, cs kubernetes.Interface, namespace, name string, dnsNames []string, now time.Time) (tls.Certificate, []byte, error) {
 	secrets := cs.CoreV1().Secrets(namespace)
 	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
@@ -87,6 +88,15 @@ func selfSigned(dnsNames []string, now time.Time) (certPEM, keyPEM []byte, err e
 	if err != nil {
 		return nil, nil, err
 	}
+	var hostNames []string
+	var ips []net.IP
+	for _, n := range dnsNames {
+		if ip := net.ParseIP(n); ip != nil {
+			ips = append(ips, ip)
+		} else {
+			hostNames = append(hostNames, n)
+		}
+	}
 	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
 	if err != nil {
 		return nil, nil, err
@@ -94,7 +104,8 @@ func selfSigned(dnsNames []string, now time.Time) (certPEM, keyPEM []byte, err e
 	tmpl := &x509.Certificate{
 		SerialNumber: serial,
 		Subject:      pkix.Name{CommonName: "opr8r state API"},
-		DNSNames:     dnsNames,
+		DNSNames:     hostNames,
+		IPAddresses:  ips,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(CertValidity),
 		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,

@@ -577,6 +577,9 @@ func (r *Runner) Cleanup(ctx context.Context, m Module, b Backend, holderPrefix 
 	if b.Type != "" && b.Type != "kubernetes" {
 		return fmt.Sprintf("backend %s: lock release is not supported; nothing done", b.Type), nil
 	}
+	if r.NoStateLock {
+		return "this run reads the state without its lock (a preview): no lock to release", nil
+	}
 	if r.Kube == nil {
 		return "", errors.New("cleanup needs the API server")
 	}

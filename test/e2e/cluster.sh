@@ -80,6 +80,9 @@ MIRROR_IMAGE="localhost/opr8r/provider-mirror:${E2E_IMAGE_TAG}"
 # The provider mirror's Service: a fixed address, as the registry's (the
 # cluster runs no DNS); its certificate names it.
 MIRROR_IP="10.96.200.201"
+# The state API's Service (the manager's; pkg/stateapi), fixed for the same
+# reason.
+STATE_API_IP="10.96.200.202"
 
 # shellcheck source=test/e2e/dashboards.sh
 . "${ROOT}/test/e2e/dashboards.sh"
@@ -497,7 +500,7 @@ opr8r_up() {
     --set terraformImage="${TERRAFORM_IMAGE}" \
     --set "watchNamespaces={${E2E_NAMESPACES}}" --set "runner.namespaces={${E2E_NAMESPACES}}" \
     --set leaderElection=false --set logLevel=debug --set minCheckInterval=5s --set stateRetry=3m \
-    --set allowCrossNamespaceDependencies=true \
+    --set allowCrossNamespaceDependencies=true --set stateAPI.clusterIP="${STATE_API_IP}" \
     --set "egress.allowCIDRs={$(node_ip)/32}" \
     --set providers.mirror.url="https://${MIRROR_IP}/" --set providers.mirror.caConfigMap=provider-mirror-ca \
     --set providers.cache.claim=opr8r-provider-cache --set providers.cache.size=1Gi >/dev/null
