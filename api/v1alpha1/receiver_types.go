@@ -157,6 +157,17 @@ type GitHubAppAuth struct {
 // a commit SHA (40 or 64 hex digits).
 const SourcePushAnnotation = "infra.opr8r.io/source-push"
 
+// SourcePushSkippedAnnotation is set by a receiver beside
+// SourcePushAnnotation when the push changed no file the run's
+// spec.source.git.paths match: "<commit> <why>". While it names the commit
+// of SourcePushAnnotation, the run takes that push without a plan and
+// records it in status.lastSkippedPush.
+const SourcePushSkippedAnnotation = "infra.opr8r.io/source-push-skipped"
+
+// ReasonNoPathMatched is status.lastSkippedPush's reason for a push that
+// changed no file spec.source.git.paths match.
+const ReasonNoPathMatched = "NoPathMatched"
+
 // TerraformRunReceiverSpec says which forge's webhooks a receiver takes, how
 // they are verified, and which TerraformRuns of its namespace a push wakes.
 // +kubebuilder:validation:XValidation:rule="self.type != 'Gitea' || !has(self.previews) || has(self.previews.apiURL)",message="spec.previews.apiURL: required for Gitea: the Gitea server's root URL, for example https://gitea.example.com"
