@@ -51,6 +51,14 @@ const (
 	// PreviewCommentAnnotation is the ID of the preview's comment on the
 	// pull request, edited in place.
 	PreviewCommentAnnotation = "infra.opr8r.io/preview-comment"
+	// PreviewFinalizer holds a preview the manager made until it has told
+	// the forge (its comment and commit status) that the tracked run was
+	// deleted, or given up after PreviewCloseAttempts tries: a forge that
+	// is down never holds a namespace's deletion for long.
+	PreviewFinalizer = "preview.opr8r.io/forge"
+	// PreviewCloseAttemptsAnnotation counts the tries to tell the forge a
+	// preview closed.
+	PreviewCloseAttemptsAnnotation = "infra.opr8r.io/preview-close-attempts"
 	// PreviewReportedAnnotation is the last state reported (run ID and
 	// phase), so that each is reported once.
 	PreviewReportedAnnotation = "infra.opr8r.io/preview-reported"
