@@ -10,6 +10,7 @@ import (
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -86,5 +87,45 @@ var _ = Describe("path filters (spec.source.git.paths)", func() {
 		Expect(run.Status.Run.TriggerDetail).To(ContainSubstring(commitC[:12]))
 		Expect(run.Status.LastHandledPush).To(Equal(commitC))
 		Expect(run.Annotations).NotTo(HaveKey(infrav1.SourcePushSkippedAnnotation))
+	})
+})
+
+var _ = Describe("previews of a deleted run", func() {
+	It("hold their finalizer until the manager told the forge, and let go within a bounded time when the forge is unreachable", func() {
+		ctx := context.Background()
+		ns := newNamespace()
+		w := given{engineCases[0]}.run("net", ns).Git(pushRepo, "main", "", "")
+		w.Spec.Approval = infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto}
+		Expect(k8sClient.Create(ctx, w.Obj())).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "hook", Namespace: ns}, StringData: map[string]string{"token": pushToken}})).To(Succeed())
+		Expect(k8sClient.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "api", Namespace: ns}, StringData: map[string]string{"token": "forge-api-token"}})).To(Succeed())
+		// The forge's address does not resolve: every try fails.
+		Expect(k8sClient.Create(ctx, &infrav1.TerraformRunReceiver{ObjectMeta: metav1.ObjectMeta{Name: "forge", Namespace: ns},
+			Spec: infrav1.TerraformRunReceiverSpec{Type: infrav1.ReceiverGitea, Events: []infrav1.ReceiverEvent{infrav1.ReceiverPush, infrav1.ReceiverPullRequest},
+				SecretRef: infrav1.LocalObjectReference{Name: "hook"}, Previews: &infrav1.ReceiverPreviews{APIURL: "https://git.invalid", TokenSecretRef: &infrav1.LocalObjectReference{Name: "api"}}}})).To(Succeed())
+		var path string
+		Eventually(func() string {
+			var r infrav1.TerraformRunReceiver
+			Expect(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "forge"}, &r)).To(Succeed())
+			path = r.Status.WebhookPath
+			return path
+		}, timeout, interval).ShouldNot(BeEmpty())
+		awaitServed(path)
+		opened := giteaPR("opened", 4, commitA, "main")
+		code, body := postHook(path, opened, map[string]string{"X-Gitea-Event": "pull_request", "X-Gitea-Signature": receiver.Sign(opened, []byte(pushToken))})
+		Expect(code).To(Equal(http.StatusAccepted), body)
+		Expect(getRun(ns, "net-pr4").Finalizers).To(ContainElement(infrav1.PreviewFinalizer))
+
+		By("the tracked run deleted, then its preview (as the garbage collector does, which envtest lacks)")
+		Expect(k8sClient.Delete(ctx, getRun(ns, "net"))).To(Succeed())
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "net"}, &infrav1.TerraformRun{}))
+		}, timeout, interval).Should(BeTrue())
+		Expect(k8sClient.Delete(ctx, getRun(ns, "net-pr4"))).To(Succeed())
+		start := time.Now()
+		Eventually(func() bool {
+			return apierrors.IsNotFound(k8sClient.Get(ctx, client.ObjectKey{Namespace: ns, Name: "net-pr4"}, &infrav1.TerraformRun{}))
+		}, time.Minute, interval).Should(BeTrue())
+		GinkgoWriter.Printf("the preview went %s after its deletion, the forge unreachable\n", time.Since(start).Round(time.Second))
 	})
 })
