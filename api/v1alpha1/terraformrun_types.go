@@ -399,7 +399,7 @@ type GitSource struct {
 // +kubebuilder:validation:MinLength=1
 // +kubebuilder:validation:MaxLength=256
 // +kubebuilder:validation:XValidation:rule="!self.matches('^!?/')",message="spec.source.git.paths: a pattern is relative to the repository's root: no leading '/' (for example stacks/network/**)"
-// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '!..' || s == '.' || s == '!.' || s == '' || s == '!')",message="spec.source.git.paths: a pattern's directories must not be empty, '.' or '..' (for example stacks/network/**, not ./stacks/network or stacks//network)"
+// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '!..' || s == '.' || s == '!.' || size(s) == 0 || s == '!')",message="spec.source.git.paths: a pattern's directories must not be empty, '.' or '..' (for example stacks/network/**, not ./stacks/network or stacks//network)"
 type PathPattern string
 
 // OCISource fetches a Terraform module published as an OCI artifact.

@@ -36,6 +36,23 @@ func signedGitHub(body []byte, delivery string) map[string]string {
 }
 
 var _ = Describe("path filters (spec.source.git.paths)", func() {
+	It("refuses patterns outside the repository's root and exclusions alone, naming the field", func() {
+		ns := newNamespace()
+		for paths, want := range map[string]string{
+			"/stacks/network/**": "no leading '/'",
+			"../other/**":        "must not be empty, '.' or '..'",
+			"stacks//network":    "must not be empty, '.' or '..'",
+			"!**/*.md":           "at least one pattern must not start with '!'",
+		} {
+			w := given{engineCases[0]}.run("bad", ns).Git(pushRepo, "main", "", "")
+			w.Spec.Source.Git.Paths = []infrav1.PathPattern{infrav1.PathPattern(paths)}
+			err := k8sClient.Create(context.Background(), w.Obj())
+			Expect(err).To(HaveOccurred(), paths)
+			Expect(err.Error()).To(ContainSubstring("spec.source.git.paths"), paths)
+			Expect(err.Error()).To(ContainSubstring(want), paths)
+		}
+	})
+
 	It("takes a push that changed only other paths without a plan, and plans one that changed a matched path", func() {
 		ctx := context.Background()
 		g := given{engineCases[0]}
