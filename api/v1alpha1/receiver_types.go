@@ -51,6 +51,14 @@ const (
 	// PreviewCommentAnnotation is the ID of the preview's comment on the
 	// pull request, edited in place.
 	PreviewCommentAnnotation = "infra.opr8r.io/preview-comment"
+	// PreviewFinalizer holds a preview the manager made until it has told
+	// the forge (its comment and commit status) that the tracked run was
+	// deleted, or given up after PreviewCloseAttempts tries: a forge that
+	// is down never holds a namespace's deletion for long.
+	PreviewFinalizer = "preview.opr8r.io/forge"
+	// PreviewCloseAttemptsAnnotation counts the tries to tell the forge a
+	// preview closed.
+	PreviewCloseAttemptsAnnotation = "infra.opr8r.io/preview-close-attempts"
 	// PreviewReportedAnnotation is the last state reported (run ID and
 	// phase), so that each is reported once.
 	PreviewReportedAnnotation = "infra.opr8r.io/preview-reported"
@@ -156,6 +164,17 @@ type GitHubAppAuth struct {
 // (SourceChange) at once, without waiting for spec.interval. The value is
 // a commit SHA (40 or 64 hex digits).
 const SourcePushAnnotation = "infra.opr8r.io/source-push"
+
+// SourcePushSkippedAnnotation is set by a receiver beside
+// SourcePushAnnotation when the push changed no file the run's
+// spec.source.git.paths match: "<commit> <why>". While it names the commit
+// of SourcePushAnnotation, the run takes that push without a plan and
+// records it in status.lastSkippedPush.
+const SourcePushSkippedAnnotation = "infra.opr8r.io/source-push-skipped"
+
+// ReasonNoPathMatched is status.lastSkippedPush's reason for a push that
+// changed no file spec.source.git.paths match.
+const ReasonNoPathMatched = "NoPathMatched"
 
 // TerraformRunReceiverSpec says which forge's webhooks a receiver takes, how
 // they are verified, and which TerraformRuns of its namespace a push wakes.

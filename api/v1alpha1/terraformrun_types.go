@@ -372,7 +372,35 @@ type GitSource struct {
 	// put in the URL, arguments or environment.
 	// +optional
 	CredentialsSecretRef *LocalObjectReference `json:"credentialsSecretRef,omitempty"`
+
+	// Paths are the files of the repository this run reads, as glob
+	// patterns relative to the repository's root (not to path), in the
+	// manner of Atlantis' when_modified: "*" and "?" within a name, "**"
+	// for any number of directories, a pattern that names a directory
+	// stands for everything under it, "!" before a pattern excludes what it
+	// matches, and the last pattern that matches a file decides. For
+	// example ["stacks/network/**", "modules/**", "!**/*.md"]. A push to
+	// the tracked ref whose commits change no file they match wakes the
+	// run without a plan (status.lastSkippedPush says why). Whenever the
+	// push's payload cannot show every file it changed (a truncated list
+	// of commits, commits without file lists, a new ref, a force push, or
+	// a forge that does not say whether a push was forced), the run plans.
+	// Unset: every push plans. Changing paths starts no run.
+	// +kubebuilder:validation:MaxItems=64
+	// +kubebuilder:validation:XValidation:rule="self.exists(p, !p.startsWith('!'))",message="spec.source.git.paths: at least one pattern must not start with '!': exclusions alone match nothing, so every push would be skipped"
+	// +listType=atomic
+	// +optional
+	Paths []PathPattern `json:"paths,omitempty"`
 }
+
+// PathPattern is a glob pattern of files relative to a repository's root,
+// optionally negated with a leading "!". Its syntax ("[" without "]", a
+// backslash) is checked by the manager, which stalls the run naming it.
+// +kubebuilder:validation:MinLength=1
+// +kubebuilder:validation:MaxLength=256
+// +kubebuilder:validation:XValidation:rule="!self.matches('^!?/')",message="spec.source.git.paths: a pattern is relative to the repository's root: no leading '/' (for example stacks/network/**)"
+// +kubebuilder:validation:XValidation:rule="!self.split('/').exists(s, s == '..' || s == '!..' || s == '.' || s == '!.' || size(s) == 0 || s == '!')",message="spec.source.git.paths: a pattern's directories must not be empty, '.' or '..' (for example stacks/network/**, not ./stacks/network or stacks//network)"
+type PathPattern string
 
 // OCISource fetches a Terraform module published as an OCI artifact.
 //
@@ -1380,6 +1408,20 @@ type DriftStatus struct {
 	Revision string `json:"revision,omitempty"`
 }
 
+// SkippedPush is a push that woke a TerraformRun without a plan.
+type SkippedPush struct {
+	// Commit is the commit the push moved the tracked ref to.
+	Commit string `json:"commit"`
+	// Reason is why no plan ran: NoPathMatched.
+	Reason string `json:"reason"`
+	// Message says it for people: the files the push changed, and that no
+	// pattern of spec.source.git.paths matched them.
+	// +optional
+	Message string `json:"message,omitempty"`
+	// At is when the run took the push.
+	At metav1.Time `json:"at"`
+}
+
 // TerraformRunStatus is the observed state of a TerraformRun.
 type TerraformRunStatus struct {
 	// Conditions are Ready, Reconciling and Stalled (kstatus), plus Planned,
@@ -1414,6 +1456,13 @@ type TerraformRunStatus struct {
 	// commit its last run already used.
 	// +optional
 	LastHandledPush string `json:"lastHandledPush,omitempty"`
+
+	// LastSkippedPush is the latest push that woke this run without a plan:
+	// its commits changed no file spec.source.git.paths matches. Its commit
+	// is then the run's, as status.lastHandledPush says: the next push is
+	// read from it.
+	// +optional
+	LastSkippedPush *SkippedPush `json:"lastSkippedPush,omitempty"`
 
 	// LastRunNumber is the number of the latest run started; the next run
 	// gets a higher one.

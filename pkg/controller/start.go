@@ -42,6 +42,9 @@ func (r *TerraformRunReconciler) reconcileStart(ctx context.Context, run *infrav
 		run.Status.ObservedGeneration = run.Generation
 		// A push of the commit the latest run used is handled without a run.
 		if push := run.Annotations[infrav1.SourcePushAnnotation]; push != "" && !pushPending(run) && run.Spec.Source.Git != nil {
+			if why, ok := pushSkipped(run); ok && run.Status.LastHandledPush != push {
+				run.Status.LastSkippedPush = &infrav1.SkippedPush{Commit: push, Reason: infrav1.ReasonNoPathMatched, Message: why, At: metav1.NewTime(r.now())}
+			}
 			run.Status.LastHandledPush = push
 		}
 		return ctrl.Result{}, nil
@@ -111,6 +114,9 @@ func pushPending(run *infrav1.TerraformRun) bool {
 	if push == "" || push == run.Status.LastHandledPush || run.Spec.Source.Git == nil {
 		return false
 	}
+	if _, ok := pushSkipped(run); ok {
+		return false
+	}
 	if cur := run.Status.Run; cur != nil && cur.Commit == push {
 		return false
 	}
@@ -118,6 +124,18 @@ func pushPending(run *infrav1.TerraformRun) bool {
 		return false
 	}
 	return true
+}
+
+// pushSkipped says whether the receiver marked the run's push to be taken
+// without a plan (infra.opr8r.io/source-push-skipped names its commit: no
+// file of spec.source.git.paths changed), and why.
+func pushSkipped(run *infrav1.TerraformRun) (string, bool) {
+	push := run.Annotations[infrav1.SourcePushAnnotation]
+	sha, why, _ := strings.Cut(run.Annotations[infrav1.SourcePushSkippedAnnotation], " ")
+	if push == "" || sha != push || len(run.Spec.Source.Git.Paths) == 0 {
+		return "", false
+	}
+	return why, true
 }
 
 func shortSHA(s string) string {

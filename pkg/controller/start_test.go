@@ -171,6 +171,13 @@ func TestPushPending(t *testing.T) {
 		run.Status.LastHandledPush = handled
 		return run
 	}
+	skip := func(run *infrav1.TerraformRun, commit string, paths bool) *infrav1.TerraformRun {
+		run.Annotations[infrav1.SourcePushSkippedAnnotation] = commit + " no path matched: the push changed docs/a.md"
+		if paths {
+			run.Spec.Source.Git.Paths = []infrav1.PathPattern{"stacks/net/**"}
+		}
+		return run
+	}
 	for _, tc := range []struct {
 		name string
 		run  *infrav1.TerraformRun
@@ -182,6 +189,9 @@ func TestPushPending(t *testing.T) {
 		{"handled before", mk(b, a, a, b), false},
 		{"a new commit", mk(b, a, a, ""), true},
 		{"a new commit, no run yet", mk(b, "", "", ""), true},
+		{"a new commit its paths skip", skip(mk(b, a, a, ""), b, true), false},
+		{"a new commit, a skip of another", skip(mk(b, a, a, ""), a, true), true},
+		{"a new commit, a skip but no paths", skip(mk(b, a, a, ""), b, false), true},
 	} {
 		if got := pushPending(tc.run); got != tc.want {
 			t.Errorf("%s: pushPending = %v, want %v", tc.name, got, tc.want)

@@ -16,6 +16,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gitpaths"
 )
 
 // Defaults returns a copy of run with every default filled in: the manager's
@@ -68,10 +69,17 @@ func Defaults(run *infrav1.TerraformRun, defaultEngine infrav1.EngineName, cfg e
 }
 
 // SpecHash hashes what a run executes. Approval decisions, the approval
-// timeout, suspend, the deletion policy and history settings are left out:
-// changing them never starts a new run. The run must have defaults applied.
+// timeout, suspend, the deletion policy, history settings and
+// spec.source.git.paths (which pushes wake a plan, not what it runs) are
+// left out: changing them never starts a new run. The run must have
+// defaults applied.
 func SpecHash(run *infrav1.TerraformRun) string {
 	s := run.Spec
+	if g := s.Source.Git; g != nil && g.Paths != nil {
+		g = g.DeepCopy()
+		g.Paths = nil
+		s.Source.Git = g
+	}
 	hashed := struct {
 		Engine    infrav1.EngineName
 		Source    infrav1.Source
@@ -109,6 +117,13 @@ func Validate(run *infrav1.TerraformRun) error {
 		for _, k := range slices.Sorted(maps.Keys(in.Files)) {
 			if !fileNameRE.MatchString(k) {
 				return fmt.Errorf("spec.source.inline.files: %q is not a plain file name (letters, digits, '.', '_', '-'; not starting with '.'; no directories)", k)
+			}
+		}
+	}
+	if g := run.Spec.Source.Git; g != nil {
+		for _, p := range g.Paths {
+			if err := gitpaths.Valid(string(p)); err != nil {
+				return fmt.Errorf("spec.source.git.paths: %w", err)
 			}
 		}
 	}

@@ -27,6 +27,19 @@ func TestValidate(t *testing.T) {
 		"not an output name":     {run(map[string]infrav1.FileContent{"main.tf": "x"}, map[string]infrav1.SecretDataKey{"1st": "a"}), `spec.outputs.rename: "1st" is not a Terraform output name`},
 		"two renamed to one key": {run(map[string]infrav1.FileContent{"main.tf": "x"}, map[string]infrav1.SecretDataKey{"a": "k", "b": "k"}), `outputs "a" and "b" are both renamed to "k"`},
 	}
+	withPaths := func(paths ...infrav1.PathPattern) *infrav1.TerraformRun {
+		r := &infrav1.TerraformRun{}
+		r.Spec.Source.Git = &infrav1.GitSource{URL: "https://git.example.com/x.git", Paths: paths}
+		return r
+	}
+	cases["paths"] = struct {
+		run  *infrav1.TerraformRun
+		want string
+	}{withPaths("stacks/network/**", "!**/*.md", "stacks/net[0-9]/*.tf"), ""}
+	cases["a path with an unbalanced ["] = struct {
+		run  *infrav1.TerraformRun
+		want string
+	}{withPaths("stacks/[net/**"), `spec.source.git.paths: "stacks/[net/**": "[net" is not a glob pattern`}
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			err := Validate(tc.run)
@@ -37,5 +50,20 @@ func TestValidate(t *testing.T) {
 				t.Fatalf("error %v, want it to contain %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestSpecHashLeavesOutPaths: spec.source.git.paths say which pushes wake
+// a plan, not what it runs: changing them starts no run.
+func TestSpecHashLeavesOutPaths(t *testing.T) {
+	run := &infrav1.TerraformRun{}
+	run.Spec.Source.Git = &infrav1.GitSource{URL: "https://git.example.com/x.git", Ref: "main"}
+	before := SpecHash(run)
+	run.Spec.Source.Git.Paths = []infrav1.PathPattern{"stacks/network/**"}
+	if got := SpecHash(run); got != before {
+		t.Errorf("SpecHash with paths = %s, want %s (as without)", got, before)
+	}
+	if len(run.Spec.Source.Git.Paths) != 1 {
+		t.Error("SpecHash changed the run's paths")
 	}
 }

@@ -2,6 +2,7 @@ package receiver
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
@@ -69,14 +70,14 @@ func (r *Reconciler) reconcilePushes(ctx context.Context, rcv *infrav1.Terraform
 			continue
 		}
 		start := time.Now()
-		woken, behind, err := r.wake(ctx, rcv, *p)
+		woken, skipped, behind, err := r.wake(ctx, rcv, *p)
 		if err != nil {
 			return ctrl.Result{}, fmt.Errorf("waking the TerraformRuns of the push of %s to %s: %w", p.Ref, short(p.Commit), err)
 		}
 		p.State, p.Woken, p.Files, p.FilesKnown = infrav1.PushDone, int32(len(woken)), nil, false
-		p.Message = truncate(fmt.Sprintf("%s %s moved to %s: %s", p.Event, p.Ref, short(p.Commit), wokeWhom(woken, behind)), 1000)
+		p.Message = truncate(fmt.Sprintf("%s %s moved to %s: %s", p.Event, p.Ref, short(p.Commit), wokeWhom(woken, skipped, behind)), 1000)
 		msgs = append(msgs, p.Message)
-		ctrl.LoggerFrom(ctx).Info("fanned out a push", "ref", p.Ref, "commit", p.Commit, "delivery", p.Delivery, "woken", len(woken), "behind", behind, "took", time.Since(start).String())
+		ctrl.LoggerFrom(ctx).Info("fanned out a push", "ref", p.Ref, "commit", p.Commit, "delivery", p.Delivery, "woken", len(woken), "skipped", skipped, "behind", behind, "took", time.Since(start).String())
 	}
 	if err := r.Client.Status().Patch(ctx, rcv, client.MergeFromWithOptions(old, client.MergeFromWithOptimisticLock{})); err != nil {
 		if apierrors.IsConflict(err) {
@@ -94,28 +95,43 @@ func (r *Reconciler) reconcilePushes(ctx context.Context, rcv *infrav1.Terraform
 
 // wake marks the runs that track p and are not marked already or ahead of
 // it; it returns the runs that track it and are at p (marked now or
-// before), and how many it left because p is behind them.
-func (r *Reconciler) wake(ctx context.Context, rcv *infrav1.TerraformRunReceiver, p infrav1.ReceivedPush) ([]string, int, error) {
+// before), how many of those it marked to take p without a plan
+// (DecidePaths), and how many it left because p is behind them.
+func (r *Reconciler) wake(ctx context.Context, rcv *infrav1.TerraformRunReceiver, p infrav1.ReceivedPush) ([]string, int, int, error) {
 	runs, err := trackingRuns(ctx, r.API, rcv, Event{Ref: p.Ref, Repos: p.Repos})
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, 0, err
 	}
 	var woken []string
-	behind := 0
+	skipped, behind := 0, 0
 	for _, run := range runs {
 		switch Decide(rcv.Status.Pushes, p, run) {
 		case WakeBehind:
 			behind++
 			continue
 		case WakeMark:
-			patch := fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q}}}`, infrav1.SourcePushAnnotation, p.Commit)
-			if err := r.Client.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); client.IgnoreNotFound(err) != nil {
-				return woken, behind, fmt.Errorf("marking %s: %w", run.Name, err)
+			v := DecidePaths(p, run)
+			if !v.Plan {
+				skipped++
+			}
+			if err := r.Client.Patch(ctx, run, client.RawPatch(types.MergePatchType, markPatch(p.Commit, v))); client.IgnoreNotFound(err) != nil {
+				return woken, skipped, behind, fmt.Errorf("marking %s: %w", run.Name, err)
 			}
 		}
 		woken = append(woken, run.Name)
 	}
-	return woken, behind, nil
+	return woken, skipped, behind, nil
+}
+
+// markPatch marks a run with a push's commit and, when its paths take the
+// push without a plan, says so (SourcePushSkippedAnnotation); otherwise
+// it removes an earlier skip.
+func markPatch(commit string, v PathVerdict) []byte {
+	skip := []byte("null")
+	if !v.Plan {
+		skip, _ = json.Marshal(truncate(commit+" "+v.Why, 500))
+	}
+	return fmt.Appendf(nil, `{"metadata":{"annotations":{%q:%q,%q:%s}}}`, infrav1.SourcePushAnnotation, commit, infrav1.SourcePushSkippedAnnotation, skip)
 }
 
 // trackingRuns lists the TerraformRuns of the receiver's namespace (that it
@@ -148,7 +164,7 @@ func trackingRuns(ctx context.Context, api client.Reader, rcv *infrav1.Terraform
 }
 
 // wokeWhom says whom a push woke, naming at most ten runs.
-func wokeWhom(runs []string, behind int) string {
+func wokeWhom(runs []string, skipped, behind int) string {
 	var b strings.Builder
 	switch {
 	case len(runs) == 0 && behind == 0:
@@ -159,6 +175,9 @@ func wokeWhom(runs []string, behind int) string {
 		b.WriteString("woke TerraformRuns " + strings.Join(runs, ", "))
 	default:
 		fmt.Fprintf(&b, "woke %d TerraformRuns (%s, …)", len(runs), strings.Join(runs[:10], ", "))
+	}
+	if skipped > 0 {
+		fmt.Fprintf(&b, "; %d of them without a plan: no file of their spec.source.git.paths changed", skipped)
 	}
 	if behind > 0 {
 		fmt.Fprintf(&b, "; %d left alone: they are ahead of it", behind)

@@ -157,8 +157,12 @@ const githubMaxCommits = 20
 // all of them: total is the forge's count of the push's commits (0: none
 // given), limit the length at which a list without a total is taken as
 // cut.
-func changedFiles(commits []pushCommit, total, limit int, before string, forced bool) ([]string, bool) {
-	if len(commits) == 0 || total > len(commits) || (total == 0 && len(commits) >= limit) || before == "" || forced {
+// forced is nil when the payload does not say whether the push was forced
+// (Gitea's never does; GitLab's only in recent versions): a force push
+// lists only the commits it added, never the files of the commits it
+// dropped, so such a payload's files are not known.
+func changedFiles(commits []pushCommit, total, limit int, before string, forced *bool) ([]string, bool) {
+	if len(commits) == 0 || total > len(commits) || (total == 0 && len(commits) >= limit) || before == "" || forced == nil || *forced {
 		return nil, false
 	}
 	seen := map[string]bool{}
@@ -193,7 +197,7 @@ type pushPayload struct {
 	Before       string       `json:"before"`
 	After        string       `json:"after"`
 	Deleted      bool         `json:"deleted"`
-	Forced       bool         `json:"forced"`
+	Forced       *bool        `json:"forced"`
 	Commits      []pushCommit `json:"commits"`
 	TotalCommits int          `json:"total_commits"`
 	HeadCommit   *struct {
@@ -358,6 +362,7 @@ func parseGitLab(name string, body []byte) (Event, error) {
 		CheckoutSHA  string       `json:"checkout_sha"`
 		Commits      []pushCommit `json:"commits"`
 		TotalCommits int          `json:"total_commits_count"`
+		Forced       *bool        `json:"forced"`
 		Project      struct {
 			GitHTTPURL string `json:"git_http_url"`
 			GitSSHURL  string `json:"git_ssh_url"`
@@ -381,7 +386,7 @@ func parseGitLab(name string, body []byte) (Event, error) {
 	}
 	e.Before = noCommit(p.Before)
 	// GitLab lists at most 20 commits, and counts them all.
-	e.Files, e.FilesKnown = changedFiles(p.Commits, p.TotalCommits, githubMaxCommits, e.Before, false)
+	e.Files, e.FilesKnown = changedFiles(p.Commits, p.TotalCommits, githubMaxCommits, e.Before, p.Forced)
 	return e, nil
 }
 

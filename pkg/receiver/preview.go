@@ -21,6 +21,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
@@ -177,6 +178,7 @@ func newPreview(run *infrav1.TerraformRun, name string, pv Preview) *infrav1.Ter
 		Labels:          map[string]string{infrav1.PreviewOfLabel: run.Name, infrav1.PullRequestLabel: strconv.FormatInt(pv.Number, 10)},
 		Annotations:     map[string]string{infrav1.PreviewAnnotation: string(meta)},
 		OwnerReferences: []metav1.OwnerReference{{APIVersion: infrav1.GroupVersion.String(), Kind: "TerraformRun", Name: run.Name, UID: run.UID}},
+		Finalizers:      []string{infrav1.PreviewFinalizer},
 	}, Spec: previewSpec(run, pv.Head)}
 	if k, ok := run.Labels[infrav1.ShardLabel]; ok {
 		p.Labels[infrav1.ShardLabel] = k
@@ -327,8 +329,11 @@ func SetupPreviews(mgr ctrl.Manager, rec records.Store, hc *http.Client, seals e
 // may not show yet the comment it recorded a moment ago.
 func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.Result, error) {
 	var run infrav1.TerraformRun
-	if err := p.API.Get(ctx, req.NamespacedName, &run); err != nil || run.DeletionTimestamp != nil {
+	if err := p.API.Get(ctx, req.NamespacedName, &run); err != nil {
 		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+	if run.DeletionTimestamp != nil {
+		return p.finalize(ctx, &run)
 	}
 	cur := run.Status.Run
 	if cur == nil || run.Labels[infrav1.PreviewOfLabel] == "" {
@@ -365,6 +370,89 @@ func (p *PreviewReporter) Reconcile(ctx context.Context, req ctrl.Request) (ctrl
 		infrav1.PreviewReportedAnnotation: key, infrav1.PreviewCommentAnnotation: commentRef(p.Seals, &run, id),
 	}}})
 	return ctrl.Result{}, p.Client.Patch(ctx, &run, client.RawPatch(types.MergePatchType, patch))
+}
+
+// PreviewCloseAttempts bounds the tries to tell the forge that a deleted
+// preview's tracked run was deleted; then the finalizer goes anyway.
+const PreviewCloseAttempts = 3
+
+// finalize tells the forge, when a preview goes because its tracked run was
+// deleted, that the preview closed (its comment edited, its commit status
+// set to error), then removes PreviewFinalizer. A preview that goes while
+// its tracked run stays (its pull request closed, which the webhook
+// reported, or someone deleted it) is only let go. The forge is tried at
+// most PreviewCloseAttempts times, a few seconds apart: a forge that is
+// down, a receiver or Secret already deleted (a namespace going) never
+// holds the deletion.
+func (p *PreviewReporter) finalize(ctx context.Context, run *infrav1.TerraformRun) (ctrl.Result, error) {
+	if !controllerutil.ContainsFinalizer(run, infrav1.PreviewFinalizer) {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	tracked, gone, err := p.trackedGone(ctx, run)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	tries, _ := strconv.Atoi(run.Annotations[infrav1.PreviewCloseAttemptsAnnotation])
+	if gone && IsManagersPreview(p.Seals, run) && tries < PreviewCloseAttempts {
+		err := p.reportDeleted(ctx, run, tracked)
+		if err != nil && !errors.Is(err, errNoReporter) {
+			tries++
+			log.Info("could not tell the forge the preview closed", "try", tries, "of", PreviewCloseAttempts, "error", err.Error())
+			if tries < PreviewCloseAttempts {
+				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{infrav1.PreviewCloseAttemptsAnnotation: strconv.Itoa(tries)}}})
+				if err := p.Client.Patch(ctx, run, client.RawPatch(types.MergePatchType, patch)); err != nil {
+					return ctrl.Result{}, client.IgnoreNotFound(err)
+				}
+				return ctrl.Result{RequeueAfter: time.Duration(tries) * 5 * time.Second}, nil
+			}
+			log.Info("gave up telling the forge the preview closed; letting it go")
+		}
+	}
+	orig := run.DeepCopy()
+	controllerutil.RemoveFinalizer(run, infrav1.PreviewFinalizer)
+	return ctrl.Result{}, client.IgnoreNotFound(p.Client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+// trackedGone says whether the preview's tracked run is deleted or being
+// deleted (or is another run of that name now), and its name.
+func (p *PreviewReporter) trackedGone(ctx context.Context, run *infrav1.TerraformRun) (string, bool, error) {
+	name := run.Labels[infrav1.PreviewOfLabel]
+	var tracked infrav1.TerraformRun
+	err := p.API.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: name}, &tracked)
+	if apierrors.IsNotFound(err) {
+		return name, true, nil
+	}
+	if err != nil {
+		return name, false, err
+	}
+	return name, tracked.DeletionTimestamp != nil || !ownedBy(run, &tracked), nil
+}
+
+// errNoReporter: the preview's receiver, its previews or its credentials
+// are gone; nothing can be told.
+var errNoReporter = errors.New("no reporter")
+
+// reportDeleted edits the preview's comment to say its tracked run was
+// deleted and sets its commit status to error.
+func (p *PreviewReporter) reportDeleted(ctx context.Context, run *infrav1.TerraformRun, tracked string) error {
+	pv, _ := previewOf(run)
+	var rcv infrav1.TerraformRunReceiver
+	if err := p.Client.Get(ctx, types.NamespacedName{Namespace: run.Namespace, Name: pv.Receiver}, &rcv); err != nil {
+		if apierrors.IsNotFound(err) {
+			return errNoReporter
+		}
+		return err
+	}
+	rep, err := reporterFor(ctx, p.API, &rcv, p.HTTP)
+	if err != nil {
+		return errors.Join(errNoReporter, err)
+	}
+	why := "The tracked TerraformRun " + CodeSpan(tracked, 300) + " was deleted"
+	if err := setStatus(ctx, rep, pv, statusContext(run.Namespace, run.Name), "error", "closed: the tracked run "+tracked+" was deleted", ""); err != nil {
+		return fmt.Errorf("commit status on %s: %w", short(pv.Head), err)
+	}
+	return reportClosed(ctx, rep, p.Seals, run, pv, why)
 }
 
 // report sets the preview's commit status and its comment, and returns the

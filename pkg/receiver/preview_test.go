@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -356,5 +357,92 @@ func TestMovePreview(t *testing.T) {
 	}
 	if !IsManagersPreview(testSeals, &got) {
 		t.Error("the moved preview is not sealed")
+	}
+}
+
+// TestPreviewClosedWhenTrackedRunDeleted: a preview that goes because its
+// tracked run was deleted tells the forge (its comment says so, its commit
+// status is error) before its finalizer goes; a forge that fails is tried
+// PreviewCloseAttempts times, then the finalizer goes anyway; a preview
+// that goes while its tracked run stays (its pull request closed) is only
+// let go.
+func TestPreviewClosedWhenTrackedRunDeleted(t *testing.T) {
+	down := giteaRoutes()
+	down["POST /api/v1/repos/octocat/Hello-World/statuses/"+sha] = []answerOf{{code: 502}}
+	cases := map[string]struct {
+		routes       map[string][]answerOf
+		trackedStays bool
+		noReceiver   bool
+		wantStatuses []string
+		wantComment  string // the request that edited the comment
+		wantText     string
+		wantTries    int // reconciles until the finalizer is gone
+	}{
+		"the tracked run deleted: the comment and the status say so": {
+			routes:       giteaRoutes(),
+			wantStatuses: []string{"error opr8r/team-a/net-pr7 closed: the tracked run net was deleted"},
+			wantComment:  "PATCH /api/v1/repos/octocat/Hello-World/issues/comments/99",
+			wantText:     "The tracked TerraformRun ` net ` was deleted; its preview",
+			wantTries:    1,
+		},
+		"the forge down: three tries, then let go": {
+			routes:       down,
+			wantStatuses: []string{"error opr8r/team-a/net-pr7 closed: the tracked run net was deleted", "error opr8r/team-a/net-pr7 closed: the tracked run net was deleted", "error opr8r/team-a/net-pr7 closed: the tracked run net was deleted"},
+			wantTries:    3,
+		},
+		"the receiver gone (a namespace going): let go at once": {
+			routes:     giteaRoutes(),
+			noReceiver: true,
+			wantTries:  1,
+		},
+		"the tracked run stays (the pull request closed): let go, nothing sent": {
+			routes:       giteaRoutes(),
+			trackedStays: true,
+			wantTries:    1,
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			forge := newFakeForge(t, tc.routes)
+			p := sealedPreview(t)
+			p.Annotations[infrav1.PreviewCommentAnnotation] = commentRef(testSeals, p, 99)
+			objs := []client.Object{p}
+			if !tc.noReceiver {
+				objs = append(objs, testReceiver(forge.srv.URL, nil))
+			}
+			if tc.trackedStays {
+				objs = append(objs, trackedRun("net"))
+			}
+			c := testClient(t, objs...)
+			if err := c.Delete(context.Background(), p); err != nil {
+				t.Fatal(err)
+			}
+			r := &PreviewReporter{Client: c, API: c, HTTP: forge.srv.Client(), Seals: testSeals}
+			key := types.NamespacedName{Namespace: "team-a", Name: "net-pr7"}
+			tries := 0
+			for ; tries < 10; tries++ {
+				if err := c.Get(context.Background(), key, &infrav1.TerraformRun{}); apierrors.IsNotFound(err) {
+					break
+				}
+				if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: key}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tries != tc.wantTries {
+				t.Errorf("the preview went after %d reconciles, want %d", tries, tc.wantTries)
+			}
+			if diff := cmp.Diff(tc.wantStatuses, statuses(t, forge)); diff != "" {
+				t.Errorf("statuses (-want +got):\n%s", diff)
+			}
+			var req, text string
+			for _, c := range forge.took(true) {
+				if strings.Contains(c.Path, "/comments") && c.Method != "GET" {
+					req, text = c.Method+" "+c.Path, c.Body
+				}
+			}
+			if req != tc.wantComment || !strings.Contains(text, tc.wantText) {
+				t.Errorf("comment written: %s %q, want %s with %q", req, text, tc.wantComment, tc.wantText)
+			}
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	git "github.com/go-git/go-git/v5"
+	gitconfig "github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
 	githttp "github.com/go-git/go-git/v5/plumbing/transport/http"
@@ -97,7 +98,7 @@ func (r *Runner) Clone(ctx context.Context, o CloneOptions) error {
 	if err != nil {
 		return err
 	}
-	commit, err := fetchRef(ctx, o, auth)
+	commit, err := r.fetchRef(ctx, o, auth)
 	if err != nil {
 		return fmt.Errorf("fetching %s at %s: %s", redactURL(o.URL), o.Ref, r.Redact(err.Error()))
 	}
@@ -147,20 +148,23 @@ func writeFiles(files map[string]string, dest string) (int, error) {
 	return len(files), nil
 }
 
-func fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (string, error) {
+// fetchRef checks out o.Ref. A full commit SHA (a preview's head) is
+// fetched alone, at depth 1: the forges (Gitea, GitHub, GitLab) let a
+// client ask for any commit reachable from a ref
+// (uploadpack.allowReachableSHA1InWant). A server that refuses gets
+// today's whole clone instead, said in the step's log.
+func (r *Runner) fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (string, error) {
 	if fullSHA.MatchString(o.Ref) {
-		repo, err := git.PlainCloneContext(ctx, o.Dest, false, &git.CloneOptions{URL: o.URL, Auth: auth, NoCheckout: true, Tags: git.NoTags})
-		if err != nil {
+		err := fetchCommit(ctx, o, auth)
+		if err == nil {
+			r.logf("fetched commit %s alone (depth 1)", o.Ref)
+			return o.Ref, nil
+		}
+		if ctx.Err() != nil {
 			return "", err
 		}
-		wt, err := repo.Worktree()
-		if err != nil {
-			return "", err
-		}
-		if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(o.Ref)}); err != nil {
-			return "", fmt.Errorf("commit %s: %w", o.Ref, err)
-		}
-		return o.Ref, nil
+		r.logf("the server did not give commit %s alone (%s); cloning the whole repository instead", o.Ref, r.Redact(err.Error()))
+		return cloneAt(ctx, o, auth)
 	}
 	var lastErr error
 	for _, ref := range []plumbing.ReferenceName{plumbing.NewBranchReferenceName(o.Ref), plumbing.NewTagReferenceName(o.Ref)} {
@@ -182,6 +186,48 @@ func fetchRef(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (s
 		return head.Hash().String(), nil
 	}
 	return "", fmt.Errorf("no branch or tag named %q: %w", o.Ref, lastErr)
+}
+
+// fetchCommit fetches commit o.Ref alone (depth 1) into a new repository
+// at o.Dest and checks it out: git fetch --depth=1 origin <sha>.
+func fetchCommit(ctx context.Context, o CloneOptions, auth transport.AuthMethod) error {
+	_ = os.RemoveAll(filepath.Join(o.Dest, ".git"))
+	repo, err := git.PlainInit(o.Dest, false)
+	if err != nil {
+		return err
+	}
+	if _, err := repo.CreateRemote(&gitconfig.RemoteConfig{Name: git.DefaultRemoteName, URLs: []string{o.URL}}); err != nil {
+		return err
+	}
+	spec := gitconfig.RefSpec(o.Ref + ":refs/heads/opr8r")
+	if err := repo.FetchContext(ctx, &git.FetchOptions{RemoteName: git.DefaultRemoteName, RefSpecs: []gitconfig.RefSpec{spec}, Depth: 1, Auth: auth, Tags: git.NoTags}); err != nil {
+		return err
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(o.Ref)}); err != nil {
+		return fmt.Errorf("commit %s: %w", o.Ref, err)
+	}
+	return nil
+}
+
+// cloneAt clones the whole repository and checks out commit o.Ref.
+func cloneAt(ctx context.Context, o CloneOptions, auth transport.AuthMethod) (string, error) {
+	_ = os.RemoveAll(filepath.Join(o.Dest, ".git"))
+	repo, err := git.PlainCloneContext(ctx, o.Dest, false, &git.CloneOptions{URL: o.URL, Auth: auth, NoCheckout: true, Tags: git.NoTags})
+	if err != nil {
+		return "", err
+	}
+	wt, err := repo.Worktree()
+	if err != nil {
+		return "", err
+	}
+	if err := wt.Checkout(&git.CheckoutOptions{Hash: plumbing.NewHash(o.Ref)}); err != nil {
+		return "", fmt.Errorf("commit %s: %w", o.Ref, err)
+	}
+	return o.Ref, nil
 }
 
 // gitAuth reads credentials: token (+ username) for http(s), identity and

@@ -208,3 +208,53 @@ func TestCloneDirSource(t *testing.T) {
 		t.Errorf("dest has %v, want only main.tf", entries)
 	}
 }
+
+// TestCloneCommitShallow: a commit SHA (a preview's head) is fetched alone,
+// at depth 1, from a server that allows a reachable commit to be asked for
+// (Gitea's, GitHub's and GitLab's default); a server that refuses gets the
+// whole clone, said in the step's log.
+func TestCloneCommitShallow(t *testing.T) {
+	cases := map[string]struct {
+		allow       bool
+		wantCommits string
+		wantLog     string
+	}{
+		"the server gives the commit alone": {allow: true, wantCommits: "1", wantLog: "alone (depth 1)"},
+		"the server refuses: a whole clone": {allow: false, wantCommits: "2", wantLog: "cloning the whole repository instead"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			repo := makeRepo(t)
+			git(t, repo.dir, "config", "uploadpack.allowReachableSHA1InWant", map[bool]string{true: "true", false: "false"}[tc.allow])
+			srv := authGitServer(t, repo)
+			creds := t.TempDir()
+			write(t, filepath.Join(creds, "token"), tokenMarker)
+			dest, results := filepath.Join(t.TempDir(), "src"), t.TempDir()
+			var out bytes.Buffer
+			r := &step.Runner{Out: &out, ResultsDir: results}
+			sha := repo.commits["v2"]
+			if err := r.Clone(context.Background(), step.CloneOptions{Source: "git", URL: srv.URL + "/" + filepath.Base(repo.dir), Ref: sha, CredentialsDir: creds, Dest: dest}); err != nil {
+				t.Fatalf("Clone: %v\n%s", err, out.String())
+			}
+			if got := git(t, dest, "rev-parse", "HEAD"); got != sha {
+				t.Errorf("HEAD = %s, want %s", got, sha)
+			}
+			if got, _ := os.ReadFile(filepath.Join(dest, "stacks", "net", "main.tf")); string(got) != "# v2\n" {
+				t.Errorf("stacks/net/main.tf = %q, want the commit's", got)
+			}
+			if got := git(t, dest, "rev-list", "--count", "HEAD"); got != tc.wantCommits {
+				t.Errorf("commits in the clone = %s, want %s", got, tc.wantCommits)
+			}
+			if commit, _ := os.ReadFile(filepath.Join(results, "commit")); string(commit) != sha {
+				t.Errorf("commit result = %q, want %q", commit, sha)
+			}
+			if !strings.Contains(out.String(), tc.wantLog) {
+				t.Errorf("log lacks %q:\n%s", tc.wantLog, out.String())
+			}
+			t.Log(out.String())
+			if strings.Contains(out.String(), tokenMarker) {
+				t.Errorf("the log holds the token:\n%s", out.String())
+			}
+		})
+	}
+}
