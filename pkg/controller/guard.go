@@ -49,7 +49,7 @@ const (
 func (r *TerraformRunReconciler) guardChild(ctx context.Context, ns, child string, runners ...string) error {
 	return r.editGuard(ctx, ns, func(g guardList) guardList {
 		g.children = appendNew(g.children, child)
-		for _, sa := range append(runners, r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount) {
+		for _, sa := range append(runners, r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount, r.Config.PreviewServiceAccount) {
 			if r.Config.IsRunnerAccount(sa) {
 				g.runners = appendNew(g.runners, sa)
 			}

@@ -553,7 +553,7 @@ func (r *TerraformRunReconciler) checkRunnerAccounts(run *infrav1.TerraformRun) 
 // runnerAccounts lists the install's runner service accounts.
 func (r *TerraformRunReconciler) runnerAccounts() []string {
 	var out []string
-	for _, sa := range append([]string{r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount}, r.Config.RunnerServiceAccounts...) {
+	for _, sa := range append([]string{r.Config.RunnerServiceAccount, r.Config.PlanServiceAccount, r.Config.CheckServiceAccount, r.Config.PreviewServiceAccount}, r.Config.RunnerServiceAccounts...) {
 		if sa != "" && !slices.Contains(out, sa) {
 			out = append(out, sa)
 		}

@@ -274,6 +274,9 @@ type Config struct {
 	// before the approval gate (spec.runner.planServiceAccountName); empty:
 	// the runner's.
 	PlanServiceAccount string
+	// PreviewServiceAccount is the service account of every step of a
+	// pull request's preview (Request.Preview); empty: the plan's.
+	PreviewServiceAccount string
 	// CheckServiceAccount is the service account of check steps, which
 	// run images the run chose on the plan: it reads no Secret and holds no
 	// cloud identity (empty: the runner's, as before checks had their own).
@@ -327,7 +330,7 @@ func (c Config) IsRunnerAccount(sa string) bool {
 	if sa == "" {
 		return false
 	}
-	if sa == c.RunnerServiceAccount || sa == c.PlanServiceAccount || sa == c.CheckServiceAccount {
+	if sa == c.RunnerServiceAccount || sa == c.PlanServiceAccount || sa == c.CheckServiceAccount || sa == c.PreviewServiceAccount {
 		return true
 	}
 	return slices.Contains(c.RunnerServiceAccounts, sa)

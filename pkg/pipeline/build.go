@@ -226,6 +226,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 	if PlanOnly(req.Type) {
 		p.Cleanup = b.cleanup()
 		splitIdentities(p, run)
+	previewIdentity(p, req)
 		setTimeouts(p, run, req.Config)
 		return p, nil
 	}
@@ -275,6 +276,23 @@ func splitIdentities(p *Pipeline, run *infrav1.TerraformRun) {
 	if PlanOnly(p.Type) {
 		p.Cleanup.ServiceAccountName = planSA
 	}
+}
+
+// previewIdentity runs every step of a preview but its checks as the
+// install's preview account, when it has one: a pull request's code
+// runs under an identity of its own.
+func previewIdentity(p *Pipeline, req engine.Request) {
+	sa := req.Config.PreviewServiceAccount
+	if !req.Preview || sa == "" {
+		return
+	}
+	p.ServiceAccountName = sa
+	for i := range p.Steps {
+		if !names.IsCheck(p.Steps[i].Name) {
+			p.Steps[i].ServiceAccountName = sa
+		}
+	}
+	p.Cleanup.ServiceAccountName = sa
 }
 
 // Checks returns the pipeline's check steps, in order.

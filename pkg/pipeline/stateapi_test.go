@@ -57,3 +57,28 @@ func TestStateAPIToken(t *testing.T) {
 		t.Fatal("a state token without a state API")
 	}
 }
+
+// TestPreviewIdentity: a preview's steps (not its checks) run as the
+// install's preview account; other runs never do.
+func TestPreviewIdentity(t *testing.T) {
+	run := testutil.MakeRun("net", "team-a").Check("policy", "conftest:1", "", "conftest", "test").Obj()
+	run.Spec.PlanOnly = true
+	cfg := testutil.Config
+	cfg.PreviewServiceAccount = "opr8r-preview"
+	for _, preview := range []bool{false, true} {
+		p, err := pipeline.Build(engine.Request{Run: pipeline.Defaults(run, infrav1.EngineArgo, cfg), Config: cfg, Type: infrav1.RunPlan, Name: "net-pr1-plan-1", Preview: preview})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range append(p.Steps, p.Cleanup) {
+			sa := s.ServiceAccountName
+			if sa == "" {
+				sa = p.ServiceAccountName
+			}
+			want := preview && !names.IsCheck(s.Name)
+			if (sa == "opr8r-preview") != want {
+				t.Errorf("preview %v: step %s runs as %q", preview, s.Name, sa)
+			}
+		}
+	}
+}
