@@ -226,7 +226,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 	if PlanOnly(req.Type) {
 		p.Cleanup = b.cleanup()
 		splitIdentities(p, run)
-	previewIdentity(p, req)
+		previewIdentity(p, req)
 		setTimeouts(p, run, req.Config)
 		return p, nil
 	}

@@ -36,7 +36,9 @@ func TestStateAPIToken(t *testing.T) {
 		}
 		for _, s := range p.Steps {
 			terraform := slices.Contains([]string{names.StepInit, names.StepPlan, names.StepApply, names.StepExport, names.StepCleanup}, s.Name)
-			mounted := slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == pipeline.StateTokenVolume && m.MountPath == names.StateTokenDir })
+			mounted := slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool {
+				return m.Name == pipeline.StateTokenVolume && m.MountPath == names.StateTokenDir
+			})
 			env := slices.ContainsFunc(s.Env, func(e corev1.EnvVar) bool { return e.Name == names.EnvStateAPI && e.Value == cfg.StateAPI.URL }) &&
 				slices.ContainsFunc(s.Env, func(e corev1.EnvVar) bool { return e.Name == names.EnvStateAPICA && e.Value == cfg.StateAPI.CA })
 			redacted := slices.Contains(s.Args, "--secret-files="+names.StateTokenDir)
