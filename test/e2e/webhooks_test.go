@@ -800,6 +800,51 @@ spec:
 		t.Errorf("the previews' notifier got %+v for %s, want one signed Failed", got, p3)
 	}
 
+	// Pull request 4 is an attack: its module reads the forge token's
+	// Secret with the step pod's own token and with the state API's, and
+	// would print it. The preview fails with "forbidden", the token goes
+	// nowhere, and the tracked run's state is untouched.
+	stateName := "tfstate-default-" + name
+	var before, after corev1.Secret
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateName}, &before); err != nil {
+		t.Fatalf("the tracked run's state: %v", err)
+	}
+	evil := commitModule(t, f, repo, "evil", fmt.Sprintf(attackModule, ns))
+	pr4, _, err := f.api.CreatePullRequest(giteaUser, repo, gitea.CreatePullRequestOption{Head: "evil", Base: "main", Title: "read the namespace's Secrets"})
+	if err != nil {
+		t.Fatalf("opening pull request 4: %v", err)
+	}
+	p4 := previewNameOf(name, pr4.Index)
+	attacked := waitStatus(t, f, repo, evil, "opr8r/"+ns+"/"+p4, "failure")
+	cs4 := previewComments(t, f, repo, pr4.Index)
+	for deadline := time.Now().Add(30 * time.Second); !(len(cs4) == 1 && strings.Contains(cs4[0].Body, "**The plan failed**")) && time.Now().Before(deadline); {
+		time.Sleep(time.Second)
+		cs4 = previewComments(t, f, repo, pr4.Index)
+	}
+	t.Logf("the attacking pull request #%d: status %q\n%s", pr4.Index, attacked, commentBodies(cs4))
+	if len(cs4) != 1 || !strings.Contains(strings.ToLower(cs4[0].Body), "forbidden") {
+		t.Errorf("pull request #%d read the namespace's Secrets, or failed otherwise: %v", pr4.Index, commentBodies(cs4))
+	}
+	for _, c := range cs4 {
+		if strings.Contains(c.Body, apiToken) || strings.Contains(c.Body, hookToken) {
+			t.Errorf("the forge token reached the forge through pull request #%d", pr4.Index)
+		}
+	}
+	if strings.Contains(attacked, apiToken) {
+		t.Errorf("the forge token is in the commit status of #%d", pr4.Index)
+	}
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateName}, &after); err != nil || after.ResourceVersion != before.ResourceVersion {
+		t.Errorf("the tracked run's state changed while pull request #%d planned: %v", pr4.Index, err)
+	}
+	// The preview's child plans without the state lock.
+	child := e.get(t, p4).Status.Run
+	if child == nil {
+		t.Fatalf("preview %s has no run", p4)
+	}
+	if obj := e.sh(t, "", e.kubectl, "get", strings.ToLower(child.Child.Kind), child.Child.Name, "-n", ns, "-o", "json"); !strings.Contains(obj, "--no-state-lock") {
+		t.Errorf("preview %s's %s %s does not plan without the state lock", p4, child.Child.Kind, child.Child.Name)
+	}
+
 	// Pull request 2, closed without merging: its preview goes, its
 	// comment says so.
 	other := commitFile(t, f, repo, "main", "other", "9")
@@ -886,6 +931,58 @@ spec:
 			}
 		}
 	}
+}
+
+// attackModule is a pull request's module that reads a Secret of the
+// namespace (%[1]s) with the step pod's own token (in-cluster) and with
+// the state API's kubeconfig, and prints it.
+const attackModule = `terraform {
+  required_providers {
+    kubernetes = { source = "hashicorp/kubernetes" }
+  }
+}
+provider "kubernetes" {
+  alias            = "pod"
+  load_config_file = false
+}
+provider "kubernetes" {
+  alias            = "state"
+  load_config_file = true
+  config_path      = "/tmp/opr8r-state/kubeconfig"
+}
+data "kubernetes_secret" "pod" {
+  provider = kubernetes.pod
+  metadata {
+    name      = "e2e-pr-api"
+    namespace = "%[1]s"
+  }
+}
+data "kubernetes_secret" "state" {
+  provider = kubernetes.state
+  metadata {
+    name      = "e2e-pr-api"
+    namespace = "%[1]s"
+  }
+}
+output "pod" { value = data.kubernetes_secret.pod.data }
+output "state" { value = data.kubernetes_secret.state.data }
+`
+
+// commitModule commits main.tf with content to a new branch from main.
+func commitModule(t *testing.T, f *forge, repo, branch, content string) string {
+	t.Helper()
+	cur, _, err := f.api.GetContents(giteaUser, repo, "main", "main.tf")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, _, err := f.api.UpdateFile(giteaUser, repo, "main.tf", gitea.UpdateFileOptions{
+		FileOptions: gitea.FileOptions{Message: "read the namespace's Secrets", BranchName: "main", NewBranchName: branch}, SHA: cur.SHA,
+		Content: base64.StdEncoding.EncodeToString([]byte(content)),
+	})
+	if err != nil {
+		t.Fatalf("committing to %s: %v", branch, err)
+	}
+	return r.Commit.SHA
 }
 
 // commitBroken commits a main.tf with an argument terraform_data does not
