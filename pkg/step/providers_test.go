@@ -99,17 +99,25 @@ func initModule(t *testing.T, bin string, m *mirror, cache, lock string) (string
 			t.Fatal(err)
 		}
 	}
-	cfg := filepath.Join(dir, "backend.hcl")
+	out, err := initDir(t, bin, m, cache, dir)
+	return dir, out, err
+}
+
+// initDir runs the init step, as initModule does, in a module already in
+// dir (a clone step's checkout).
+func initDir(t *testing.T, bin string, m *mirror, cache, dir string) (string, error) {
+	t.Helper()
+	cfg := filepath.Join(t.TempDir(), "backend.hcl")
 	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("path = %q\n", filepath.Join(dir, "state.tfstate"))), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	var out bytes.Buffer
 	r := &step.Runner{Terraform: bin, Out: &out, Env: map[string]string{"TF_PLUGIN_CACHE_DIR": cache}}
-	if err := r.UseProviders(step.Providers{Mirror: m.URL + "/providers", MirrorCA: m.ca()}, filepath.Join(dir, "providers")); err != nil {
+	if err := r.UseProviders(step.Providers{Mirror: m.URL + "/providers", MirrorCA: m.ca()}, filepath.Join(t.TempDir(), "providers")); err != nil {
 		t.Fatal(err)
 	}
 	err := r.Init(context.Background(), step.Module{Dir: dir}, step.Backend{Type: "local", ConfigFile: cfg})
-	return dir, out.String(), err
+	return out.String(), err
 }
 
 // TestProviderMirrorAndSharedCache: init installs from the install's
