@@ -135,7 +135,8 @@ func main() {
 	flag.StringVar(&s.providerMirrorCA, "provider-mirror-ca-file", "", "PEM file of the CA that signed the provider mirror's certificate, trusted by terraform steps besides their image's roots.")
 	flag.StringVar(&s.cfg.Providers.CacheClaim, "provider-cache-claim", "", "Name of a PersistentVolumeClaim, in each run's namespace, that keeps terraform's plugin cache across that namespace's runs; the manager makes it when missing (empty: each run fetches its providers into its own workspace). docs/performance.md, P10.")
 	flag.StringVar(&s.cfg.Providers.CacheSize, "provider-cache-size", controller.DefaultProviderCacheSize, "Requested size of the provider cache claims the manager makes.")
-	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
+	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); with several nodes, one whose volumes several nodes can mount (see --provider-cache-access-mode).")
+	flag.StringVar(&s.cfg.Providers.CacheAccessMode, "provider-cache-access-mode", "ReadWriteOnce", "Access mode of the provider cache claims the manager makes: ReadWriteOnce (one node at a time: on several nodes, a step pod on another node waits until the pods that mount the claim end) or ReadWriteMany (a StorageClass whose volumes several nodes mount at once). docs/install.md.")
 	flag.StringVar(&s.webhookAddr, "webhook-bind-address", ":9292", "Address of the webhook server that takes forges' push webhooks for TerraformRunReceivers (docs/pull-requests.md); 0 disables it. Expose it with the opr8r-webhook Service (an Ingress in front for the forge).")
 	flag.Float64Var(&s.webhookRate, "webhook-rate", 1, "Webhook requests each receiver takes per second, on average (more are answered 429).")
 	flag.IntVar(&s.webhookBurst, "webhook-burst", 10, "Webhook requests each receiver takes at once (requests that fail verification have a budget of their own of the same size).")
@@ -311,7 +312,7 @@ func (s *settings) completeProviders() error {
 		if errs := validation.IsDNS1123Subdomain(p.CacheClaim); len(errs) > 0 {
 			return fmt.Errorf("--provider-cache-claim %q is not a PersistentVolumeClaim name: %s", p.CacheClaim, strings.Join(errs, "; "))
 		}
-		if _, err := controller.ProviderCacheClaim("", p.CacheClaim, p.CacheSize, p.CacheStorageClass); err != nil {
+		if _, err := controller.ProviderCacheClaim("", *p); err != nil {
 			return err
 		}
 	}
