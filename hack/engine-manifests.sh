@@ -122,6 +122,8 @@ yaml_list() { sed 's/^/    /'; }
 #                          namespace: list every name that the runner
 #                          policies' allowedServiceAccounts
 #                          (runner-restrictions.yaml) let a TerraformRun use
+#   providerCacheClaim     the manager's --provider-cache-claim (empty: none);
+#                          opr8r-provider-cache lets only runner pods mount it
 # Change them here (Argo or Tekton installed in another namespace, another
 # runner service account) and apply: the policies read them at once.
 apiVersion: v1
@@ -141,6 +143,9 @@ YAML
   done
   echo "  runnerServiceAccounts: |"
   echo "${runner_sa}" | yaml_list
+  # config/manager runs no provider cache; an overlay that passes
+  # --provider-cache-claim patches the same name in here.
+  echo '  providerCacheClaim: ""'
 } >config/policy/identities.yaml
 runner_rules config/rbac/runner/base-rules.yaml >"${chart}/files/rbac/runner/base.yaml"
 runner_rules config/rbac/runner/check-rules.yaml >"${chart}/files/rbac/runner/check.yaml"

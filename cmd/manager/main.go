@@ -143,7 +143,8 @@ func main() {
 	flag.StringVar(&s.providerMirrorCA, "provider-mirror-ca-file", "", "PEM file of the CA that signed the provider mirror's certificate, trusted by terraform steps besides their image's roots.")
 	flag.StringVar(&s.cfg.Providers.CacheClaim, "provider-cache-claim", "", "Name of a PersistentVolumeClaim, in each run's namespace, that keeps terraform's plugin cache across that namespace's runs; the manager makes it when missing (empty: each run fetches its providers into its own workspace). docs/performance.md, P10.")
 	flag.StringVar(&s.cfg.Providers.CacheSize, "provider-cache-size", controller.DefaultProviderCacheSize, "Requested size of the provider cache claims the manager makes.")
-	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); ReadWriteOnce, so a class whose volumes several nodes can mount (ReadWriteMany) is not needed on one node but is on several.")
+	flag.StringVar(&s.cfg.Providers.CacheStorageClass, "provider-cache-storage-class", "", "StorageClass of the provider cache claims the manager makes (empty: the cluster's default); with several nodes, one whose volumes several nodes can mount (see --provider-cache-access-mode).")
+	flag.StringVar(&s.cfg.Providers.CacheAccessMode, "provider-cache-access-mode", "ReadWriteOnce", "Access mode of the provider cache claims the manager makes: ReadWriteOnce (one node at a time: on several nodes, a step pod on another node waits until the pods that mount the claim end) or ReadWriteMany (a StorageClass whose volumes several nodes mount at once). docs/install.md.")
 	flag.StringVar(&s.stateAPIAddr, "state-api-bind-address", ":9444", "Address of the state API, through which terraform steps reach their run's Secrets and Leases (the runner service accounts hold no right on them; docs/security.md); 0 disables it, and the steps then need those rights themselves.")
 	flag.StringVar(&s.stateAPIURL, "state-api-url", "", "The state API's https URL as step pods reach it (the opr8r-state Service); empty: https://opr8r-state.<manager's namespace>.svc:<port> in a cluster, and no state API when the manager runs outside one.")
 	flag.StringVar(&s.stateAPISecret, "state-api-tls-secret", "opr8r-state-tls", "Secret, in the manager's own namespace, holding the state API's self-signed certificate; made at the first start when missing.")
@@ -327,7 +328,7 @@ func (s *settings) completeProviders() error {
 		if errs := validation.IsDNS1123Subdomain(p.CacheClaim); len(errs) > 0 {
 			return fmt.Errorf("--provider-cache-claim %q is not a PersistentVolumeClaim name: %s", p.CacheClaim, strings.Join(errs, "; "))
 		}
-		if _, err := controller.ProviderCacheClaim("", p.CacheClaim, p.CacheSize, p.CacheStorageClass); err != nil {
+		if _, err := controller.ProviderCacheClaim("", *p); err != nil {
 			return err
 		}
 	}

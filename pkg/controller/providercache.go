@@ -1,6 +1,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 // +kubebuilder:rbac:groups="",resources=persistentvolumeclaims,verbs=create;get
@@ -23,24 +25,28 @@ const DefaultProviderCacheSize = "2Gi"
 // ProviderCacheClaim is the claim the manager makes, in a run's namespace,
 // for the namespace's shared plugin cache (engine.Providers.CacheClaim).
 // It belongs to no run: it outlives them, and goes with the namespace.
-func ProviderCacheClaim(ns, name, size, class string) (*corev1.PersistentVolumeClaim, error) {
-	if size == "" {
-		size = DefaultProviderCacheSize
-	}
+func ProviderCacheClaim(ns string, p engine.Providers) (*corev1.PersistentVolumeClaim, error) {
+	size := cmp.Or(p.CacheSize, DefaultProviderCacheSize)
 	q, err := resource.ParseQuantity(size)
 	if err != nil {
 		return nil, fmt.Errorf("--provider-cache-size %q: %w", size, err)
 	}
+	mode := corev1.PersistentVolumeAccessMode(cmp.Or(p.CacheAccessMode, string(corev1.ReadWriteOnce)))
+	if mode != corev1.ReadWriteOnce && mode != corev1.ReadWriteMany {
+		// ReadWriteOncePod would hold every other run's steps Pending while
+		// one pod mounts it; read-only modes cannot hold a cache.
+		return nil, fmt.Errorf("--provider-cache-access-mode %q: give ReadWriteOnce (one node at a time) or ReadWriteMany (a StorageClass whose volumes several nodes mount)", mode)
+	}
 	pvc := &corev1.PersistentVolumeClaim{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "opr8r"},
+		ObjectMeta: metav1.ObjectMeta{Name: p.CacheClaim, Namespace: ns, Labels: map[string]string{"app.kubernetes.io/managed-by": "opr8r"},
 			Annotations: map[string]string{"infra.opr8r.io/purpose": "terraform's plugin cache, shared by this namespace's TerraformRuns"}},
 		Spec: corev1.PersistentVolumeClaimSpec{
-			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			AccessModes: []corev1.PersistentVolumeAccessMode{mode},
 			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: q}},
 		},
 	}
-	if class != "" {
-		pvc.Spec.StorageClassName = &class
+	if p.CacheStorageClass != "" {
+		pvc.Spec.StorageClassName = &p.CacheStorageClass
 	}
 	return pvc, nil
 }
@@ -57,7 +63,7 @@ func (r *TerraformRunReconciler) ensureProviderCache(ctx context.Context, ns str
 	if p.CacheClaim == "" {
 		return nil
 	}
-	pvc, err := ProviderCacheClaim(ns, p.CacheClaim, p.CacheSize, p.CacheStorageClass)
+	pvc, err := ProviderCacheClaim(ns, p)
 	if err != nil { // checked at the manager's start
 		return generic("ProviderCacheSize", err, "making the provider cache PersistentVolumeClaim %s", p.CacheClaim)
 	}

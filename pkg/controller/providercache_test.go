@@ -82,16 +82,35 @@ func TestProviderCacheClaimBeforeTheChild(t *testing.T) {
 	}
 }
 
-// TestProviderCacheClaimSettings: a size that is not a quantity is refused
-// when the manager starts, naming the flag.
+// TestProviderCacheClaimSettings: a size that is not a quantity and an
+// access mode that cannot hold a shared cache are refused when the manager
+// starts, naming the flag; the defaults are 2Gi, the cluster's default
+// class, ReadWriteOnce; ReadWriteMany is the install's choice.
 func TestProviderCacheClaimSettings(t *testing.T) {
-	if _, err := ProviderCacheClaim("ns", "c", "lots", ""); err == nil {
-		t.Fatalf("size lots: %v", err)
-	} else if want := "--provider-cache-size"; !contains(err.Error(), want) {
-		t.Fatalf("error %q does not name %s", err, want)
-	}
-	pvc, err := ProviderCacheClaim("ns", "c", "", "")
-	if err != nil || pvc.Spec.Resources.Requests.Storage().String() != DefaultProviderCacheSize || pvc.Spec.StorageClassName != nil {
-		t.Fatalf("defaults: %+v, %v", pvc, err)
+	for name, tc := range map[string]struct {
+		p        engine.Providers
+		wantErr  string
+		wantMode corev1.PersistentVolumeAccessMode
+	}{
+		"defaults":           {p: engine.Providers{CacheClaim: "c"}, wantMode: corev1.ReadWriteOnce},
+		"ReadWriteMany":      {p: engine.Providers{CacheClaim: "c", CacheAccessMode: "ReadWriteMany"}, wantMode: corev1.ReadWriteMany},
+		"not a size":         {p: engine.Providers{CacheClaim: "c", CacheSize: "lots"}, wantErr: "--provider-cache-size"},
+		"ReadWriteOncePod":   {p: engine.Providers{CacheClaim: "c", CacheAccessMode: "ReadWriteOncePod"}, wantErr: "--provider-cache-access-mode"},
+		"ReadOnlyMany":       {p: engine.Providers{CacheClaim: "c", CacheAccessMode: "ReadOnlyMany"}, wantErr: "--provider-cache-access-mode"},
+		"lower case, a typo": {p: engine.Providers{CacheClaim: "c", CacheAccessMode: "readwritemany"}, wantErr: "give ReadWriteOnce"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			pvc, err := ProviderCacheClaim("ns", tc.p)
+			if tc.wantErr != "" {
+				if err == nil || !contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || pvc.Spec.Resources.Requests.Storage().String() != DefaultProviderCacheSize || pvc.Spec.StorageClassName != nil ||
+				len(pvc.Spec.AccessModes) != 1 || pvc.Spec.AccessModes[0] != tc.wantMode {
+				t.Fatalf("claim %+v, %v; want 2Gi, no class, %s", pvc.Spec, err, tc.wantMode)
+			}
+		})
 	}
 }

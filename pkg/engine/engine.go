@@ -358,6 +358,11 @@ type Providers struct {
 	// CacheStorageClass is the claim's StorageClass (empty: the cluster's
 	// default).
 	CacheStorageClass string
+	// CacheAccessMode is the claim's access mode: ReadWriteOnce (empty, the
+	// default: the volume is attached to one node at a time, so the step
+	// pods of a namespace on another node wait until the pods that mount it
+	// end) or ReadWriteMany (every node at once, where the StorageClass can).
+	CacheAccessMode string
 }
 
 // Request asks an engine to build the child of one run.

@@ -24,6 +24,19 @@ const (
 	CheckPrefix = "check-"
 )
 
+// LockFile is terraform's dependency lock file, the one dot file a module
+// source brings along from every kind of source (an inline source's files
+// and a ConfigMap's keys skip other dot files): with it, terraform takes a
+// provider package from the namespace's shared plugin cache only when the
+// file lists the package's checksum. The admission policy opr8r-spec-rules
+// admits it as an inline file's name.
+const LockFile = ".terraform.lock.hcl"
+
+// ModuleFileName says whether a name of an inline source's file or a
+// source ConfigMap's key is taken into the module: not a dot file (a
+// mounted ConfigMap's ..data bookkeeping), but the lock file.
+func ModuleFileName(name string) bool { return !strings.HasPrefix(name, ".") || name == LockFile }
+
 // CheckStep is the step name of the check with that name.
 func CheckStep(name string) string { return CheckPrefix + name }
 

@@ -17,6 +17,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/gitpaths"
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 // Defaults returns a copy of run with every default filled in: the manager's
@@ -102,7 +103,9 @@ func SpecHash(run *infrav1.TerraformRun) string {
 }
 
 var (
-	fileNameRE   = regexp.MustCompile(`^[A-Za-z0-9_-][A-Za-z0-9._-]{0,252}$`)
+	// fileNameRE is opr8r-spec-rules' rule for inline files' names: plain
+	// names, not dot files, but the lock file (names.LockFile).
+	fileNameRE   = regexp.MustCompile(`^([A-Za-z0-9_-][A-Za-z0-9._-]{0,252}|\.terraform\.lock\.hcl)$`)
 	outputNameRE = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_-]{0,127}$`)
 )
 
@@ -116,7 +119,7 @@ func Validate(run *infrav1.TerraformRun) error {
 	if in := run.Spec.Source.Inline; in != nil {
 		for _, k := range slices.Sorted(maps.Keys(in.Files)) {
 			if !fileNameRE.MatchString(k) {
-				return fmt.Errorf("spec.source.inline.files: %q is not a plain file name (letters, digits, '.', '_', '-'; not starting with '.'; no directories)", k)
+				return fmt.Errorf("spec.source.inline.files: %q is not a plain file name (letters, digits, '.', '_', '-'; not starting with '.' but %s; no directories)", k, names.LockFile)
 			}
 		}
 	}

@@ -24,6 +24,8 @@ func TestValidate(t *testing.T) {
 		"good":                   {run(map[string]infrav1.FileContent{"main.tf": "x", "vars.auto.tfvars": "y"}, map[string]infrav1.SecretDataKey{"id": "ID", "name": "NAME"}), ""},
 		"a directory":            {run(map[string]infrav1.FileContent{"../escape.tf": "x"}, nil), `spec.source.inline.files: "../escape.tf" is not a plain file name`},
 		"a hidden file":          {run(map[string]infrav1.FileContent{".vars.json": "x"}, nil), `".vars.json" is not a plain file name`},
+		"the lock file":          {run(map[string]infrav1.FileContent{"main.tf": "x", ".terraform.lock.hcl": "y"}, nil), ""},
+		"a lock file elsewhere":  {run(map[string]infrav1.FileContent{"x.terraform.lock.hcl.": "y", ".terraform.lock.hcl.bak": "z"}, nil), `".terraform.lock.hcl.bak" is not a plain file name`},
 		"not an output name":     {run(map[string]infrav1.FileContent{"main.tf": "x"}, map[string]infrav1.SecretDataKey{"1st": "a"}), `spec.outputs.rename: "1st" is not a Terraform output name`},
 		"two renamed to one key": {run(map[string]infrav1.FileContent{"main.tf": "x"}, map[string]infrav1.SecretDataKey{"a": "k", "b": "k"}), `outputs "a" and "b" are both renamed to "k"`},
 	}

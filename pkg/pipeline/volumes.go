@@ -81,12 +81,15 @@ func (b *builder) collectPreview() {
 const ProviderCacheVolume = "provider-cache"
 
 // collectProviders points terraform steps at the install's provider
-// mirror and mounts the namespace's shared plugin cache. With a shared
-// cache, terraform links a provider it already holds even when the
-// module commits no lock file
-// (TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE): the lock file a run
-// writes then records that package's checksum only. Checks never mount
-// the cache: they run images a TerraformRun chose.
+// mirror and mounts the namespace's shared plugin cache. Terraform and
+// OpenTofu take a package from the shared cache only when the module's
+// lock file lists its checksum (opr8r never sets
+// TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE, which would let a module
+// without one take whatever package the cache holds); otherwise they
+// download and check it against the hashes the mirror or the registry
+// publishes. Checks never mount the cache: they run images a TerraformRun
+// chose; the admission policy opr8r-provider-cache lets no other pod
+// mount it.
 func (b *builder) collectProviders() {
 	p := b.req.Config.Providers
 	if p.Mirror != "" {
@@ -101,7 +104,6 @@ func (b *builder) collectProviders() {
 	b.addVolume(corev1.Volume{Name: ProviderCacheVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.CacheClaim}}})
 	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: ProviderCacheVolume, MountPath: SharedPluginCacheDir})
-	b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: "TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE", Value: "true"})
 }
 
 // pluginCacheDir is terraform's plugin cache: the namespace's shared one,

@@ -20,6 +20,7 @@ import (
 	"golang.org/x/crypto/ssh/knownhosts"
 
 	"github.com/opr8r/opr8r/pkg/inputs"
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 // CloneOptions fetches the module.
@@ -138,7 +139,7 @@ func writeFiles(files map[string]string, dest string) (int, error) {
 		return 0, errors.New("the inline source has no files")
 	}
 	for name, content := range files {
-		if name != filepath.Base(name) || strings.HasPrefix(name, ".") {
+		if name != filepath.Base(name) || !names.ModuleFileName(name) {
 			return 0, fmt.Errorf("the inline source's file name %q is not a plain file name", name)
 		}
 		if err := os.WriteFile(filepath.Join(dest, name), []byte(content), 0o644); err != nil {
@@ -305,7 +306,8 @@ func redactURL(u string) string {
 }
 
 // copyPlainFiles copies the regular files of a mounted ConfigMap (skipping
-// its ..data bookkeeping) into dest.
+// its ..data bookkeeping and other dot files, but not the lock file, which
+// the kubelet mounts as a link like every key) into dest.
 func copyPlainFiles(from, dest string) (int, error) {
 	entries, err := os.ReadDir(from)
 	if err != nil {
@@ -313,7 +315,7 @@ func copyPlainFiles(from, dest string) (int, error) {
 	}
 	n := 0
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), ".") {
+		if !names.ModuleFileName(e.Name()) {
 			continue
 		}
 		src := filepath.Join(from, e.Name())

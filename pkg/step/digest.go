@@ -12,7 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
+
+	"github.com/opr8r/opr8r/pkg/names"
 )
 
 // InputsDigest is the digest of a plan's variables: the vars file and every
@@ -58,7 +59,7 @@ func TreeDigest(dir string) (string, error) {
 }
 
 // hashDir adds the regular files under dir (skipping a mounted ConfigMap's
-// ..data bookkeeping and dot files), sorted by path. A missing dir (an
+// ..data bookkeeping and dot files but the lock file), sorted by path. A missing dir (an
 // optional Secret or ConfigMap) adds nothing.
 func hashDir(h hash.Hash, prefix, dir string) error {
 	var files []string
@@ -66,7 +67,7 @@ func hashDir(h hash.Hash, prefix, dir string) error {
 		if err != nil {
 			return err
 		}
-		if strings.HasPrefix(d.Name(), ".") && p != dir {
+		if !names.ModuleFileName(d.Name()) && p != dir {
 			if d.IsDir() {
 				return filepath.SkipDir
 			}

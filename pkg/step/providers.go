@@ -7,6 +7,9 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -121,4 +124,29 @@ func (r *Runner) lockPluginCache(ctx context.Context) (func(), error) {
 		r.logf("waited %s for another init to finish with the plugin cache", w.Round(100*time.Millisecond))
 	}
 	return func() { f.Close() }, nil
+}
+
+// staleCachedPackageRE is OpenTofu's refusal of a cached package that
+// does not match the package it downloaded and verified ("Error while
+// installing <host>/<namespace>/<type> v<version>: existing cached
+// package at ... does not match the content of the downloaded package").
+var staleCachedPackageRE = regexp.MustCompile(`installing ([A-Za-z0-9.:_-]+)/([A-Za-z0-9_-]+)/([A-Za-z0-9_-]+) v([0-9A-Za-z.+_-]+): existing cached package`)
+
+// staleCachedPackage is the directory, in the plugin cache, of the package
+// an init error says does not match the verified download; empty for any
+// other error.
+func (r *Runner) staleCachedPackage(err error) string {
+	var te *TerraformError
+	cache := r.envValue("TF_PLUGIN_CACHE_DIR")
+	if cache == "" || !errors.As(err, &te) {
+		return ""
+	}
+	for _, e := range te.Errors {
+		m := staleCachedPackageRE.FindStringSubmatch(e)
+		if m == nil || slices.Contains(m[1:], "..") || slices.Contains(m[1:], ".") {
+			continue
+		}
+		return filepath.Join(cache, m[1], m[2], m[3], m[4], runtime.GOOS+"_"+runtime.GOARCH)
+	}
+	return ""
 }

@@ -72,6 +72,18 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 		return err
 	}
 	_, _, err = r.tf(ctx, m.Dir, false, nil, args...)
+	if stale := r.staleCachedPackage(err); stale != "" {
+		// OpenTofu refuses a cached package that differs from the one it
+		// downloaded and verified; terraform leaves it and installs the
+		// verified one. Either way the cached one is not what the mirror
+		// or the registry serves: drop it, and init again, once.
+		r.logf("the plugin cache's %s is not the package the mirror serves (changed by someone): removing it", stale)
+		if rmErr := os.RemoveAll(stale); rmErr != nil {
+			unlock()
+			return fmt.Errorf("removing the changed cached package %s: %w", stale, rmErr)
+		}
+		_, _, err = r.tf(ctx, m.Dir, false, nil, args...)
+	}
 	unlock()
 	if err != nil {
 		return err

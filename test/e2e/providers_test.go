@@ -29,7 +29,16 @@ const providersNS = "e2e-providers"
 // it: plan and apply load its schema, so a cached package that does not
 // run fails the run.
 func providerRun(name, engine string) string {
-	return providerRunOf(name, engine, fmt.Sprintf(`terraform {
+	return providerRunOf(name, engine, providerModule(name))
+}
+
+// providerRunLocked is providerRun's module with its lock file committed.
+func providerRunLocked(name, engine, lock string) string {
+	return providerRunOfFiles(name, engine, map[string]string{"main.tf": providerModule(name), names.LockFile: lock})
+}
+
+func providerModule(name string) string {
+	return fmt.Sprintf(`terraform {
   required_providers {
     kubernetes = { source = "hashicorp/kubernetes", version = %q }
   }
@@ -38,12 +47,29 @@ provider "kubernetes" {
   load_config_file = false
 }
 resource "terraform_data" "run" { input = %q }
-`, "1.13.4", name))
+`, "1.13.4", name)
+}
+
+// providerLockFile is the lock file a module requiring the kubernetes
+// provider commits: the package's h1 checksum, which the mirror logs.
+func (e *env) providerLockFile(t *testing.T) string {
+	t.Helper()
+	logs, err := exec.Command(e.kubectl, "--kubeconfig", e.kubeconfig, "logs", "-n", "opr8r-system", "deploy/provider-mirror").CombinedOutput()
+	m := regexp.MustCompile(`registry\.terraform\.io/hashicorp/kubernetes 1\.13\.4: \S+, zh:[0-9a-f]+, (h1:\S+)`).FindSubmatch(logs)
+	if err != nil || m == nil {
+		t.Fatalf("the mirror's log has no h1 checksum of the kubernetes provider (%v):\n%s", err, logs)
+	}
+	return fmt.Sprintf("provider %q {\n  version     = \"1.13.4\"\n  constraints = \"1.13.4\"\n  hashes = [\n    %q,\n  ]\n}\n",
+		"registry.terraform.io/hashicorp/kubernetes", string(m[1]))
 }
 
 // providerRunOf is an Auto run of the module in the providers namespace.
 func providerRunOf(name, engine, module string) string {
-	files, _ := json.Marshal(map[string]string{"main.tf": module})
+	return providerRunOfFiles(name, engine, map[string]string{"main.tf": module})
+}
+
+func providerRunOfFiles(name, engine string, module map[string]string) string {
+	files, _ := json.Marshal(module)
 	return fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
 kind: TerraformRun
 metadata: {name: %s, namespace: %s}
@@ -63,8 +89,9 @@ var initDone = regexp.MustCompile(`opr8r-step: init done in ([0-9.]+m?s) \(terra
 // keeps a plugin cache per namespace (--provider-cache-claim). On each
 // engine, with the namespace's cache emptied first (its claim deleted),
 // the first run's init fetches the kubernetes provider from the mirror
-// and the next run's takes it from the cache and fetches nothing, as
-// terraform's own lines say. It reports init's time, first against later
+// and the next run's, whose module commits its lock file, takes it from
+// the cache and fetches nothing, as terraform's own lines say: terraform
+// takes a cached package only when the lock file lists its checksum. It reports init's time, first against later
 // (P10), and asserts nothing on it: make e2e runs it beside the other
 // scenarios, and times are the bench's (docs/performance.md).
 func TestProviderCache(t *testing.T) {
@@ -77,11 +104,16 @@ func TestProviderCache(t *testing.T) {
 	}
 	var results []result
 	const fetched, cached = "- Installed hashicorp/kubernetes v1.13.4 (verified checksum)", "- Using hashicorp/kubernetes v1.13.4 from the shared cache directory"
+	lock := e.providerLockFile(t)
 	for _, engine := range []string{"job", "argo", "tekton"} {
 		e.emptyProviderCache(t)
 		for i := range 2 {
 			name := fmt.Sprintf("providers-%s-%d", engine, i+1)
-			out, d, tf := e.initOf(t, name, providerRun(name, engine))
+			manifest := providerRun(name, engine)
+			if i > 0 {
+				manifest = providerRunLocked(name, engine, lock)
+			}
+			out, d, tf := e.initOf(t, name, manifest)
 			results = append(results, result{name, engine, d, tf})
 			switch {
 			case i == 0 && !strings.Contains(out, fetched):

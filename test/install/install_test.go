@@ -742,7 +742,9 @@ func checkMetricsRender(t *testing.T, objs []*unstructured.Unstructured, tc metr
 
 // TestHelmProviders: the chart's providers values reach the manager as its
 // --provider-* flags, with the mirror's CA ConfigMap mounted where the
-// flag reads it; without them, no flag and no volume.
+// flag reads it, and the cache claim's name reaches opr8r-identities
+// (providerCacheClaim), which opr8r-provider-cache reads; without them, no
+// flag, no volume and an empty name.
 func TestHelmProviders(t *testing.T) {
 	h := tool(t, "OPR8R_HELM")
 	deploy := func(set ...string) *appsv1.Deployment {
@@ -750,10 +752,11 @@ func TestHelmProviders(t *testing.T) {
 		return convert[appsv1.Deployment](t, byKind(objects(t, run(t, h, args...)), "Deployment")[0])
 	}
 	d := deploy("--set", "providers.mirror.url=https://mirror.example/", "--set", "providers.mirror.caConfigMap=mirror-ca",
-		"--set", "providers.cache.claim=provider-cache", "--set", "providers.cache.size=3Gi", "--set", "providers.cache.storageClass=fast")
+		"--set", "providers.cache.claim=provider-cache", "--set", "providers.cache.size=3Gi", "--set", "providers.cache.storageClass=fast",
+		"--set", "providers.cache.accessMode=ReadWriteMany")
 	args := strings.Join(d.Spec.Template.Spec.Containers[0].Args, " ")
 	for _, want := range []string{"--provider-mirror-url=https://mirror.example/", "--provider-mirror-ca-file=/etc/opr8r/provider-mirror/ca.crt",
-		"--provider-cache-claim=provider-cache", "--provider-cache-size=3Gi", "--provider-cache-storage-class=fast"} {
+		"--provider-cache-claim=provider-cache", "--provider-cache-size=3Gi", "--provider-cache-storage-class=fast", "--provider-cache-access-mode=ReadWriteMany"} {
 		if !strings.Contains(args, want) {
 			t.Errorf("manager args lack %s: %s", want, args)
 		}
@@ -771,5 +774,25 @@ func TestHelmProviders(t *testing.T) {
 	}
 	if args := strings.Join(deploy().Spec.Template.Spec.Containers[0].Args, " "); strings.Contains(args, "--provider-") {
 		t.Errorf("provider flags without providers values: %s", args)
+	}
+	claim := func(set ...string) string {
+		args := append([]string{"template", "opr8r", "deploy/opr8r", "--set", "watchNamespaces={team-a}"}, set...)
+		for _, u := range byKind(objects(t, run(t, h, args...)), "ConfigMap") {
+			if u.GetName() == "opr8r-identities" {
+				v, ok, _ := unstructured.NestedString(u.Object, "data", "providerCacheClaim")
+				if !ok {
+					t.Fatal("opr8r-identities has no providerCacheClaim")
+				}
+				return v
+			}
+		}
+		t.Fatal("no opr8r-identities")
+		return ""
+	}
+	if got := claim("--set", "providers.cache.claim=provider-cache"); got != "provider-cache" {
+		t.Errorf("opr8r-identities providerCacheClaim = %q, want provider-cache", got)
+	}
+	if got := claim(); got != "" {
+		t.Errorf("opr8r-identities providerCacheClaim = %q without a cache, want empty", got)
 	}
 }

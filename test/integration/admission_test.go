@@ -246,6 +246,8 @@ var _ = Describe("admission", func() {
 		run = testutil.MakeRun("goodkeys", ns).Obj()
 		run.UID = ""
 		run.Spec.Suspend = true
+		// The one dot file a module brings: its lock file.
+		run.Spec.Source.Inline.Files[".terraform.lock.hcl"] = "# the module's lock file\n"
 		Expect(k8sClient.Create(ctx, run)).To(Succeed())
 		patchRun(ns, "goodkeys", func(r *infrav1.TerraformRun) { r.Spec.History.KeepRecords = ptr.To[int32](4) })
 		got := getRun(ns, "goodkeys")

@@ -13,6 +13,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"flag"
@@ -93,6 +94,16 @@ func serve(mux *http.ServeMux, spec string) error {
 		w.Header().Set("Content-Type", "application/zip")
 		http.ServeContent(w, r, zipName, time.Time{}, bytes.NewReader(pkg.Bytes()))
 	})
-	log.Printf("%s %s: %s, zh:%x", addr, version, zipName, sum)
+	log.Printf("%s %s: %s, zh:%x, %s", addr, version, zipName, sum, hashV1(filepath.Base(bin), exe))
 	return nil
+}
+
+// hashV1 is terraform's "h1:" hash of a package of one file (Go's
+// dirhash.Hash1 of its contents), the checksum a lock file lists for a
+// package in the plugin cache: the e2e's modules commit it
+// (TestProviderCache).
+func hashV1(name string, content []byte) string {
+	line := fmt.Sprintf("%x  %s\n", sha256.Sum256(content), name)
+	sum := sha256.Sum256([]byte(line))
+	return "h1:" + base64.StdEncoding.EncodeToString(sum[:])
 }
