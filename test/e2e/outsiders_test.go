@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -121,4 +122,36 @@ kind: TerraformRunNotifier
 metadata: {name: victor-notes, namespace: %s}
 spec: {type: Webhook, secretRef: {name: victor-may-not-read}}
 `, ns), []string{"spec.secretRef names Secret victor-may-not-read"}, "--as", victor, "apply", "--dry-run=server", "-f", "-")
+
+	// He writes a module that reads the Secret itself, with the step
+	// pod's token and with the state API's: the plan fails, forbidden,
+	// and the value is nowhere in the run's status.
+	files, _ := json.Marshal(map[string]string{"main.tf": fmt.Sprintf(attackModule, ns, "victor-may-not-read")})
+	m := fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRun
+metadata: {name: victor-module, namespace: %s}
+spec:
+  engine: job
+  source: {inline: {files: %s}}
+  approval: {mode: Manual}
+  deletionPolicy: Retain
+  runner: {workspace: {size: 64Mi}}
+`, ns, files)
+	if out, err := e.shAsStdin(victor, m, e.kubectl, "apply", "-f", "-"); err != nil {
+		t.Fatalf("victor may write runs: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		e.sh(t, "", e.kubectl, "delete", "terraformrun", "victor-module", "-n", ns, "--ignore-not-found", "--wait=false")
+	})
+	r := e.waitFor(t, "victor-module", "the module's plan to fail", 6*time.Minute, func(r *infrav1.TerraformRun) bool {
+		return r.Status.Run != nil && r.Status.Run.Phase == infrav1.RunFailed
+	})
+	st, _ := json.Marshal(r.Status)
+	if strings.Contains(string(st), "hunter2") || strings.Contains(string(st), "0123456789abcdef") {
+		t.Fatalf("the Secret's value is in the run's status: %s", st)
+	}
+	if !strings.Contains(strings.ToLower(string(st)), "forbidden") {
+		t.Errorf("victor's module failed, but not on a refused read: %s", st)
+	}
+	t.Logf("victor's module reading %s: %s", "victor-may-not-read", e.diagnostics(r))
 }

@@ -809,7 +809,7 @@ spec:
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateName}, &before); err != nil {
 		t.Fatalf("the tracked run's state: %v", err)
 	}
-	evil := commitModule(t, f, repo, "evil", fmt.Sprintf(attackModule, ns))
+	evil := commitModule(t, f, repo, "evil", fmt.Sprintf(attackModule, ns, "e2e-pr-api"))
 	pr4, _, err := f.api.CreatePullRequest(giteaUser, repo, gitea.CreatePullRequestOption{Head: "evil", Base: "main", Title: "read the namespace's Secrets"})
 	if err != nil {
 		t.Fatalf("opening pull request 4: %v", err)
@@ -934,7 +934,7 @@ spec:
 }
 
 // attackModule is a pull request's module that reads a Secret of the
-// namespace (%[1]s) with the step pod's own token (in-cluster) and with
+// namespace (%[1]s, Secret %[2]s) with the step pod's own token (in-cluster) and with
 // the state API's kubeconfig, and prints it.
 const attackModule = `terraform {
   required_providers {
@@ -953,14 +953,14 @@ provider "kubernetes" {
 data "kubernetes_secret" "pod" {
   provider = kubernetes.pod
   metadata {
-    name      = "e2e-pr-api"
+    name      = "%[2]s"
     namespace = "%[1]s"
   }
 }
 data "kubernetes_secret" "state" {
   provider = kubernetes.state
   metadata {
-    name      = "e2e-pr-api"
+    name      = "%[2]s"
     namespace = "%[1]s"
   }
 }
