@@ -57,8 +57,12 @@ type Grant struct {
 	Child string
 	Role  Role
 	// State and Lock are the run's state Secret and Lease in the
-	// kubernetes backend; empty with another backend.
-	State, Lock string
+	// kubernetes backend; empty with another backend. Workspace and
+	// Suffix are what terraform labels the state with: two runs whose
+	// workspace and suffix join into the same name (x and y-z, x-y and z)
+	// never share a state.
+	State, Lock       string
+	Workspace, Suffix string
 	// Dependencies are the outputs Secrets ("namespace/name") of the
 	// run's dependencies in other namespaces, which the plan step reads.
 	Dependencies []string
@@ -84,11 +88,22 @@ func GrantFor(run *infrav1.TerraformRun, child, account, planAccount, runnerAcco
 		return Grant{}, fmt.Errorf("service account %s is neither the runner (%s) nor the planner (%s) of TerraformRun %s", account, runnerAccount, planAccount, run.Name)
 	}
 	if suffix, ok := names.KubernetesStateSuffix(run); ok {
-		g.State = names.StateSecretName(run.Spec.Terraform.Workspace, suffix)
-		g.Lock = names.StateLeaseName(run.Spec.Terraform.Workspace, suffix)
+		g.Workspace = run.Spec.Terraform.Workspace
+		if g.Workspace == "" {
+			g.Workspace = "default"
+		}
+		g.Suffix = suffix
+		g.State = names.StateSecretName(g.Workspace, suffix)
+		g.Lock = names.StateLeaseName(g.Workspace, suffix)
 	}
 	return g, nil
 }
+
+// The labels terraform's kubernetes backend puts on a state Secret.
+const (
+	StateWorkspaceLabel = "tfstateWorkspace"
+	StateSuffixLabel    = "tfstateSecretSuffix"
+)
 
 // Verb is an API verb the state API serves.
 type Verb string
@@ -196,6 +211,17 @@ func (g Grant) decideSecret(r Request, what string) error {
 // create (a new workspace) and update, and its delete (terraform
 // workspace delete).
 func (g Grant) decideState(r Request, what string) error {
+	for _, m := range []*metav1.ObjectMeta{r.Stored, r.Object} {
+		if m == nil {
+			continue
+		}
+		if ws, ok := m.Labels[StateWorkspaceLabel]; ok && ws != g.Workspace {
+			return forbid("%s: the state of workspace %q, not of this run's %q (another run's whose workspace and secret suffix join into the same name)", what, ws, g.Workspace)
+		}
+		if sfx, ok := m.Labels[StateSuffixLabel]; ok && sfx != g.Suffix {
+			return forbid("%s: the state of secret suffix %q, not of this run's %q (another run's whose workspace and secret suffix join into the same name)", what, sfx, g.Suffix)
+		}
+	}
 	switch r.Verb {
 	case Get, List:
 		return nil

@@ -81,6 +81,14 @@ func TestDecide(t *testing.T) {
 		{"preview writes the state", preview, Request{Verb: Update, Resource: Secrets, Namespace: "team", Name: "tfstate-default-app", Object: &metav1.ObjectMeta{}}, false},
 		{"preview takes the lock", preview, Request{Verb: Create, Resource: Leases, Namespace: "team", Name: "lock-tfstate-default-app"}, false},
 		{"preview reads the lock", preview, Request{Verb: Get, Resource: Leases, Namespace: "team", Name: "lock-tfstate-default-app"}, false},
+		{"the state as terraform labels it", runner, Request{Verb: Get, Resource: Secrets, Namespace: "team", Name: "tfstate-default-app",
+			Stored: &metav1.ObjectMeta{Labels: map[string]string{StateWorkspaceLabel: "default", StateSuffixLabel: "app"}}}, true},
+		// Run "app" of workspace "default-x" and run "x-app"... any two
+		// whose workspace and suffix join into one name.
+		{"a state of the same name, another workspace's", runner, Request{Verb: Get, Resource: Secrets, Namespace: "team", Name: "tfstate-default-app",
+			Stored: &metav1.ObjectMeta{Labels: map[string]string{StateWorkspaceLabel: "default-app", StateSuffixLabel: "x"}}}, false},
+		{"a state of the same name, another suffix's", runner, Request{Verb: Update, Resource: Secrets, Namespace: "team", Name: "tfstate-default-app",
+			Stored: &metav1.ObjectMeta{Labels: map[string]string{StateWorkspaceLabel: "default", StateSuffixLabel: "other"}}, Object: &metav1.ObjectMeta{}}, false},
 		{"another run's state", runner, Request{Verb: Get, Resource: Secrets, Namespace: "team", Name: "tfstate-default-db", Stored: &metav1.ObjectMeta{Name: "tfstate-default-db"}}, false},
 		{"another run's lock", runner, Request{Verb: Update, Resource: Leases, Namespace: "team", Name: "lock-tfstate-default-db"}, false},
 		{"the lock listed", runner, Request{Verb: List, Resource: Leases, Namespace: "team", Name: "lock-tfstate-default-app"}, false},

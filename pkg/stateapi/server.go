@@ -221,11 +221,10 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // server's answer: a get's and a list's only once their objects are
 // checked.
 func (s *Server) serve(ctx context.Context, w http.ResponseWriter, in *http.Request, g Grant, c call, body []byte) error {
-	stateCall := c.Resource == Leases || (g.State != "" && c.Name == g.State)
 	foreign := c.Namespace != g.Namespace
-	// Calls decided on their names and bodies alone: the state, the
-	// lock, a dependency's outputs, and a create.
-	if stateCall || foreign || c.Verb == Create {
+	// Calls decided on their names and bodies alone: the lock, a
+	// dependency's outputs, and a create.
+	if c.Resource == Leases || foreign || c.Verb == Create {
 		if err := g.Decide(c.Request); err != nil {
 			return err
 		}
@@ -255,6 +254,9 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, in *http.Requ
 		return s.forward(ctx, w, in, c, body, nil)
 	case Get:
 		return s.forward(ctx, w, in, c, nil, func(code int, got []byte) ([]byte, error) {
+			if code == http.StatusNotFound && g.State != "" && c.Name == g.State {
+				return got, nil // a state not written yet
+			}
 			if code == http.StatusNotFound {
 				// Say not found only of a name the child may have.
 				return got, g.Decide(Request{Verb: Create, Resource: c.Resource, Namespace: c.Namespace, Name: c.Name,
