@@ -33,8 +33,9 @@ const CertValidity = 5 * 365 * 24 * time.Hour
 func EnsureCertificate(ctx context.Context, cs kubernetes.Interface, namespace, name string, dnsNames []string, now time.Time) (tls.Certificate, []byte, error) {
 	secrets := cs.CoreV1().Secrets(namespace)
 	s, err := secrets.Get(ctx, name, metav1.GetOptions{})
+	found := err == nil
 	switch {
-	case err == nil:
+	case found:
 		if c, ok := usable(s, dnsNames, now); ok {
 			return c, s.Data[corev1.TLSCertKey], nil
 		}
@@ -46,7 +47,7 @@ func EnsureCertificate(ctx context.Context, cs kubernetes.Interface, namespace, 
 		return tls.Certificate{}, nil, err
 	}
 	data := map[string][]byte{corev1.TLSCertKey: certPEM, corev1.TLSPrivateKeyKey: keyPEM}
-	if s == nil || apierrors.IsNotFound(err) {
+	if !found {
 		s = &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{"app.kubernetes.io/managed-by": "opr8r"}},
 			Type: corev1.SecretTypeTLS, Data: data}
 		if _, err := secrets.Create(ctx, s, metav1.CreateOptions{}); err != nil {
@@ -108,9 +109,11 @@ func selfSigned(dnsNames []string, now time.Time) (certPEM, keyPEM []byte, err e
 		IPAddresses:  ips,
 		NotBefore:    now.Add(-time.Hour),
 		NotAfter:     now.Add(CertValidity),
-		KeyUsage:     x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IsCA:         true, BasicConstraintsValid: true,
+		// A leaf, trusted as itself (the steps' only root): it signs no
+		// other certificate, whoever holds its key.
+		KeyUsage:              x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
