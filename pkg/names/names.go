@@ -13,13 +13,17 @@ import (
 
 // Step names, shared by every engine and shown in status.
 const (
-	StepClone   = "clone"
-	StepInit    = "init"
-	StepPlan    = "plan"
-	StepApprove = "approve"
-	StepApply   = "apply"
-	StepExport  = "export-outputs"
-	StepCleanup = "cleanup"
+	StepClone = "clone"
+	StepInit  = "init"
+	// StepRestoreState pushes the states earlier runs kept because their
+	// backend did not take them, as the runner, before the plan; a run
+	// has it only when the manager found kept states when it started it.
+	StepRestoreState = "restore-state"
+	StepPlan         = "plan"
+	StepApprove      = "approve"
+	StepApply        = "apply"
+	StepExport       = "export-outputs"
+	StepCleanup      = "cleanup"
 	// CheckPrefix begins the step name of each of spec.checks.
 	CheckPrefix = "check-"
 )
