@@ -361,6 +361,12 @@ type Request struct {
 	// outputs it takes as variables, resolved by the reconciler from their
 	// status: names only, never values.
 	Dependencies []Dependency
+	// KeptStates is true when the TerraformRun has states earlier runs
+	// kept because their backend did not take them (records of kind
+	// errored.tfstate), which the reconciler found when it started the
+	// run: the pipeline then begins with the restore-state step, which
+	// pushes them as the runner before anything plans.
+	KeptStates bool
 }
 
 // Dependency is a TerraformRun whose outputs a run takes as variables.
