@@ -105,7 +105,7 @@ func TestKeptStateRoundTrips(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	kept := records.KeptStates(recs)
+	kept := records.KeptStates(recs, "")
 	if len(recs) != 1 || len(kept) != 1 || kept[0].Key != k || kept[0].Size != int64(len(state)) {
 		t.Fatalf("after pruning: %+v; want the kept state only", recs)
 	}
@@ -155,7 +155,7 @@ func TestKeptStatesOrder(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			var got []string
-			for _, r := range records.KeptStates(tc.in) {
+			for _, r := range records.KeptStates(tc.in, "") {
 				got = append(got, r.RunID)
 			}
 			if diff := cmp.Diff(tc.want, got); diff != "" {

@@ -22,6 +22,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
@@ -213,13 +214,40 @@ func Prune(ctx context.Context, s Store, namespace, run string, newest int64, ke
 	return gone, s.Delete(ctx, namespace, run, gone...)
 }
 
+// KindLister is an optional interface of the stores that list the records
+// of one kind of a TerraformRun without reading the others.
+type KindLister interface {
+	// ListKind returns the records of kind k of a TerraformRun.
+	ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error)
+}
+
+// ListKind returns the records of kind k of a TerraformRun in s: through
+// KindLister when s is one, else from List.
+func ListKind(ctx context.Context, s Store, namespace, run string, k Kind) ([]Record, error) {
+	if l, ok := s.(KindLister); ok {
+		return l.ListKind(ctx, namespace, run, k)
+	}
+	recs, err := s.List(ctx, namespace, run)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.Kind == k {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
 // KeptStates are the states earlier runs kept because their backend did
-// not take them (KindErroredState), among a TerraformRun's records, oldest
-// first: by when they were stored, then by run number, run id and step.
-func KeptStates(recs []Record) []Record {
+// not take them (KindErroredState), among a TerraformRun's records, owned
+// by the TerraformRun whose uid is owner (any, when empty), oldest first:
+// by when they were stored, then by run number, run id and step.
+func KeptStates(recs []Record, owner types.UID) []Record {
 	var out []Record
 	for _, r := range recs {
-		if r.Kind == KindErroredState {
+		if r.Kind == KindErroredState && (owner == "" || slices.Contains(r.Owners, owner)) {
 			out = append(out, r)
 		}
 	}

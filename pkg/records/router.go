@@ -40,6 +40,7 @@ type Router struct {
 var (
 	_ Restorable    = &Router{}
 	_ RecordDeleter = &Router{}
+	_ KindLister    = &Router{}
 )
 
 // NewRouter is the Router of the cluster's two stores over one client:
@@ -138,6 +139,12 @@ func (r *Router) Delete(ctx context.Context, namespace, run string, runIDs ...st
 		err = nil
 	}
 	return errors.Join(err, r.Secrets.Delete(ctx, namespace, run, runIDs...))
+}
+
+// ListKind implements KindLister: the records of kind k, from the store
+// of that kind.
+func (r *Router) ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error) {
+	return ListKind(ctx, r.StoreOf(k), namespace, run, k)
 }
 
 // DeleteRecord implements RecordDeleter: it deletes record k from the

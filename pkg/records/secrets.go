@@ -64,6 +64,7 @@ type SecretStore struct {
 var (
 	_ Restorable    = &SecretStore{}
 	_ RecordDeleter = &SecretStore{}
+	_ KindLister    = &SecretStore{}
 )
 
 func (s *SecretStore) chunkSize() int {
@@ -272,6 +273,22 @@ func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record
 	if err != nil {
 		return nil, err
 	}
+	return s.records(namespace, run, items), nil
+}
+
+// ListKind implements KindLister: it lists only the Secrets of records of
+// kind k.
+func (s *SecretStore) ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error) {
+	sel := labels.SelectorFromSet(labels.Set{infrav1.ComponentLabel: ComponentRecord, infrav1.RunNameLabel: run, KindLabel: string(k)})
+	l, err := s.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the %s record Secrets of %s/%s: %w", k, namespace, run, err)
+	}
+	return s.records(namespace, run, l.Items), nil
+}
+
+// records are the records whose chunks items are.
+func (s *SecretStore) records(namespace, run string, items []corev1.Secret) []Record {
 	byKey := map[Key]*Record{}
 	for _, it := range items {
 		l := it.Labels
@@ -290,7 +307,7 @@ func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record
 		out = append(out, *r)
 	}
 	SortRecords(out)
-	return out, nil
+	return out
 }
 
 func ownerUIDs(refs []metav1.OwnerReference) []types.UID {

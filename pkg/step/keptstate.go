@@ -76,11 +76,12 @@ func (r *Runner) RestoreState(ctx context.Context, workspace string, b Backend) 
 	if k == nil || k.Records == nil || k.Key.Run == "" {
 		return ErrNoKeeper
 	}
-	recs, err := k.Records.List(ctx, k.Key.Namespace, k.Key.Run)
+	recs, err := records.ListKind(ctx, k.Records, k.Key.Namespace, k.Key.Run, records.KindErroredState)
 	if err != nil {
 		return fmt.Errorf("looking for states earlier runs of %s kept: %w", k.Key.Run, err)
 	}
-	kept := records.KeptStates(recs)
+	// Those the TerraformRun does not own are named, not pushed.
+	kept := records.KeptStates(recs, "")
 	if len(kept) == 0 {
 		r.logf("no state an earlier run kept is left to push (another run pushed it, or it was deleted)")
 		return nil

@@ -416,7 +416,7 @@ func TestRestoreState(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if left := len(records.KeptStates(recs)); left != tc.wantLeft {
+				if left := len(records.KeptStates(recs, "")); left != tc.wantLeft {
 					t.Errorf("%d kept states left, want %d", left, tc.wantLeft)
 				}
 			})
