@@ -71,18 +71,6 @@ func endsInNumber(name string) bool {
 	return true
 }
 
-// ErroredStateSecretName is the Secret an apply step keeps the state in
-// that its backend did not take (a backend away longer than the step's
-// retry), owned by the TerraformRun, until a later init pushes it.
-func ErroredStateSecretName(child string) string { return child + "-errored-state" }
-
-// ErroredStateLabel, on such a Secret, names the TerraformRun whose state
-// it holds; ErroredStateKey is its data key.
-const (
-	ErroredStateLabel = "infra.opr8r.io/errored-state-of"
-	ErroredStateKey   = "errored.tfstate"
-)
-
 // InputsConfigMapName is the one ConfigMap a child's inputs live in when
 // they are too large to travel in the child: the run's vars and an inline
 // source's files.
