@@ -18,8 +18,8 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
-	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // maxNumberSkips bounds how many run numbers a start may skip because other

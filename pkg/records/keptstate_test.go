@@ -29,7 +29,7 @@ func bigState(t *testing.T, size int) []byte {
 	}
 	st := map[string]any{
 		"version": 4, "terraform_version": "1.12.6", "serial": 7, "lineage": "0b7c6f5e-1d2a-4c3b-9e8f-000000000001",
-		"outputs": map[string]any{"blob": map[string]any{"value": base64.StdEncoding.EncodeToString(raw), "type": "string"}},
+		"outputs":   map[string]any{"blob": map[string]any{"value": base64.StdEncoding.EncodeToString(raw), "type": "string"}},
 		"resources": []any{},
 	}
 	b, err := json.Marshal(st)
@@ -164,4 +164,3 @@ func TestKeptStatesOrder(t *testing.T) {
 		})
 	}
 }
-
