@@ -930,9 +930,11 @@ type RunnerSpec struct {
 type IdentityToken struct {
 	// Audience is the token's audience, the one the cloud's trust policy
 	// names (for example sts.amazonaws.com). An installer may restrict it
-	// (runner policy allowedTokenAudiences).
+	// (runner policy allowedTokenAudiences). Audiences that begin with
+	// opr8r.io/ are opr8r's own (its state API's tokens): refused.
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
+	// +kubebuilder:validation:XValidation:rule="!self.startsWith('opr8r.io/')",message="audiences that begin with opr8r.io/ are opr8r's own (its state API's tokens); use your cloud's audience, for example sts.amazonaws.com"
 	Audience string `json:"audience"`
 	// ExpirationSeconds is the token's lifetime; the kubelet refreshes it
 	// before it ends.

@@ -3,6 +3,7 @@
 //	opr8r-step install --dest DIR
 //	opr8r-step clone --source=git|dir ...
 //	opr8r-step init|plan|apply|destroy|export-outputs|cleanup --module-dir DIR ...
+//	opr8r-step restore-state --workspace NAME --backend ... --records-run ...
 //	opr8r-step check --name NAME ... -- COMMAND [ARGS...]
 //
 // Before anything runs, every secret the step can see (--env-file,
@@ -52,7 +53,7 @@ func main() {
 
 func run(args []string, out io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|plan|apply|destroy|export-outputs|cleanup|check|results [flags] [-- command]")
+		fmt.Fprintln(os.Stderr, "usage: opr8r-step install|clone|init|restore-state|plan|apply|destroy|export-outputs|cleanup|check|results [flags] [-- command]")
 		return 2
 	}
 	cmd := args[0]
@@ -185,10 +186,11 @@ func connect(r *step.Runner, cmd string, o *options) error {
 	store.Secrets = &records.SecretStore{Client: r.Kube.State, Owner: owner}
 	store.Warn = func(msg string) { fmt.Fprintln(r.Out, "opr8r-step: warning: "+r.Redact(msg)) }
 	r.Records = store
-	if (cmd == "init" || cmd == "apply") && owner != nil {
-		// A state the backend does not take is kept in a Secret of the
-		// TerraformRun (apply), which the next run's init pushes.
-		r.KeptStates = &step.StateKeeper{Kube: r.Kube, Run: o.recordsRun, Owner: owner, Child: o.recordsRunID}
+	if cmd == "apply" || cmd == names.StepRestoreState {
+		// A state the backend does not take is kept as a record of the
+		// TerraformRun (apply: Secrets, gzipped and chunked), which the
+		// next run's restore-state step pushes, as the runner.
+		r.KeptStates = &step.StateKeeper{Records: store, Key: r.RecordKey, Owner: owner}
 	}
 	return nil
 }
@@ -230,6 +232,8 @@ func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args 
 		return r.Clone(ctx, co)
 	case "init":
 		return r.Init(ctx, mod, be)
+	case names.StepRestoreState:
+		return r.RestoreState(ctx, o.workspace, be)
 	case "plan":
 		_, err = r.Plan(ctx, mod, plan)
 		return err
@@ -346,7 +350,7 @@ func loadSecrets(r *step.Runner, o *options) error {
 var knownSteps = map[string]bool{
 	"install": true, "clone": true, "init": true, "plan": true, "apply": true,
 	"destroy": true, "export-outputs": true, "cleanup": true, "check": true,
-	"results": true,
+	"results": true, names.StepRestoreState: true,
 }
 
 // options are every step's flags.
@@ -393,7 +397,7 @@ func newFlags(cmd string, o *options) *flag.FlagSet {
 	fs.DurationVar(&o.timeout, "timeout", 0, "the step's budget (spec.timeouts): at it, terraform is interrupted and given a few minutes to stop and write its state; 0: none")
 	fs.BoolVar(&o.noStateLock, "no-state-lock", false, "init, plan: read the state without its lock and create no workspace (a preview, whose state access is read-only)")
 	fs.DurationVar(&o.lockTimeout, "lock-timeout", step.DefaultLockTimeout, "init, plan, apply, destroy: how long terraform waits for the state lock another holds (a scheduled check, a preview, a colleague's plan) before it fails")
-	fs.DurationVar(&o.stateRetry, "state-retry", step.DefaultStateRetry, "apply, destroy: how long to keep saving a state the backend did not take before keeping it in the run's errored-state Secret")
+	fs.DurationVar(&o.stateRetry, "state-retry", step.DefaultStateRetry, "apply, destroy: how long to keep saving a state the backend did not take before keeping it as the run's kept state (records kind errored.tfstate, in Secrets), which the next run's restore-state step pushes")
 	fs.StringVar(&o.source, "source", "git", "clone: git, oci, dir, or inline (the files in --inputs-env)")
 	fs.StringVar(&o.inputsEnv, "inputs-env", "", "clone: environment variable holding the run's inputs (vars.json and inline files) when the child carries them")
 	fs.StringVar(&o.varsOut, "vars-out", "", "clone: where to write vars.json from --inputs-env")

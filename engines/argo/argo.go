@@ -127,6 +127,9 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	img := req.Config.StepImage
 	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p),
 		containerSetTemplate(p, names.StepPlan, img, true, stepsNamed(p, names.StepClone, names.StepInit, names.StepPlan)...))
+	if s, ok := p.StepNamed(names.StepRestoreState); ok {
+		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, s, img))
+	}
 	for _, c := range p.Checks() {
 		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, c, img))
 	}
@@ -266,8 +269,12 @@ func taskParam(task, name string) string {
 // the plan has no changes, and skip apply when it has none or was rejected.
 func dagTemplate(p *pipeline.Pipeline) wfv1.Template {
 	hasChanges := taskParam(names.StepPlan, pipeline.ResultHasChanges) + " == true"
-	// clone, init and plan are containers of the plan task's pod.
+	// clone, init and plan are containers of the plan task's pod, after
+	// restore-state's pod (as the runner) when the run has kept states.
 	tasks := []wfv1.DAGTask{{Name: names.StepPlan, Template: names.StepPlan}}
+	if _, ok := p.StepNamed(names.StepRestoreState); ok {
+		tasks = []wfv1.DAGTask{{Name: names.StepRestoreState, Template: names.StepRestoreState}, {Name: names.StepPlan, Template: names.StepPlan, Depends: names.StepRestoreState}}
+	}
 	// Checks run side by side once the plan has changes; the gate (or
 	// apply) waits for all of them. A failed check leaves the gate and
 	// apply omitted and fails the Workflow. ("check" alone in depends is
@@ -366,7 +373,8 @@ var replacer = strings.NewReplacer(
 	pipeline.PhErrorFile, "/dev/termination-log",
 )
 
-// containerTemplate runs one step in a pod of its own: a check, or cleanup.
+// containerTemplate runs one step in a pod of its own: restore-state, a
+// check, or cleanup.
 func containerTemplate(p *pipeline.Pipeline, s pipeline.Step, stepImage string) wfv1.Template {
 	t := wfv1.Template{
 		Name:               s.Name,

@@ -224,3 +224,45 @@ func contains(args []string, want string) bool {
 	}
 	return false
 }
+
+// TestRestoreStateRunsFirstAsTheRunner: a run whose TerraformRun has kept
+// states runs restore-state in a pod of its own, as the runner (not the
+// plan's account), and the plan's pod only after it succeeded; Argo's own
+// validation accepts the Workflow.
+func TestRestoreStateRunsFirstAsTheRunner(t *testing.T) {
+	cfg := testutil.Config
+	cfg.PlanServiceAccount = "opr8r-planner"
+	run := pipeline.Defaults(testutil.MakeRun("a", "ns").Obj(), infrav1.EngineArgo, cfg)
+	obj, err := argo.New().Build(engine.Request{Run: run, Type: infrav1.RunApply, Name: "a-1", Number: 1, SpecHash: pipeline.SpecHash(run), Config: cfg, KeptStates: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wf := obj.(*wfv1.Workflow)
+	accounts := map[string]string{}
+	var dag *wfv1.DAGTemplate
+	for _, tpl := range wf.Spec.Templates {
+		accounts[tpl.Name] = tpl.ServiceAccountName
+		if tpl.DAG != nil {
+			dag = tpl.DAG
+		}
+	}
+	if got, want := accounts[names.StepRestoreState], cfg.RunnerServiceAccount; got != want {
+		t.Errorf("restore-state runs as %q, want the runner %q", got, want)
+	}
+	if got := accounts[names.StepPlan]; got != "opr8r-planner" {
+		t.Errorf("the plan's pod runs as %q, want opr8r-planner", got)
+	}
+	var tasks []string
+	for _, task := range dag.Tasks {
+		tasks = append(tasks, task.Name)
+		if task.Name == names.StepPlan && task.Depends != names.StepRestoreState {
+			t.Errorf("the plan task depends on %q, want %q", task.Depends, names.StepRestoreState)
+		}
+	}
+	if tasks[0] != names.StepRestoreState {
+		t.Errorf("tasks %v; want restore-state first", tasks)
+	}
+	if err := validate.ValidateWorkflow(nil, nil, wf.DeepCopy(), nil, validate.ValidateOpts{}); err != nil {
+		t.Errorf("Argo's validation refuses the Workflow: %v", err)
+	}
+}

@@ -22,7 +22,7 @@ import (
 
 // stepOrder is the order steps are reported in.
 var stepOrder = []string{
-	names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
+	names.StepRestoreState, names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
 	names.StepApply, names.StepExport, names.StepCleanup,
 }
 

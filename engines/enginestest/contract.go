@@ -44,6 +44,7 @@ import (
 func Run(t *testing.T, kit enginetest.Kit) {
 	t.Run("Build is deterministic and valid", func(t *testing.T) { buildContract(t, kit) })
 	t.Run("each step runs as its own service account", func(t *testing.T) { accountsContract(t, kit) })
+	t.Run("kept states are restored first, as the runner", func(t *testing.T) { keptStatesContract(t, kit) })
 	t.Run("a stopped child reads as stopped, its gate skipped", func(t *testing.T) { stoppedContract(t, kit) })
 	t.Run("a slimmed cache copy observes the same", func(t *testing.T) { slimContract(t, kit) })
 	t.Run("a plan without changes skips the gate", func(t *testing.T) { noChangesContract(t, kit) })
@@ -96,6 +97,36 @@ func accountsContract(t *testing.T, kit enginetest.Kit) {
 		}
 		if !strings.Contains(string(b), `"opr8r-planner"`) {
 			t.Errorf("%s: the plan's service account appears nowhere in the child", name)
+		}
+	}
+}
+
+// keptStatesContract builds every golden case as a run whose TerraformRun
+// has kept states (engine.Request.KeptStates), with a plan service account
+// of its own: the engine's validation accepts the child, which runs
+// restore-state, as the runner; without kept states, no child has it.
+func keptStatesContract(t *testing.T, kit enginetest.Kit) {
+	for name, tc := range testutil.GoldenCases() {
+		for _, kept := range []bool{false, true} {
+			req := request(kit, tc.Run.Obj(), tc.Type, 1)
+			req.Dependencies = testutil.GoldenDeps(name)
+			req.Config.PlanServiceAccount = "opr8r-planner"
+			req.Run = pipeline.Defaults(tc.Run.Obj(), kit.Engine.Name(), req.Config)
+			req.KeptStates = kept
+			child, err := kit.Engine.Build(req)
+			if err != nil {
+				t.Fatalf("%s: Build: %v", name, err)
+			}
+			if err := kit.Validate(child); err != nil {
+				t.Errorf("%s (kept states: %v): the engine's own validation refuses the child: %v", name, kept, err)
+			}
+			b, err := json.Marshal(child)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if has := strings.Contains(string(b), `"`+names.StepRestoreState+`"`); has != kept {
+				t.Errorf("%s: the child runs %s: %v; want %v (kept states: %v)", name, names.StepRestoreState, has, kept, kept)
+			}
 		}
 	}
 }

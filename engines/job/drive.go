@@ -90,6 +90,20 @@ func dueStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (strin
 	}
 	rejected := d != nil && !d.Approved
 	stopped := v.child.Annotations[annoCancelled] != "" || rejected
+	if v.restores() {
+		// The child ran restore-state; the plan Job comes after it.
+		switch plan := v.jobs[names.StepPlan]; {
+		case stopped || stepPhase(prog.Steps, names.StepRestoreState) != infrav1.StepSucceeded:
+			if plan == nil || jobDone(plan) {
+				return names.StepCleanup, ""
+			}
+			return "", ""
+		case plan == nil:
+			return names.StepPlan, ""
+		case !jobDone(plan):
+			return "", ""
+		}
+	}
 	if stopped || prog.Plan == nil || stepPhase(prog.Steps, names.StepPlan) != infrav1.StepSucceeded {
 		return names.StepCleanup, ""
 	}
@@ -144,15 +158,15 @@ func anyActive(v runView) bool {
 	return false
 }
 
-// stopActive stops a cancelled run's active Job: the plan Job is suspended
-// (its pod is stopped, the Job stays as the run's record), a later step's
-// Job is deleted.
+// stopActive stops a cancelled run's active Job: the child and the plan
+// Job are suspended (the pod is stopped, the Job stays as the run's
+// record), a later step's Job is deleted.
 func stopActive(ctx context.Context, c client.Client, v runView) error {
 	for step, j := range v.jobs {
 		if step == names.StepCleanup || jobDone(j) {
 			continue
 		}
-		if step == names.StepPlan {
+		if step == names.StepPlan || j == v.child {
 			if j.Spec.Suspend != nil && *j.Spec.Suspend {
 				continue
 			}
@@ -218,13 +232,21 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 		return fmt.Errorf("job %s has no readable %s annotation: %w", child.Name, annoSteps, err)
 	}
 	var steps []pipeline.Step
-	if step == stepChecks {
+	switch step {
+	case stepChecks:
 		for _, s := range later.Steps {
 			if names.IsCheck(s.Name) {
 				steps = append(steps, s)
 			}
 		}
-	} else {
+	case names.StepPlan:
+		// After restore-state: clone, init and plan in one pod.
+		for _, s := range later.Steps {
+			if s.Name == names.StepClone || s.Name == names.StepInit || s.Name == names.StepPlan {
+				steps = append(steps, s)
+			}
+		}
+	default:
 		for _, name := range pipeline.Carried(step, infrav1.RunType(child.Labels[infrav1.RunTypeLabel])) {
 			for _, s := range later.Steps {
 				if s.Name == name {
@@ -233,7 +255,7 @@ func createStepJob(ctx context.Context, c client.Client, api client.Reader, full
 			}
 		}
 	}
-	if len(steps) == 0 || (step != stepChecks && steps[0].Name != step) {
+	if len(steps) == 0 || (step != stepChecks && step != names.StepPlan && steps[0].Name != step) || (step == names.StepPlan && steps[len(steps)-1].Name != step) {
 		return fmt.Errorf("job %s carries no %s step", child.Name, step)
 	}
 	carries := make([]string, len(steps))

@@ -72,7 +72,8 @@ func slimStatuses(in []corev1.ContainerStatus) []corev1.ContainerStatus {
 	return out
 }
 
-// StepLogs implements engine.LogLocator: clone, init and plan are
+// StepLogs implements engine.LogLocator: restore-state is the container
+// of the child's pod when the run has it; clone, init and plan are
 // containers of the plan Job's pod; apply, export-outputs and cleanup are
 // containers of every step Job that may carry them (carried), so the
 // selector names those Jobs and the newest pod with the container is read;
@@ -82,6 +83,8 @@ func (Engine) StepLogs(child, step string) (string, string) {
 	switch {
 	case step == names.StepClone || step == names.StepInit || step == names.StepPlan:
 		jobs = []string{names.StepPlan}
+	case step == names.StepRestoreState:
+		jobs = []string{step}
 	case names.IsCheck(step):
 		jobs = []string{stepChecks}
 	default:

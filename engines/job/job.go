@@ -4,6 +4,8 @@
 // A run is a sequence of Jobs that opr8r itself drives (engine.Driver):
 //
 //	<child>          the child: init containers clone and init, container plan
+//	                 (when the run has kept states: restore-state, as the
+//	                 runner, and the plan Job is <child>-plan after it)
 //	<child>-checks   spec.checks, a container each, after a plan with changes
 //	<child>-apply    once the plan is approved (at once with Auto approval):
 //	                 apply, then export-outputs and cleanup in the same pod
@@ -128,10 +130,11 @@ var stepJobs = []struct{ step, suffix string }{
 	{names.StepCleanup, "cleanup"},
 }
 
-// stepJobName is the name of a step's Job; the plan Job is the child.
+// stepJobName is the name of a step's Job; the plan Job is the child,
+// unless the child runs restore-state: then the plan Job is <child>-plan.
 func stepJobName(child, step string) string {
-	if step == stepChecks {
-		return child + "-" + stepChecks
+	if step == stepChecks || step == names.StepPlan {
+		return child + "-" + step
 	}
 	for _, s := range stepJobs {
 		if s.step == step {
@@ -154,7 +157,18 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 		return nil, err
 	}
 	r := replacer(p.Name)
-	later := p.Checks()
+	clone, _ := p.StepNamed(names.StepClone)
+	ini, _ := p.StepNamed(names.StepInit)
+	plan, _ := p.StepNamed(names.StepPlan)
+	first, firstSteps := names.StepPlan, []pipeline.Step{clone, ini, plan}
+	var later []pipeline.Step
+	if restore, ok := p.StepNamed(names.StepRestoreState); ok {
+		// The child runs restore-state alone, as the runner; the driver
+		// makes the plan Job once it succeeded.
+		first, firstSteps = names.StepRestoreState, []pipeline.Step{restore}
+		later = append(later, clone, ini, plan)
+	}
+	later = append(later, p.Checks()...)
 	for _, s := range stepJobs {
 		if st, ok := p.StepNamed(s.step); ok {
 			later = append(later, st)
@@ -164,11 +178,8 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	clone, _ := p.StepNamed(names.StepClone)
-	ini, _ := p.StepNamed(names.StepInit)
-	plan, _ := p.StepNamed(names.StepPlan)
-	tmpl := podTemplate(p, r, names.StepPlan, req.Config.StepImage, clone, ini, plan)
-	deadline := pipeline.Deadline(clone, ini, plan)
+	tmpl := podTemplate(p, r, first, req.Config.StepImage, firstSteps...)
+	deadline := pipeline.Deadline(firstSteps...)
 	ownerFromLabel(&tmpl.Spec)
 	ws, err := json.Marshal(workspace{Size: p.WorkspaceSize.String(), StorageClassName: p.StorageClassName})
 	if err != nil {
@@ -190,7 +201,7 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	j := &batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: batchv1.SchemeGroupVersion.String(), Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{
-			Name: p.Name, Namespace: p.Namespace, Labels: jobLabels(p, req.Name, names.StepPlan),
+			Name: p.Name, Namespace: p.Namespace, Labels: jobLabels(p, req.Name, first),
 			Annotations:     annotations,
 			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(req.Run, infrav1.GroupVersion.WithKind("TerraformRun"))},
 		},
@@ -306,7 +317,9 @@ func podTemplate(p *pipeline.Pipeline, r *strings.Replacer, step, stepImage stri
 	}
 	spec := podSpec(p, p.Name, p.UsedVolumes(steps...))
 	if sa := steps[len(steps)-1].ServiceAccountName; sa != "" {
-		spec.ServiceAccountName = sa // the checks' Job: every step of it is a check
+		// The checks' Job (every step of it is a check), restore-state's
+		// (the runner), the plan's (the plan's account).
+		spec.ServiceAccountName = sa
 	}
 	spec.InitContainers, spec.Containers = cs[:len(cs)-1], cs[len(cs)-1:]
 	return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: jobLabels(p, p.Name, step)}, Spec: spec}

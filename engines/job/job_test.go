@@ -497,6 +497,7 @@ func TestStepLogs(t *testing.T) {
 		"clone":          "plan",
 		"plan":           "plan",
 		"check-policy":   "checks",
+		"restore-state":  "restore-state",
 		"apply":          "apply",
 		"export-outputs": "apply,export-outputs",
 		"cleanup":        "apply,export-outputs,cleanup",
@@ -508,5 +509,129 @@ func TestStepLogs(t *testing.T) {
 		if _, err := labels.Parse(sel); err != nil {
 			t.Errorf("StepLogs(%s): %q is no label selector: %v", step, sel, err)
 		}
+	}
+}
+
+// TestRestoreStateRunsFirstAsTheRunner: a run whose TerraformRun has kept
+// states makes the child run restore-state alone, as the runner; once it
+// succeeded the driver makes the plan Job (<child>-plan: clone, init and
+// plan, as the plan's account); when it failed, no plan: cleanup, and the
+// run fails with restore-state's message.
+func TestRestoreStateRunsFirstAsTheRunner(t *testing.T) {
+	cfg := testutil.Config
+	cfg.PlanServiceAccount = "opr8r-planner"
+	run := pipeline.Defaults(testutil.MakeRun("r", "ns").Obj(), infrav1.EngineJob, cfg)
+	obj, err := job.New().Build(engine.Request{Run: run, Type: infrav1.RunApply, Name: "r-1", Number: 1, SpecHash: pipeline.SpecHash(run), Config: cfg, KeptStates: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	child := obj.(*batchv1.Job)
+	spec := child.Spec.Template.Spec
+	if sa := spec.ServiceAccountName; sa != cfg.RunnerServiceAccount {
+		t.Errorf("the child runs as %q, want the runner %q", sa, cfg.RunnerServiceAccount)
+	}
+	if got := spec.Containers[0].Name; got != names.StepRestoreState || len(spec.InitContainers) != 1 {
+		t.Errorf("the child runs %q after %d init containers, want restore-state alone", got, len(spec.InitContainers))
+	}
+	seals := sealedPlanDone(t, child)
+	restorePod := func(code int32, msg string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "r-1-x", Namespace: "ns",
+			Labels: map[string]string{job.ChildLabel: "r-1", infrav1.StepLabel: names.StepRestoreState}, OwnerReferences: controlledBy("r-1", child.UID)}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: names.StepRestoreState, State: term(code, msg)}}
+		return p
+	}
+	failed := child.DeepCopy()
+	failed.Status.Conditions = []batchv1.JobCondition{{Type: batchv1.JobFailed, Status: corev1.ConditionTrue, Reason: "BackoffLimitExceeded"}}
+	planJob := stepJob("r-1", "plan", true)
+	planJob.OwnerReferences = controlledBy("r-1", child.UID)
+	planPod := pod("r-1", "plan", map[string]corev1.ContainerState{"clone": term(0, `{"commit":"abc"}`), "init": term(0, ""), "plan": term(0, planResults(t, true))}, "install-opr8r-step", "clone", "init")
+	planPod.OwnerReferences = controlledBy("r-1-plan", planJob.UID)
+	const refused = "the state an earlier run kept in the Secrets ns/r-0-rec-… could not be pushed"
+	cases := map[string]struct {
+		child     *batchv1.Job
+		related   []client.Object
+		wantPhase infrav1.RunPhase
+		wantSteps map[string]infrav1.StepPhase
+		wantNext  string
+		wantSA    string
+		wantRuns  string
+	}{
+		"restored: the plan Job, as the plan's account": {
+			child: child, related: []client.Object{restorePod(0, "")},
+			wantPhase: infrav1.RunRunning, wantSteps: map[string]infrav1.StepPhase{names.StepRestoreState: "Succeeded"},
+			wantNext: "r-1-plan", wantSA: "opr8r-planner", wantRuns: "clone install-opr8r-step init plan",
+		},
+		"planned after it: the gate waits": {
+			child: child, related: []client.Object{restorePod(0, ""), planJob, planPod},
+			wantPhase: infrav1.RunAwaitingApproval, wantSteps: map[string]infrav1.StepPhase{names.StepRestoreState: "Succeeded", names.StepPlan: "Succeeded", names.StepApprove: "Running"},
+		},
+		"refused: no plan, cleanup": {
+			child: failed, related: []client.Object{restorePod(1, refused)},
+			wantPhase: infrav1.RunRunning, wantSteps: map[string]infrav1.StepPhase{names.StepRestoreState: "Failed"},
+			wantNext: "r-1-cleanup", wantSA: cfg.RunnerServiceAccount, wantRuns: "install-opr8r-step cleanup",
+		},
+		"refused, cleaned up: Failed, with its message": {
+			child: failed, related: []client.Object{restorePod(1, refused), stepJob("r-1", "cleanup", true)},
+			wantPhase: infrav1.RunFailed, wantSteps: map[string]infrav1.StepPhase{names.StepRestoreState: "Failed", names.StepApply: "Skipped"},
+		},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			prog, err := job.New().Observe(tc.child, tc.related, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := map[string]infrav1.StepPhase{}
+			var order []string
+			for _, s := range prog.Steps {
+				order = append(order, s.Name)
+				if _, ok := tc.wantSteps[s.Name]; ok {
+					got[s.Name] = s.Phase
+				}
+			}
+			if prog.Phase != tc.wantPhase {
+				t.Errorf("phase %s, want %s (%+v)", prog.Phase, tc.wantPhase, prog)
+			}
+			if diff := cmp.Diff(tc.wantSteps, got); diff != "" {
+				t.Errorf("steps (-want +got):\n%s", diff)
+			}
+			if order[0] != names.StepRestoreState {
+				t.Errorf("steps in order %v; want restore-state first", order)
+			}
+			if tc.wantPhase == infrav1.RunFailed && !strings.Contains(prog.Message, "step restore-state failed: "+refused) {
+				t.Errorf("message %q", prog.Message)
+			}
+			c := fakeClient(t, append([]client.Object{tc.child}, tc.related...)...)
+			if err := job.New().Drive(context.Background(), c, c, tc.child, prog, engine.DriveInput{Verify: seals.Verifier(job.New())}); err != nil {
+				t.Fatalf("Drive: %v", err)
+			}
+			list := &batchv1.JobList{}
+			if err := c.List(context.Background(), list); err != nil {
+				t.Fatal(err)
+			}
+			created := ""
+			for _, j := range list.Items {
+				if j.Name == tc.child.Name || contains(tc.related, j.Name) {
+					continue
+				}
+				created = j.Name
+				var cs []string
+				for _, c := range append(j.Spec.Template.Spec.InitContainers, j.Spec.Template.Spec.Containers...) {
+					cs = append(cs, c.Name)
+				}
+				if runs := strings.Join(cs, " "); runs != tc.wantRuns {
+					t.Errorf("Job %s runs %q, want %q", j.Name, runs, tc.wantRuns)
+				}
+				if sa := j.Spec.Template.Spec.ServiceAccountName; sa != tc.wantSA {
+					t.Errorf("Job %s runs as %q, want %q", j.Name, sa, tc.wantSA)
+				}
+				if !metav1.IsControlledBy(&j, tc.child) || j.Labels[infrav1.StepLabel] == "" {
+					t.Errorf("Job %s is not the child's: %+v", j.Name, j.ObjectMeta)
+				}
+			}
+			if created != tc.wantNext {
+				t.Errorf("the driver created %q, want %q", created, tc.wantNext)
+			}
+		})
 	}
 }

@@ -65,7 +65,7 @@ type runView struct {
 // the step, such as a later one a tenant made with the step's labels, is
 // not read.
 func newView(child *batchv1.Job, related []client.Object) runView {
-	v := runView{child: child, jobs: map[string]*batchv1.Job{names.StepPlan: child}, pods: map[string]*corev1.Pod{}}
+	v := runView{child: child, jobs: map[string]*batchv1.Job{childStep(child): child}, pods: map[string]*corev1.Pod{}}
 	for _, o := range related {
 		if j, ok := o.(*batchv1.Job); ok && j.Labels[ChildLabel] == child.Name && metav1.IsControlledBy(j, child) {
 			v.jobs[j.Labels[infrav1.StepLabel]] = j
@@ -87,6 +87,19 @@ func newView(child *batchv1.Job, related []client.Object) runView {
 	}
 	return v
 }
+
+// childStep is the step the child's pod runs: restore-state when the run
+// has kept states (the plan Job, <child>-plan, comes after it), else the
+// plan's (clone, init and plan).
+func childStep(child *batchv1.Job) string {
+	if child.Labels[infrav1.StepLabel] == names.StepRestoreState {
+		return names.StepRestoreState
+	}
+	return names.StepPlan
+}
+
+// restores says whether the child runs restore-state.
+func (v runView) restores() bool { return childStep(v.child) == names.StepRestoreState }
 
 // planOnly says whether the run stops after its plan (checks, planOnly runs).
 func (v runView) planOnly() bool {
@@ -154,9 +167,13 @@ func (Engine) Observe(obj client.Object, related []client.Object, now time.Time)
 	v := newView(child, related)
 	prog := engine.Progress{StartedAt: child.Status.StartTime}
 	add := func(st infrav1.StepStatus) { prog.Steps = append(prog.Steps, st) }
-	// The plan Job's steps show once its pod exists (or the Job failed
-	// without one), as an Argo node shows once it is scheduled.
-	_, failedEarly := jobFailed(child)
+	// A Job's steps show once its pod exists (or the Job failed without
+	// one), as an Argo node shows once it is scheduled.
+	if _, failed := jobFailed(child); v.restores() && (v.pods[names.StepRestoreState] != nil || failed) {
+		st, _ := v.step(names.StepRestoreState, names.StepRestoreState)
+		add(st)
+	}
+	_, failedEarly := jobFailed(v.jobs[names.StepPlan])
 	for _, s := range []string{names.StepClone, names.StepInit, names.StepPlan} {
 		if v.pods[names.StepPlan] == nil && !failedEarly {
 			break
@@ -507,7 +524,7 @@ func order(step string) int {
 }
 
 // stepOrder is the order the Job engine's steps are reported in.
-var stepOrder = []string{names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
+var stepOrder = []string{names.StepRestoreState, names.StepClone, names.StepInit, names.StepPlan, names.StepApprove,
 	names.StepApply, names.StepExport, names.StepCleanup}
 
 func indexOfStep(step string) int {

@@ -136,9 +136,13 @@ func (Engine) Observe(obj client.Object, related []client.Object, now time.Time)
 	return out, nil
 }
 
-// planSteps reads clone, init and plan, the steps of the plan task, and
+// planSteps reads restore-state, when the run has it, then clone, init
+// and plan, the steps of the plan task, and
 // the commit and plan it reports once it succeeded.
 func (v view) planSteps(out *engine.Progress) error {
+	if tr := v.taskRuns[taskRestore]; tr != nil {
+		out.Steps = append(out.Steps, stepStatus(tr, names.StepRestoreState, names.StepRestoreState))
+	}
 	tr := v.taskRuns[taskPlan]
 	if tr == nil {
 		return nil

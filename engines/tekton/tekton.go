@@ -44,6 +44,7 @@ const (
 	ResultsDir = "/tekton/results"
 
 	taskPlan    = "plan"
+	taskRestore = names.StepRestoreState
 	taskApprove = names.StepApprove
 	taskApply   = names.StepApply
 	taskExport  = names.StepExport
@@ -106,7 +107,8 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 	if err != nil {
 		return nil, err
 	}
-	tasks := append([]tektonv1.PipelineTask{planTask(p, req)}, checkTasks(p, req)...)
+	tasks := append(restoreTask(p, req), planTask(p, req))
+	tasks = append(tasks, checkTasks(p, req)...)
 	if !pipeline.PlanOnly(p.Type) {
 		tasks = laterTasks(p, req, tasks)
 	}
@@ -118,12 +120,34 @@ func workspaceBinding() []tektonv1.WorkspacePipelineTaskBinding {
 	return []tektonv1.WorkspacePipelineTaskBinding{{Name: pipeline.WorkspaceVolume, Workspace: pipeline.WorkspaceVolume}}
 }
 
+// restoreTask runs restore-state in a pod of its own, as the runner, when
+// the run has it (kept states): the plan task runs after it.
+func restoreTask(p *pipeline.Pipeline, req engine.Request) []tektonv1.PipelineTask {
+	s, ok := p.StepNamed(names.StepRestoreState)
+	if !ok {
+		return nil
+	}
+	return []tektonv1.PipelineTask{{
+		Name:        taskRestore,
+		DisplayName: "Restore kept states",
+		Description: pipeline.StepDescription(names.StepRestoreState),
+		Workspaces:  workspaceBinding(),
+		TaskSpec:    taskSpec(p, req.Config.StepImage, taskRestore, nil, s),
+		Timeout:     taskTimeout(s),
+	}}
+}
+
 // planTask runs clone, init and plan as steps of one pod.
 func planTask(p *pipeline.Pipeline, req engine.Request) tektonv1.PipelineTask {
 	clone, _ := p.StepNamed(names.StepClone)
 	init, _ := p.StepNamed(names.StepInit)
 	plan, _ := p.StepNamed(names.StepPlan)
+	var after []string
+	if _, ok := p.StepNamed(names.StepRestoreState); ok {
+		after = []string{taskRestore}
+	}
 	return tektonv1.PipelineTask{
+		RunAfter:    after,
 		Name:        taskPlan,
 		DisplayName: "Plan (clone, init, plan)",
 		Description: "One pod: " + pipeline.StepDescription(names.StepClone) + " " + pipeline.StepDescription(names.StepInit) + " " + pipeline.StepDescription(names.StepPlan),
@@ -404,6 +428,8 @@ func cleanupWhen(tasks []tektonv1.PipelineTask) tektonv1.WhenExpressions {
 // stepDisplayName is what the Tekton Dashboard shows for a step.
 func stepDisplayName(name string) string {
 	switch name {
+	case names.StepRestoreState:
+		return "push kept states"
 	case names.StepClone:
 		return "clone the module"
 	case names.StepInit:

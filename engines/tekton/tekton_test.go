@@ -2,6 +2,7 @@ package tekton_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
@@ -291,5 +292,36 @@ func TestStepLogs(t *testing.T) {
 		if _, err := labels.Parse(sel); err != nil {
 			t.Errorf("StepLogs(%s): %q is no label selector: %v", step, sel, err)
 		}
+	}
+}
+
+// TestRestoreStateRunsFirstAsTheRunner: a run whose TerraformRun has kept
+// states runs restore-state in a task (a pod) of its own, as the runner
+// (not the plan's account), and the plan task after it.
+func TestRestoreStateRunsFirstAsTheRunner(t *testing.T) {
+	cfg := testutil.Config
+	cfg.PlanServiceAccount = "opr8r-planner"
+	run := pipeline.Defaults(testutil.MakeRun("a", "ns").Obj(), infrav1.EngineTekton, cfg)
+	obj, err := tekton.New().Build(engine.Request{Run: run, Type: infrav1.RunApply, Name: "a-1", Number: 1, SpecHash: pipeline.SpecHash(run), Config: cfg, KeptStates: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := obj.(*tektonv1.PipelineRun)
+	accounts := map[string]string{}
+	for _, s := range pr.Spec.TaskRunSpecs {
+		accounts[s.PipelineTaskName] = s.ServiceAccountName
+	}
+	if got, want := accounts[names.StepRestoreState], cfg.RunnerServiceAccount; got != want {
+		t.Errorf("restore-state runs as %q, want the runner %q", got, want)
+	}
+	if got := accounts["plan"]; got != "opr8r-planner" {
+		t.Errorf("the plan task runs as %q, want opr8r-planner", got)
+	}
+	tasks := pr.Spec.PipelineSpec.Tasks
+	if tasks[0].Name != names.StepRestoreState || tasks[1].Name != "plan" || !slices.Equal(tasks[1].RunAfter, []string{names.StepRestoreState}) {
+		t.Errorf("tasks %s, %s (after %v); want restore-state, then plan after it", tasks[0].Name, tasks[1].Name, tasks[1].RunAfter)
+	}
+	if err := validate(pr); err != nil {
+		t.Errorf("Tekton's validation refuses the PipelineRun: %v", err)
 	}
 }

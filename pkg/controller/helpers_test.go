@@ -38,6 +38,8 @@ type fakeEngine struct {
 	// moves between two looks in one pass.
 	later map[string]engine.Progress
 	looks map[string]int
+	// built are the requests Build was given.
+	built []engine.Request
 }
 
 var (
@@ -55,6 +57,7 @@ func (f *fakeEngine) ChildGVK() schema.GroupVersionKind {
 func (f *fakeEngine) NewChild() client.Object         { return &batchv1.Job{} }
 func (f *fakeEngine) NewChildList() client.ObjectList { return &batchv1.JobList{} }
 func (f *fakeEngine) Build(req engine.Request) (client.Object, error) {
+	f.built = append(f.built, req)
 	return &batchv1.Job{ObjectMeta: metav1.ObjectMeta{
 		Name: req.Name, Namespace: req.Run.Namespace,
 		Labels:          pipeline.ChildLabels(req.Run, req.Type, req.SpecHash, req.Number),

@@ -178,7 +178,9 @@ func (r *TerraformRunReconciler) moveRecords(ctx context.Context, run *infrav1.T
 	}
 	byRun := map[string][]records.Record{}
 	for _, rec := range recs {
-		if inHistory[rec.RunID] && !rec.Restored {
+		// A kept state (records.KindErroredState) is work left for the
+		// next run's restore-state step, which reads it in the cluster.
+		if inHistory[rec.RunID] && !rec.Restored && records.History(rec.Kind) {
 			byRun[rec.RunID] = append(byRun[rec.RunID], rec)
 		}
 	}

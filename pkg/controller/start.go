@@ -19,6 +19,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // maxNumberSkips bounds how many run numbers a start may skip because other
@@ -309,6 +310,22 @@ func (r *TerraformRunReconciler) mayAdopt(ctx context.Context, run *infrav1.Terr
 	return true, nil
 }
 
+// hasKeptStates says whether the TerraformRun has states earlier runs kept
+// because their backend did not take them (records of kind
+// errored.tfstate that it owns): the run it starts then pushes them first,
+// as the runner (the restore-state step). It lists those records' Secrets
+// only, once per run started.
+func (r *TerraformRunReconciler) hasKeptStates(ctx context.Context, run *infrav1.TerraformRun) (bool, error) {
+	if r.Records == nil {
+		return false, nil
+	}
+	recs, err := records.ListKind(ctx, r.Records, run.Namespace, run.Name, records.KindErroredState)
+	if err != nil {
+		return false, generic("ListKeptStates", err, "looking for states earlier runs of %s kept", run.Name)
+	}
+	return len(records.KeptStates(recs, run.UID)) > 0, nil
+}
+
 // createChild builds and creates a run's child. A child that appeared since
 // the cache was read is adopted if it is this run's, and skipped otherwise
 // (the next pass claims the next number).
@@ -324,7 +341,14 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	if err := r.checkRules(st.eff); err != nil {
 		return nil, err
 	}
-	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps,
+	if err := r.checkSharedState(ctx, st.eff); err != nil {
+		return nil, err
+	}
+	kept, err := r.hasKeptStates(ctx, run)
+	if err != nil {
+		return nil, err
+	}
+	obj, err := e.Build(engine.Request{Run: st.eff, Type: t, Name: name, Number: number, SpecHash: st.hash, Config: r.Config, Dependencies: deps, KeptStates: kept,
 		Preview: r.IsPreview != nil && r.IsPreview(run)})
 	if err != nil {
 		return nil, stalling(infrav1.ReasonInvalidSpec, "cannot build the pipeline: %w", err)

@@ -9,10 +9,12 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	kubefake "k8s.io/client-go/kubernetes/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 func TestReconcileStart(t *testing.T) {
@@ -232,5 +234,42 @@ func TestPreviewsQueueBehindRuns(t *testing.T) {
 	}
 	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "db"}, "db-1", prioRun); !ok {
 		t.Error("the waiting run did not get the freed slot")
+	}
+}
+
+// TestStartWithKeptStates: a run is started with restore-state
+// (engine.Request.KeptStates) when the TerraformRun owns a state an
+// earlier run kept, and only then.
+func TestStartWithKeptStates(t *testing.T) {
+	cases := map[string]struct {
+		owner string // the kept state's owner's uid; "" : no kept state
+		kind  records.Kind
+		want  bool
+	}{
+		"none":                          {},
+		"another record of the run":     {owner: "uid-a", kind: records.KindPlanJSONSensitive},
+		"one it owns":                   {owner: "uid-a", kind: records.KindErroredState, want: true},
+		"one another TerraformRun owns": {owner: "uid-someone-else", kind: records.KindErroredState},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			f := &fakeEngine{}
+			run := aRun("a")
+			r, _ := newReconciler(t, f, run.DeepCopy())
+			store := &records.SecretStore{Client: kubefake.NewClientset()}
+			r.Records = &records.Router{Resources: store, Secrets: store}
+			if tc.owner != "" {
+				own := &records.SecretStore{Client: store.Client, Owner: &metav1.OwnerReference{APIVersion: "infra.opr8r.io/v1alpha1", Kind: "TerraformRun", Name: "a", UID: types.UID(tc.owner)}}
+				if err := own.Put(ctx(), records.Key{Namespace: "ns", Run: "a", RunID: "a-0", Step: "apply", Kind: tc.kind}, []byte("{}")); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, _, err := runSub(r, run, r.reconcileStart); err != nil {
+				t.Fatal(err)
+			}
+			if len(f.built) != 1 || f.built[0].KeptStates != tc.want {
+				t.Fatalf("built %+v; want one run with KeptStates %v", f.built, tc.want)
+			}
+		})
 	}
 }

@@ -387,6 +387,12 @@ type Request struct {
 	// (its seal verifies): its steps read the tracked run's state without
 	// the lock, and the state API lets them write none of it.
 	Preview bool
+	// KeptStates is true when the TerraformRun has states earlier runs
+	// kept because their backend did not take them (records of kind
+	// errored.tfstate), which the reconciler found when it started the
+	// run: the pipeline then begins with the restore-state step, which
+	// pushes them as the runner before anything plans.
+	KeptStates bool
 }
 
 // Dependency is a TerraformRun whose outputs a run takes as variables.

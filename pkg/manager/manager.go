@@ -442,7 +442,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	}
 	seals := engine.Seals{Key: o.SealKey}
 	r.IsPreview = func(run *infrav1.TerraformRun) bool { return receiver.IsManagersPreview(seals, run) }
-	if err := addStateAPI(mgr, o, r.IsPreview); err != nil {
+	if err := addStateAPI(mgr, o); err != nil {
 		return nil, err
 	}
 	if o.Receiver != nil && len(o.Receiver.Seals.Key) == 0 {

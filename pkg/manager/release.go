@@ -36,6 +36,8 @@ type MemoryReleaser struct {
 
 	// release is debug.FreeOSMemory (tests count it).
 	release func()
+	// isDue replaces due in tests.
+	isDue func() (free, objects uint64, ok bool)
 }
 
 var memoryReleases = prometheus.NewCounter(prometheus.CounterOpts{
@@ -62,9 +64,7 @@ func (r MemoryReleaser) Start(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			if free, objects, ok := r.due(); ok {
-				r.releaseNow()
-				memoryReleases.Inc()
+			if free, objects, ok := r.tick(); ok {
 				log.V(1).Info("returned the heap's free pages to the system", "freeMiB", free>>20, "objectsMiB", objects>>20)
 			}
 		}
@@ -72,6 +72,20 @@ func (r MemoryReleaser) Start(ctx context.Context) error {
 }
 
 // due reads the heap's free and object bytes and says whether to release.
+// tick returns the heap's free pages when that is due, and says so.
+func (r MemoryReleaser) tick() (free, objects uint64, released bool) {
+	due := r.due
+	if r.isDue != nil {
+		due = r.isDue
+	}
+	free, objects, ok := due()
+	if ok {
+		r.releaseNow()
+		memoryReleases.Inc()
+	}
+	return free, objects, ok
+}
+
 func (r MemoryReleaser) due() (free, objects uint64, ok bool) {
 	s := []metrics.Sample{{Name: heapFree}, {Name: heapObjects}}
 	metrics.Read(s)

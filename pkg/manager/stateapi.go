@@ -6,16 +6,16 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/stateapi"
 )
 
 // addStateAPI serves the state API with grants read from the
 // TerraformRuns the tokens name.
-func addStateAPI(mgr ctrl.Manager, o Options, isPreview func(*infrav1.TerraformRun) bool) error {
+func addStateAPI(mgr ctrl.Manager, o Options) error {
 	s := o.StateAPI
 	if s == nil || s.Addr == "" || s.Addr == "0" {
 		return nil
@@ -34,45 +34,35 @@ func addStateAPI(mgr ctrl.Manager, o Options, isPreview func(*infrav1.TerraformR
 		// Read from the API server, not the cache: a shard's manager
 		// caches its shard's runs only, and any replica of any shard may
 		// answer a step (the Service picks one).
-		cache := mgr.GetAPIReader()
+		reader := mgr.GetAPIReader()
 		s.Grants = &stateapi.Grants{
-			Runs:      cache,
-			IsRunner:  o.Engine.IsRunnerAccount,
-			Accounts:  func(run *infrav1.TerraformRun) (string, string) { return RunAccounts(o.Engine, run) },
-			IsPreview: isPreview,
-			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun) []string {
-				var out []string
-				for _, d := range run.Spec.DependsOn {
-					if d.Namespace == "" || d.Namespace == run.Namespace {
-						continue // mounted by the kubelet, never read through the API
-					}
-					dep := &infrav1.TerraformRun{}
-					if err := cache.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, dep); err != nil {
-						continue
-					}
-					out = append(out, d.Namespace+"/"+names.OutputsSecretName(dep))
-				}
-				return out
-			},
+			Runs:         reader,
+			IsRunner:     o.Engine.IsRunnerAccount,
+			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun, child string) []string { return dependencySecrets(ctx, reader, run, child) },
 		}
 	}
 	return mgr.Add(s)
 }
 
-// RunAccounts are a run's effective planner and runner service accounts:
-// its own (spec.runner), else the install's; the planner is the runner
-// when neither names one.
-func RunAccounts(cfg engine.Config, run *infrav1.TerraformRun) (planner, runner string) {
-	runner = run.Spec.Runner.ServiceAccountName
-	if runner == "" {
-		runner = cfg.RunnerServiceAccount
+// dependencySecrets are the outputs Secrets, in other namespaces, of the
+// dependencies the manager resolved (with the install's and the
+// dependency's consent) when it started child: status.run.dependencies,
+// never the spec as it is now.
+func dependencySecrets(ctx context.Context, r client.Reader, run *infrav1.TerraformRun, child string) []string {
+	cur := run.Status.Run
+	if cur == nil || cur.ID != child {
+		return nil
 	}
-	planner = run.Spec.Runner.PlanServiceAccountName
-	if planner == "" {
-		planner = cfg.PlanServiceAccount
+	var out []string
+	for _, d := range cur.Dependencies {
+		if d.Namespace == "" || d.Namespace == run.Namespace {
+			continue // mounted by the kubelet, never read through the API
+		}
+		dep := &infrav1.TerraformRun{}
+		if err := r.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, dep); err != nil {
+			continue
+		}
+		out = append(out, d.Namespace+"/"+names.OutputsSecretName(dep))
 	}
-	if planner == "" {
-		planner = runner
-	}
-	return planner, runner
+	return out
 }

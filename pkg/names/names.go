@@ -6,6 +6,7 @@ package names
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -13,13 +14,17 @@ import (
 
 // Step names, shared by every engine and shown in status.
 const (
-	StepClone   = "clone"
-	StepInit    = "init"
-	StepPlan    = "plan"
-	StepApprove = "approve"
-	StepApply   = "apply"
-	StepExport  = "export-outputs"
-	StepCleanup = "cleanup"
+	StepClone = "clone"
+	StepInit  = "init"
+	// StepRestoreState pushes the states earlier runs kept because their
+	// backend did not take them, as the runner, before the plan; a run
+	// has it only when the manager found kept states when it started it.
+	StepRestoreState = "restore-state"
+	StepPlan         = "plan"
+	StepApprove      = "approve"
+	StepApply        = "apply"
+	StepExport       = "export-outputs"
+	StepCleanup      = "cleanup"
 	// CheckPrefix begins the step name of each of spec.checks.
 	CheckPrefix = "check-"
 )
@@ -80,18 +85,6 @@ func endsInNumber(name string) bool {
 	return true
 }
 
-// ErroredStateSecretName is the Secret an apply step keeps the state in
-// that its backend did not take (a backend away longer than the step's
-// retry), owned by the TerraformRun, until a later init pushes it.
-func ErroredStateSecretName(child string) string { return child + "-errored-state" }
-
-// ErroredStateLabel, on such a Secret, names the TerraformRun whose state
-// it holds; ErroredStateKey is its data key.
-const (
-	ErroredStateLabel = "infra.opr8r.io/errored-state-of"
-	ErroredStateKey   = "errored.tfstate"
-)
-
 // InputsConfigMapName is the one ConfigMap a child's inputs live in when
 // they are too large to travel in the child: the run's vars and an inline
 // source's files.
@@ -145,26 +138,64 @@ const (
 	StateAudiencePrefix = "opr8r.io/state/"
 )
 
-// StateAudience is the audience of the state token of child's steps: the
-// namespace, the TerraformRun and its uid, and the child. The manager
-// builds it into the child's pods; nobody else can mint a runner's token.
-func StateAudience(namespace, run, uid, child string) string {
-	return StateAudiencePrefix + namespace + "/" + run + "/" + uid + "/" + child
+// StateAudience is the audience of the state token of a step of child:
+// the namespace, the TerraformRun and its uid, the child, and the step's
+// role (runner, planner or preview: what it may do with the state). The
+// manager builds it into the child's pods; nobody else can mint a
+// runner's token, and no TerraformRun may ask for an audience that begins
+// with StateAudiencePrefix (spec.runner.identityToken).
+func StateAudience(namespace, run, uid, child, role string) string {
+	return StateAudiencePrefix + namespace + "/" + run + "/" + uid + "/" + child + "/" + role
+}
+
+// StateAudienceParts is a StateAudience, split.
+type StateAudienceParts struct {
+	Namespace, Run, UID, Child, Role string
 }
 
 // ParseStateAudience splits a StateAudience; ok is false for any other
 // string.
-func ParseStateAudience(aud string) (namespace, run, uid, child string, ok bool) {
+func ParseStateAudience(aud string) (StateAudienceParts, bool) {
 	rest, found := strings.CutPrefix(aud, StateAudiencePrefix)
 	if !found {
-		return "", "", "", "", false
+		return StateAudienceParts{}, false
 	}
 	p := strings.Split(rest, "/")
-	if len(p) != 4 || p[0] == "" || p[1] == "" || p[2] == "" || p[3] == "" {
-		return "", "", "", "", false
+	if len(p) != 5 || slices.Contains(p, "") {
+		return StateAudienceParts{}, false
 	}
-	return p[0], p[1], p[2], p[3], true
+	return StateAudienceParts{Namespace: p[0], Run: p[1], UID: p[2], Child: p[3], Role: p[4]}, true
 }
+
+// IsChildOf says whether child is named as a child of run (ChildName):
+// <run>-<n> or <run>-<type>-<n>.
+func IsChildOf(child, run string) bool {
+	rest, ok := strings.CutPrefix(child, run+"-")
+	if !ok {
+		return false
+	}
+	if t, n, ok := strings.Cut(rest, "-"); ok {
+		switch infrav1.RunType(t) {
+		case infrav1.RunDestroy, infrav1.RunDrift, infrav1.RunPlan:
+		default:
+			return false
+		}
+		if strings.Contains(n, "-") {
+			return false
+		}
+		rest = n
+	}
+	if rest == "" {
+		return false
+	}
+	for _, c := range rest {
+		if c < '0' || c > '9' {
+			return false
+		}
+	}
+	return true
+}
+
 
 // StateSecretName is the kubernetes backend's state Secret of a
 // workspace and secret suffix; StateLeaseName its lock.

@@ -220,6 +220,9 @@ func Build(req engine.Request) (*Pipeline, error) {
 	if req.Config.StepBinaryFromImage {
 		p.StepBinaryImage = req.Config.StepImage
 	}
+	if req.KeptStates {
+		p.Steps = append(p.Steps, b.restoreState())
+	}
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
 	p.Steps = append(p.Steps, b.checks()...)
 	p.Volumes = b.volumes // with the checks' ConfigMaps
@@ -227,6 +230,7 @@ func Build(req engine.Request) (*Pipeline, error) {
 		p.Cleanup = b.cleanup()
 		splitIdentities(p, run)
 		previewIdentity(p, req)
+		stateRoles(p, run, req)
 		setTimeouts(p, run, req.Config)
 		return p, nil
 	}
@@ -239,6 +243,8 @@ func Build(req engine.Request) (*Pipeline, error) {
 	}
 	p.Cleanup = b.cleanup()
 	splitIdentities(p, run)
+	previewIdentity(p, req)
+	stateRoles(p, run, req)
 	setTimeouts(p, run, req.Config)
 	return p, nil
 }
@@ -248,7 +254,8 @@ func Build(req engine.Request) (*Pipeline, error) {
 // module, which nobody has approved yet. The steps after the gate then
 // name the runner's account themselves, so that an engine that builds a
 // later step from an earlier one's pod (the Job engine) never takes the
-// plan's.
+// plan's. restore-state runs as the runner, before the gate: it writes
+// the state (the planner may only read it) and runs no module code.
 func splitIdentities(p *Pipeline, run *infrav1.TerraformRun) {
 	planSA, runner := run.Spec.Runner.PlanServiceAccountName, run.Spec.Runner.ServiceAccountName
 	if planSA == "" || planSA == runner {
@@ -263,6 +270,8 @@ func splitIdentities(p *Pipeline, run *infrav1.TerraformRun) {
 			if s.Gate {
 				continue
 			}
+			s.ServiceAccountName = runner
+		case s.Name == names.StepRestoreState:
 			s.ServiceAccountName = runner
 		case s.ServiceAccountName != "":
 			// a check's own account

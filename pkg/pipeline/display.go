@@ -55,6 +55,8 @@ func Description(p *Pipeline, resume string) string {
 // StepDescription says what one step does.
 func StepDescription(step string) string {
 	switch step {
+	case names.StepRestoreState:
+		return "As the runner: pushes to the state backend the states earlier runs kept because the backend did not take them, oldest first, before anything plans."
 	case names.StepClone:
 		return "Fetches the module from spec.source into the run's workspace."
 	case names.StepInit:

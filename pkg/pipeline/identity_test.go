@@ -4,6 +4,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
@@ -91,6 +92,67 @@ func TestPlanRunsAsItsOwnAccount(t *testing.T) {
 			for step, want := range tc.want {
 				if got[step] != want {
 					t.Errorf("step %s runs as %q, want %q (all: %v)", step, got[step], want, got)
+				}
+			}
+		})
+	}
+}
+
+// TestRestoreStateRunsAsTheRunner: a run whose TerraformRun has kept
+// states (engine.Request.KeptStates) begins with restore-state, which runs
+// as the runner, even before the gate and with a plan service account of
+// its own, and is given the backend; a run without kept states has no
+// such step; no other step before the gate runs as the runner.
+func TestRestoreStateRunsAsTheRunner(t *testing.T) {
+	cases := map[string]struct {
+		typ       infrav1.RunType
+		kept      bool
+		planSA    string
+		wantSteps []string // the steps before plan
+		wantSA    string   // restore-state's account
+	}{
+		"no kept states":                        {typ: infrav1.RunApply, planSA: "planner", wantSteps: []string{names.StepClone, names.StepInit}},
+		"kept states, plan account":             {typ: infrav1.RunApply, kept: true, planSA: "planner", wantSteps: []string{names.StepRestoreState, names.StepClone, names.StepInit}, wantSA: "deployer"},
+		"kept states, no plan account":          {typ: infrav1.RunApply, kept: true, wantSteps: []string{names.StepRestoreState, names.StepClone, names.StepInit}, wantSA: "deployer"},
+		"kept states, destroy":                  {typ: infrav1.RunDestroy, kept: true, planSA: "planner", wantSteps: []string{names.StepRestoreState, names.StepClone, names.StepInit}, wantSA: "deployer"},
+		"kept states, drift check (plans only)": {typ: infrav1.RunDrift, kept: true, planSA: "planner", wantSteps: []string{names.StepRestoreState, names.StepClone, names.StepInit}, wantSA: "deployer"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			run := testutil.MakeRun("net", "team-a").Obj()
+			run.Spec.Runner.ServiceAccountName = "deployer"
+			cfg := testutil.Config
+			cfg.PlanServiceAccount = tc.planSA
+			p, err := pipeline.Build(engine.Request{Run: pipeline.Defaults(run, infrav1.EngineArgo, cfg), Config: cfg, Type: tc.typ, Name: "net-1", KeptStates: tc.kept})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before []string
+			for _, s := range p.Steps {
+				if s.Name == names.StepPlan {
+					break
+				}
+				before = append(before, s.Name)
+			}
+			if diff := cmp.Diff(tc.wantSteps, before); diff != "" {
+				t.Fatalf("steps before plan (-want +got):\n%s", diff)
+			}
+			for _, s := range p.Steps {
+				if s.Name == names.StepApply || s.Gate {
+					break
+				}
+				switch {
+				case s.Name == names.StepRestoreState:
+					if s.ServiceAccountName != tc.wantSA {
+						t.Errorf("restore-state runs as %q, want the runner %q", s.ServiceAccountName, tc.wantSA)
+					}
+					for _, arg := range []string{names.StepRestoreState, "--backend=kubernetes", "--backend-namespace=team-a", "--records-run=net", "--records-run-id=" + pipeline.PhOwnerName} {
+						if !slices.Contains(s.Args, arg) {
+							t.Errorf("restore-state's args %q lack %q", s.Args, arg)
+						}
+					}
+				case tc.planSA != "" && s.ServiceAccountName == "deployer":
+					t.Errorf("step %s, before the gate, runs as the runner", s.Name)
 				}
 			}
 		})

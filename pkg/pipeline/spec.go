@@ -10,6 +10,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/utils/ptr"
@@ -129,6 +130,11 @@ func Validate(run *infrav1.TerraformRun) error {
 				return fmt.Errorf("spec.source.git.paths: %w", err)
 			}
 		}
+	}
+	if it := run.Spec.Runner.IdentityToken; it != nil && strings.HasPrefix(it.Audience, "opr8r.io/") {
+		// Stored before the CRD refused it: a state API token's audience
+		// would give this run's steps another run's state.
+		return fmt.Errorf("spec.runner.identityToken.audience: %q begins with opr8r.io/, which is opr8r's own (its state API's tokens); use your cloud's audience", it.Audience)
 	}
 	for _, k := range slices.Sorted(maps.Keys(run.Spec.Outputs.Rename)) {
 		if !outputNameRE.MatchString(k) {

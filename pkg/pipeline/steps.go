@@ -117,6 +117,20 @@ func (b *builder) init() Step {
 	return s
 }
 
+// restoreState pushes the states earlier runs kept (pkg/step
+// RestoreState), in a pod of its own before the plan's, as the runner: it
+// writes the state, which the planner only reads, and runs none of the
+// module's code (terraform runs in a directory holding only the backend's
+// configuration). It has the terraform steps' environment (the backend's
+// credentials) and the backend's configuration.
+func (b *builder) restoreState() Step {
+	args, mounts := b.backendArgs()
+	s := b.terraformStep(names.StepRestoreState, args...)
+	s.VolumeMounts = append(s.VolumeMounts, mounts...)
+	s.ServiceAccountName = b.run.Spec.Runner.ServiceAccountName
+	return s
+}
+
 // recordArgs make a step keep its log (and the plan step the plans) as
 // records of the TerraformRun, which owns them (pkg/records): they outlive
 // the run's pods and engine object, and go with the TerraformRun.

@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/utils/ptr"
 
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/results"
 )
@@ -56,16 +58,80 @@ func (b *builder) collectStateAPI() {
 	if api.URL == "" {
 		return
 	}
-	aud := names.StateAudience(b.run.Namespace, b.run.Name, string(b.run.UID), b.req.Name)
-	b.addVolume(corev1.Volume{Name: StateTokenVolume, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
+	// Every terraform step mounts the runner's token here; stateRoles
+	// gives the steps before the gate (and a preview's) theirs.
+	b.addVolume(stateTokenVolume(b.run, b.req.Name, "runner"))
+	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: StateTokenVolume, MountPath: names.StateTokenDir, ReadOnly: true})
+	b.tfEnvArgs = append(b.tfEnvArgs, "--secret-files="+names.StateTokenDir)
+	b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: names.EnvStateAPI, Value: api.URL}, corev1.EnvVar{Name: names.EnvStateAPICA, Value: api.CA})
+}
+
+// stateTokenVolume is the state token of child's steps of role, in a
+// volume named after the role (StateTokenVolume for the runner's).
+func stateTokenVolume(run *infrav1.TerraformRun, child, role string) corev1.Volume {
+	name := StateTokenVolume
+	if role != "runner" {
+		name += "-" + role
+	}
+	aud := names.StateAudience(run.Namespace, run.Name, string(run.UID), child, role)
+	return corev1.Volume{Name: name, VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{
 		DefaultMode: ptr.To[int32](0o440),
 		Sources: []corev1.VolumeProjection{{ServiceAccountToken: &corev1.ServiceAccountTokenProjection{
 			Audience: aud, ExpirationSeconds: ptr.To[int64](StateTokenSeconds), Path: path.Base(names.StateTokenFile),
 		}}},
-	}}})
-	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: StateTokenVolume, MountPath: names.StateTokenDir, ReadOnly: true})
-	b.tfEnvArgs = append(b.tfEnvArgs, "--secret-files="+names.StateTokenDir)
-	b.tfEnv = append(b.tfEnv, corev1.EnvVar{Name: names.EnvStateAPI, Value: api.URL}, corev1.EnvVar{Name: names.EnvStateAPICA, Value: api.CA})
+	}}}
+}
+
+// stateRoles gives each step the state token of its role, once the
+// steps' identities are known: a preview's steps the preview's (read the
+// state, no lock), the steps that run as the plan's own account the
+// planner's (read, lock, no change), the others the runner's. The role is
+// fixed in the child when the manager makes it; a later change of the
+// TerraformRun's spec changes no running step's rights.
+func stateRoles(p *Pipeline, run *infrav1.TerraformRun, req engine.Request) {
+	if req.Config.StateAPI.URL == "" {
+		return
+	}
+	planSA, runner := run.Spec.Runner.PlanServiceAccountName, run.Spec.Runner.ServiceAccountName
+	roleOf := func(s Step) string {
+		switch {
+		case req.Preview:
+			return "preview"
+		case planSA != "" && planSA != runner && s.ServiceAccountName == planSA:
+			return "planner"
+		}
+		return "runner"
+	}
+	used := map[string]bool{}
+	retag := func(s *Step) {
+		for i, m := range s.VolumeMounts {
+			if m.Name != StateTokenVolume {
+				continue
+			}
+			if role := roleOf(*s); role != "runner" {
+				s.VolumeMounts[i].Name = StateTokenVolume + "-" + role
+				used[role] = true
+			} else {
+				used["runner"] = true
+			}
+		}
+	}
+	for i := range p.Steps {
+		retag(&p.Steps[i])
+	}
+	retag(&p.Cleanup)
+	var vols []corev1.Volume
+	for _, v := range p.Volumes {
+		if v.Name != StateTokenVolume || used["runner"] {
+			vols = append(vols, v)
+		}
+	}
+	for _, role := range []string{"planner", "preview"} {
+		if used[role] {
+			vols = append(vols, stateTokenVolume(run, req.Name, role))
+		}
+	}
+	p.Volumes = vols
 }
 
 // collectPreview makes a preview's terraform steps read the tracked

@@ -109,7 +109,7 @@ func NewCommand(o *Options) *cobra.Command {
 			RunE: func(cmd *cobra.Command, args []string) error { return o.rerun(cmd.Context(), args[0]) }},
 		&cobra.Command{Use: "checks NAME", Short: "Show the result and output of each of the current run's checks (spec.checks)", Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error { return o.checks(cmd.Context(), args[0]) }},
-		o.outputsCommand(), newRenderCommand(o), o.logsCommand(), newHistoryCommand(o), newGraphCommand(o), newPolicyCommand(o))
+		o.outputsCommand(), newRenderCommand(o), o.logsCommand(), newHistoryCommand(o), newGraphCommand(o), newPolicyCommand(o), o.keptStateCommand())
 	return root
 }
 

@@ -22,11 +22,13 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // Kind is what a record holds.
@@ -50,10 +52,23 @@ const (
 	// input; kubectl tfrun plan --json --show-sensitive is the explicit
 	// way to read it.
 	KindPlanJSONSensitive Kind = "plan-sensitive.json"
+	// KindErroredState is a state terraform could not save to its backend
+	// (errored.tfstate), which the apply or destroy step keeps for the
+	// next run of the TerraformRun to push (pkg/step RestoreState). It is
+	// no part of a run's history but work left for the next run: it is
+	// kept only in Secrets (a state holds secrets), never moved to the
+	// object store nor pruned with the history, and deleted once pushed.
+	KindErroredState Kind = "errored.tfstate"
 )
 
-// Kinds are every kind of record.
+// Kinds are every kind of record of a run's history: what the manager
+// moves to the object store and prunes. KindErroredState is not one.
 var Kinds = []Kind{KindLog, KindPlanText, KindPlanJSON, KindPlanJSONSensitive}
+
+// History says whether records of kind k belong to a run's history (move
+// to the object store, leave with the history): every kind but
+// KindErroredState.
+func History(k Kind) bool { return k != KindErroredState }
 
 // Key names one record.
 type Key struct {
@@ -73,7 +88,7 @@ func (k Key) String() string {
 
 var (
 	nameRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?$`)
-	kinds  = map[Kind]bool{KindLog: true, KindPlanText: true, KindPlanJSON: true, KindPlanJSONSensitive: true}
+	kinds  = map[Kind]bool{KindLog: true, KindPlanText: true, KindPlanJSON: true, KindPlanJSONSensitive: true, KindErroredState: true}
 )
 
 // Validate checks that every part of the key is a name the stores can use
@@ -100,6 +115,18 @@ type Record struct {
 	// Restored is true for a copy brought back from the object store for a
 	// while (SecretStore only).
 	Restored bool
+	// Owners are the uids of the objects that own every part of the
+	// record (SecretStore only): the TerraformRun, for a record a step
+	// wrote.
+	Owners []types.UID `json:",omitempty"`
+}
+
+// RecordDeleter is an optional interface of the stores that delete one
+// record (a kept state, once pushed), not every record of a run.
+type RecordDeleter interface {
+	// DeleteRecord removes record k; a record that is not there is no
+	// error.
+	DeleteRecord(ctx context.Context, k Key) error
 }
 
 // ErrNotFound is a record that is not stored (never written, pruned, or
@@ -122,8 +149,10 @@ type Store interface {
 	// List returns the records of a TerraformRun, sorted by run id, step
 	// and kind.
 	List(ctx context.Context, namespace, run string) ([]Record, error)
-	// Delete removes the records of the given run ids of a TerraformRun;
-	// with no run ids, every record of the TerraformRun.
+	// Delete removes the records of the given run ids of a TerraformRun
+	// but their kept states (KindErroredState: work left for a later run,
+	// which RecordDeleter removes once done); with no run ids, every
+	// record of the TerraformRun, kept states included.
 	Delete(ctx context.Context, namespace, run string, runIDs ...string) error
 }
 
@@ -170,6 +199,9 @@ func Prune(ctx context.Context, s Store, namespace, run string, newest int64, ke
 	seen := map[string]bool{}
 	var gone []string
 	for _, r := range recs {
+		if !History(r.Kind) {
+			continue // work left for a later run, not history
+		}
 		if n := RunNumber(r.RunID); n >= 0 && n <= newest && !keep[r.RunID] && !seen[r.RunID] {
 			seen[r.RunID] = true
 			gone = append(gone, r.RunID)
@@ -180,6 +212,59 @@ func Prune(ctx context.Context, s Store, namespace, run string, newest int64, ke
 	}
 	sort.Strings(gone)
 	return gone, s.Delete(ctx, namespace, run, gone...)
+}
+
+// KindLister is an optional interface of the stores that list the records
+// of one kind of a TerraformRun without reading the others.
+type KindLister interface {
+	// ListKind returns the records of kind k of a TerraformRun.
+	ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error)
+}
+
+// ListKind returns the records of kind k of a TerraformRun in s: through
+// KindLister when s is one, else from List.
+func ListKind(ctx context.Context, s Store, namespace, run string, k Kind) ([]Record, error) {
+	if l, ok := s.(KindLister); ok {
+		return l.ListKind(ctx, namespace, run, k)
+	}
+	recs, err := s.List(ctx, namespace, run)
+	if err != nil {
+		return nil, err
+	}
+	out := recs[:0]
+	for _, r := range recs {
+		if r.Kind == k {
+			out = append(out, r)
+		}
+	}
+	return out, nil
+}
+
+// KeptStates are the states earlier runs kept because their backend did
+// not take them (KindErroredState), among a TerraformRun's records, owned
+// by the TerraformRun whose uid is owner (any, when empty), oldest first:
+// by when they were stored, then by run number, run id and step.
+func KeptStates(recs []Record, owner types.UID) []Record {
+	var out []Record
+	for _, r := range recs {
+		if r.Kind == KindErroredState && (owner == "" || slices.Contains(r.Owners, owner)) {
+			out = append(out, r)
+		}
+	}
+	sort.SliceStable(out, func(i, j int) bool {
+		a, b := out[i], out[j]
+		if !a.Stored.Equal(b.Stored) {
+			return a.Stored.Before(b.Stored)
+		}
+		if na, nb := RunNumber(a.RunID), RunNumber(b.RunID); na != nb {
+			return na < nb
+		}
+		if a.RunID != b.RunID {
+			return a.RunID < b.RunID
+		}
+		return a.Step < b.Step
+	})
+	return out
 }
 
 // SortRecords sorts records by run id, step and kind.

@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -24,12 +25,13 @@ import (
 
 // ResourceKinds are the kinds a ResourceStore keeps: those made to be read
 // by people who may not read Secrets (already redacted or masked by the
-// step). KindPlanJSONSensitive is not one: it stays in Secrets.
+// step). KindPlanJSONSensitive and KindErroredState are not: they stay in
+// Secrets.
 var ResourceKinds = []Kind{KindLog, KindPlanText, KindPlanJSON}
 
 // InResource says whether records of kind k are kept in
 // TerraformRunRecords (a ResourceStore) rather than in Secrets.
-func InResource(k Kind) bool { return k != KindPlanJSONSensitive }
+func InResource(k Kind) bool { return slices.Contains(ResourceKinds, k) }
 
 // MaxChunks is the most chunks a record read from TerraformRunRecords may
 // have (the CRD refuses more): a record of MaxRecordSize in chunks of

@@ -14,7 +14,7 @@ import (
 // Router keeps each kind of record in its store of the cluster: the kinds
 // people who may not read Secrets may read (InResource: log, plan.txt,
 // plan.json) in Resources (TerraformRunRecords), the plan as JSON in clear
-// (plan-sensitive.json) in Secrets. It is what the steps write through,
+// (plan-sensitive.json) and kept states (errored.tfstate) in Secrets. It is what the steps write through,
 // what kubectl tfrun reads through, and what the manager prunes, moves and
 // restores through (a copy brought back comes back into the store of its
 // kind).
@@ -29,14 +29,19 @@ import (
 type Router struct {
 	// Resources keeps the kinds for which InResource holds.
 	Resources Store
-	// Secrets keeps KindPlanJSONSensitive, and what Resources cannot.
+	// Secrets keeps KindPlanJSONSensitive and KindErroredState, and what
+	// Resources cannot.
 	Secrets Store
 	// Warn, when set, is told when a record went to Secrets instead of
 	// Resources.
 	Warn func(msg string)
 }
 
-var _ Restorable = &Router{}
+var (
+	_ Restorable    = &Router{}
+	_ RecordDeleter = &Router{}
+	_ KindLister    = &Router{}
+)
 
 // NewRouter is the Router of the cluster's two stores over one client:
 // TerraformRunRecords and Secrets, each owned by owner when set.
@@ -134,6 +139,22 @@ func (r *Router) Delete(ctx context.Context, namespace, run string, runIDs ...st
 		err = nil
 	}
 	return errors.Join(err, r.Secrets.Delete(ctx, namespace, run, runIDs...))
+}
+
+// ListKind implements KindLister: the records of kind k, from the store
+// of that kind.
+func (r *Router) ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error) {
+	return ListKind(ctx, r.StoreOf(k), namespace, run, k)
+}
+
+// DeleteRecord implements RecordDeleter: it deletes record k from the
+// store of its kind.
+func (r *Router) DeleteRecord(ctx context.Context, k Key) error {
+	d, ok := r.StoreOf(k.Kind).(RecordDeleter)
+	if !ok {
+		return fmt.Errorf("records: the store of %s deletes no single record", k.Kind)
+	}
+	return d.DeleteRecord(ctx, k)
 }
 
 // Restoring is the Router whose stores write copies brought back from the

@@ -8,6 +8,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -59,7 +61,11 @@ type SecretStore struct {
 	Restored bool
 }
 
-var _ Restorable = &SecretStore{}
+var (
+	_ Restorable    = &SecretStore{}
+	_ RecordDeleter = &SecretStore{}
+	_ KindLister    = &SecretStore{}
+)
 
 func (s *SecretStore) chunkSize() int {
 	if s.ChunkSize > 0 {
@@ -267,21 +273,49 @@ func (s *SecretStore) List(ctx context.Context, namespace, run string) ([]Record
 	if err != nil {
 		return nil, err
 	}
+	return s.records(namespace, run, items), nil
+}
+
+// ListKind implements KindLister: it lists only the Secrets of records of
+// kind k.
+func (s *SecretStore) ListKind(ctx context.Context, namespace, run string, k Kind) ([]Record, error) {
+	sel := labels.SelectorFromSet(labels.Set{infrav1.ComponentLabel: ComponentRecord, infrav1.RunNameLabel: run, KindLabel: string(k)})
+	l, err := s.Client.CoreV1().Secrets(namespace).List(ctx, metav1.ListOptions{LabelSelector: sel.String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing the %s record Secrets of %s/%s: %w", k, namespace, run, err)
+	}
+	return s.records(namespace, run, l.Items), nil
+}
+
+// records are the records whose chunks items are.
+func (s *SecretStore) records(namespace, run string, items []corev1.Secret) []Record {
 	byKey := map[Key]*Record{}
 	for _, it := range items {
 		l := it.Labels
 		k := Key{Namespace: namespace, Run: run, RunID: l[RunIDLabel], Step: l[infrav1.StepLabel], Kind: Kind(l[KindLabel])}
 		if byKey[k] == nil {
 			size, _ := strconv.ParseInt(it.Annotations[sizeAnnotation], 10, 64)
-			byKey[k] = &Record{Key: k, Size: size, Stored: it.CreationTimestamp.Time, Restored: l[RestoredLabel] == "true"}
+			byKey[k] = &Record{Key: k, Size: size, Stored: it.CreationTimestamp.Time, Restored: l[RestoredLabel] == "true", Owners: ownerUIDs(it.OwnerReferences)}
+			continue
 		}
+		// Owners own every chunk.
+		rec, own := byKey[k], ownerUIDs(it.OwnerReferences)
+		rec.Owners = slices.DeleteFunc(rec.Owners, func(u types.UID) bool { return !slices.Contains(own, u) })
 	}
 	out := make([]Record, 0, len(byKey))
 	for _, r := range byKey {
 		out = append(out, *r)
 	}
 	SortRecords(out)
-	return out, nil
+	return out
+}
+
+func ownerUIDs(refs []metav1.OwnerReference) []types.UID {
+	var out []types.UID
+	for _, o := range refs {
+		out = append(out, o.UID)
+	}
+	return out
 }
 
 func (s *SecretStore) list(ctx context.Context, namespace, run string, runIDs []string) ([]corev1.Secret, error) {
@@ -300,14 +334,24 @@ func (s *SecretStore) list(ctx context.Context, namespace, run string, runIDs []
 	return l.Items, nil
 }
 
-// Delete removes the Secrets of the given runs (every run, with none).
+// Delete removes the Secrets of the given runs but their kept states
+// (every run, kept states included, with none).
 func (s *SecretStore) Delete(ctx context.Context, namespace, run string, runIDs ...string) error {
 	items, err := s.list(ctx, namespace, run, runIDs)
 	if err != nil {
 		return err
 	}
+	return s.deleteAll(ctx, namespace, run, items, len(runIDs) > 0)
+}
+
+// deleteAll deletes the given record Secrets (but kept states, with
+// keepStates).
+func (s *SecretStore) deleteAll(ctx context.Context, namespace, run string, items []corev1.Secret, keepStates bool) error {
 	var errs []string
 	for _, it := range items {
+		if keepStates && Kind(it.Labels[KindLabel]) == KindErroredState {
+			continue
+		}
 		if err := s.Client.CoreV1().Secrets(namespace).Delete(ctx, it.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err.Error())
 		}
@@ -316,6 +360,19 @@ func (s *SecretStore) Delete(ctx context.Context, namespace, run string, runIDs 
 		return fmt.Errorf("deleting records of %s/%s: %s", namespace, run, strings.Join(errs, "; "))
 	}
 	return nil
+}
+
+// DeleteRecord implements RecordDeleter: it deletes the Secrets of record
+// k.
+func (s *SecretStore) DeleteRecord(ctx context.Context, k Key) error {
+	if err := k.Validate(); err != nil {
+		return err
+	}
+	items, err := s.chunks(ctx, k)
+	if err != nil {
+		return err
+	}
+	return s.deleteAll(ctx, k.Namespace, k.Run, items, false)
 }
 
 // Restoring is the store the copies brought back from the object store

@@ -23,6 +23,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // The manager makes the calls it allows on the namespaces' Secrets and
@@ -68,25 +69,21 @@ type Grant struct {
 	Dependencies []string
 }
 
-// GrantFor is the grant of the steps of child, which run as account.
-// planAccount and runnerAccount are the run's effective service accounts
-// (spec.runner, with the install's defaults); preview says whether the
-// run is a preview the manager made (receiver.IsManagersPreview).
-func GrantFor(run *infrav1.TerraformRun, child, account, planAccount, runnerAccount string, preview bool, deps []string) (Grant, error) {
-	if !strings.HasPrefix(child, run.Name+"-") {
+// GrantFor is the grant of a step of child with role, which the manager
+// built into the step's token (names.StateAudience): the role is the
+// child's, fixed when it was made, never the TerraformRun's spec as it is
+// now. deps are the outputs Secrets ("namespace/name") of the run's
+// dependencies in other namespaces.
+func GrantFor(run *infrav1.TerraformRun, child string, role Role, deps []string) (Grant, error) {
+	if !names.IsChildOf(child, run.Name) {
 		return Grant{}, fmt.Errorf("%s is not a child of TerraformRun %s", child, run.Name)
 	}
-	g := Grant{Namespace: run.Namespace, Run: run.Name, RunUID: run.UID, Child: child, Dependencies: deps}
-	switch {
-	case preview:
-		g.Role = RolePreview
-	case account == runnerAccount:
-		g.Role = RoleRunner
-	case account == planAccount:
-		g.Role = RolePlanner
+	switch role {
+	case RoleRunner, RolePlanner, RolePreview:
 	default:
-		return Grant{}, fmt.Errorf("service account %s is neither the runner (%s) nor the planner (%s) of TerraformRun %s", account, runnerAccount, planAccount, run.Name)
+		return Grant{}, fmt.Errorf("no such role %q", role)
 	}
+	g := Grant{Namespace: run.Namespace, Run: run.Name, RunUID: run.UID, Child: child, Role: role, Dependencies: deps}
 	if suffix, ok := names.KubernetesStateSuffix(run); ok {
 		g.Workspace = run.Spec.Terraform.Workspace
 		if g.Workspace == "" {
@@ -130,8 +127,10 @@ type Request struct {
 	Resource  Resource
 	Namespace string
 	Name      string
-	// Object is the metadata of the object a create or an update sends.
+	// Object is the metadata of the object a create or an update sends;
+	// Type its type (a Secret's).
 	Object *metav1.ObjectMeta
+	Type   string
 	// Stored is the object as the API server holds it, where it matters:
 	// an update or a delete of, and each item a get or a list returns
 	// of, a Secret that is not the state.
@@ -181,6 +180,18 @@ func (g Grant) decideLease(r Request, what string) error {
 }
 
 func (g Grant) decideSecret(r Request, what string) error {
+	if r.Verb == Create || r.Verb == Update {
+		if r.Type != "" && r.Type != "Opaque" {
+			return forbid("%s: the steps write Opaque Secrets only, not %s (a service-account token Secret would be filled with another account's token)", what, r.Type)
+		}
+		if r.Object != nil {
+			for k := range r.Object.Annotations {
+				if strings.Contains(k, "kubernetes.io/") {
+					return forbid("%s: the steps set no %s annotation", what, k)
+				}
+			}
+		}
+	}
 	if g.State != "" && r.Name == g.State {
 		return g.decideState(r, what)
 	}
@@ -267,19 +278,28 @@ func (g Grant) ownObject(name string, m *metav1.ObjectMeta, what string) error {
 	}
 	for k, v := range m.Labels {
 		switch k {
-		case infrav1.RunNameLabel, names.ErroredStateLabel:
+		case infrav1.RunNameLabel:
 			if v != g.Run {
 				return forbid("%s: label %s=%s names another TerraformRun than %s", what, k, v, g.Run)
+			}
+		case records.RunIDLabel:
+			if v != g.Child {
+				return forbid("%s: label %s=%s names another child than %s", what, k, v, g.Child)
+			}
+		case records.KindLabel:
+			if v == string(records.KindErroredState) && g.Role != RoleRunner {
+				return forbid("%s: only the runner's steps keep a state (the %s's would be pushed into the real state)", what, g.Role)
 			}
 		}
 	}
 	return nil
 }
 
-// keptState says whether a stored Secret is a state an earlier child of
-// the run kept: labelled for the run and owned by it.
+// keptState says whether a stored Secret is a chunk of a state an
+// earlier child of the run kept (a record of kind errored.tfstate):
+// labelled for the run and owned by it.
 func (g Grant) keptState(m *metav1.ObjectMeta) bool {
-	if m.Labels[names.ErroredStateLabel] != g.Run || !strings.HasPrefix(m.Name, g.Run+"-") {
+	if m.Labels[records.KindLabel] != string(records.KindErroredState) || m.Labels[infrav1.RunNameLabel] != g.Run || !strings.HasPrefix(m.Name, g.Run+"-") {
 		return false
 	}
 	for _, o := range m.OwnerReferences {

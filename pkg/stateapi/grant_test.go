@@ -7,58 +7,59 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/testutil"
 )
 
 func TestGrantFor(t *testing.T) {
 	run := testutil.MakeRun("app", "team").Obj()
-	cases := []struct {
-		name, account string
-		preview       bool
-		want          Role
-		wantErr       bool
+	for _, c := range []struct {
+		child   string
+		role    Role
+		wantErr bool
 	}{
-		{name: "runner", account: "run", want: RoleRunner},
-		{name: "planner", account: "plan", want: RolePlanner},
-		{name: "preview, whatever its account", account: "run", preview: true, want: RolePreview},
-		{name: "another account", account: "opr8r-check", wantErr: true},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			g, err := GrantFor(run, "app-1", c.account, "plan", "run", c.preview, nil)
-			if (err != nil) != c.wantErr {
-				t.Fatalf("err = %v, want error %v", err, c.wantErr)
-			}
-			if err == nil && g.Role != c.want {
-				t.Fatalf("role = %s, want %s", g.Role, c.want)
-			}
-			if err == nil && (g.State != "tfstate-default-app" || g.Lock != "lock-tfstate-default-app") {
-				t.Fatalf("state %q lock %q", g.State, g.Lock)
-			}
-		})
-	}
-	if _, err := GrantFor(run, "other-1", "run", "plan", "run", false, nil); err == nil {
-		t.Fatal("a child of another run was granted")
+		{child: "app-1", role: RoleRunner},
+		{child: "app-plan-3", role: RolePlanner},
+		{child: "app-drift-12", role: RolePreview},
+		{child: "app-1", role: "admin", wantErr: true},
+		{child: "other-1", role: RoleRunner, wantErr: true},
+		// A run named app-evil, or app-plan, is not a child of app.
+		{child: "app-evil", role: RoleRunner, wantErr: true},
+		{child: "app-evil-1", role: RoleRunner, wantErr: true},
+		{child: "app-1-1", role: RoleRunner, wantErr: true},
+		{child: "app-", role: RoleRunner, wantErr: true},
+	} {
+		g, err := GrantFor(run, c.child, c.role, nil)
+		if (err != nil) != c.wantErr {
+			t.Errorf("%s as %s: err = %v, want error %v", c.child, c.role, err, c.wantErr)
+			continue
+		}
+		if err == nil && (g.Role != c.role || g.State != "tfstate-default-app" || g.Lock != "lock-tfstate-default-app") {
+			t.Errorf("%s: role %s state %q lock %q", c.child, g.Role, g.State, g.Lock)
+		}
 	}
 	s3 := testutil.MakeRun("app", "team").Backend("s3", "cfg").Obj()
-	if g, _ := GrantFor(s3, "app-1", "run", "plan", "run", false, nil); g.State != "" || g.Lock != "" {
+	if g, _ := GrantFor(s3, "app-1", RoleRunner, nil); g.State != "" || g.Lock != "" {
 		t.Fatalf("another backend's run got a kubernetes state %q", g.State)
 	}
 }
 
 func TestDecide(t *testing.T) {
 	run := testutil.MakeRun("app", "team").Obj()
-	runner, _ := GrantFor(run, "app-1", "run", "plan", "run", false, []string{"infra/net-outputs"})
-	planner, _ := GrantFor(run, "app-1", "plan", "plan", "run", false, nil)
-	preview, _ := GrantFor(run, "app-1", "run", "plan", "run", true, nil)
+	runner, _ := GrantFor(run, "app-1", RoleRunner, []string{"infra/net-outputs"})
+	planner, _ := GrantFor(run, "app-1", RolePlanner, nil)
+	preview, _ := GrantFor(run, "app-1", RolePreview, nil)
 	ownedByChild := &metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "Workflow", Name: "app-1"}}}
 	ownedByRun := &metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "TerraformRun", Name: "app", UID: run.UID}}}
 	ownedByOther := &metav1.ObjectMeta{OwnerReferences: []metav1.OwnerReference{{Kind: "Workflow", Name: "app-1-1"}}}
 	labelledOther := &metav1.ObjectMeta{OwnerReferences: ownedByChild.OwnerReferences, Labels: map[string]string{infrav1.RunNameLabel: "db"}}
-	kept := &metav1.ObjectMeta{Name: "app-3-errored-state", Labels: map[string]string{names.ErroredStateLabel: "app"}, OwnerReferences: ownedByRun.OwnerReferences}
-	keptOfOther := &metav1.ObjectMeta{Name: "app-3-errored-state", Labels: map[string]string{names.ErroredStateLabel: "app"},
+	keptLabels := map[string]string{records.KindLabel: string(records.KindErroredState), infrav1.RunNameLabel: "app", records.RunIDLabel: "app-3"}
+	kept := &metav1.ObjectMeta{Name: "app-3-rec-0123456789-0", Labels: keptLabels, OwnerReferences: ownedByRun.OwnerReferences}
+	keptOfOther := &metav1.ObjectMeta{Name: "app-3-rec-0123456789-0", Labels: keptLabels,
 		OwnerReferences: []metav1.OwnerReference{{Kind: "TerraformRun", Name: "app", UID: "another-uid"}}}
-	reserved := &metav1.ObjectMeta{Labels: map[string]string{"infra.opr8r.io/errored-state-of": "app"}}
+	reserved := &metav1.ObjectMeta{Labels: map[string]string{"infra.opr8r.io/run": "app"}}
+	keepNew := &metav1.ObjectMeta{OwnerReferences: ownedByRun.OwnerReferences, Labels: map[string]string{records.KindLabel: string(records.KindErroredState), infrav1.RunNameLabel: "app", records.RunIDLabel: "app-1"}}
+	tokenAnno := &metav1.ObjectMeta{OwnerReferences: ownedByRun.OwnerReferences, Annotations: map[string]string{"kubernetes.io/service-account.name": "deployer"}}
 	cases := []struct {
 		name  string
 		g     Grant
@@ -111,6 +112,16 @@ func TestDecide(t *testing.T) {
 		{"runner rewrites a kept state", runner, Request{Verb: Update, Resource: Secrets, Namespace: "team", Name: kept.Name, Stored: kept, Object: kept}, false},
 		{"planner reads a kept state", planner, Request{Verb: Get, Resource: Secrets, Namespace: "team", Name: kept.Name, Stored: kept}, false},
 		{"a kept state another TerraformRun owns", runner, Request{Verb: Get, Resource: Secrets, Namespace: "team", Name: kept.Name, Stored: keptOfOther}, false},
+		// What a Secret may be.
+		{"a service-account token Secret", runner, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-tok", Object: ownedByRun, Type: "kubernetes.io/service-account-token"}, false},
+		{"a token Secret's annotation on an Opaque one", preview, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-tok", Object: tokenAnno, Type: "Opaque"}, false},
+		{"a dockerconfig Secret", runner, Request{Verb: Update, Resource: Secrets, Namespace: "team", Name: "app-1-plan", Stored: ownedByChild, Object: ownedByChild, Type: "kubernetes.io/dockerconfigjson"}, false},
+		{"the state as another type", runner, Request{Verb: Update, Resource: Secrets, Namespace: "team", Name: "tfstate-default-app", Object: &metav1.ObjectMeta{}, Type: "kubernetes.io/service-account-token"}, false},
+		{"a record of another child", runner, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-rec-0-0", Object: &metav1.ObjectMeta{OwnerReferences: ownedByRun.OwnerReferences, Labels: map[string]string{records.RunIDLabel: "app-2"}}}, false},
+		// Kept states are the runner's to write.
+		{"runner keeps a state", runner, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-rec-0123456789-0", Object: keepNew}, true},
+		{"planner plants a kept state", planner, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-rec-0123456789-0", Object: keepNew}, false},
+		{"preview plants a kept state", preview, Request{Verb: Create, Resource: Secrets, Namespace: "team", Name: "app-1-rec-0123456789-0", Object: keepNew}, false},
 		// Other namespaces.
 		{"a dependency's outputs", runner, Request{Verb: Get, Resource: Secrets, Namespace: "infra", Name: "net-outputs"}, true},
 		{"another Secret there", runner, Request{Verb: Get, Resource: Secrets, Namespace: "infra", Name: "net-credentials"}, false},
@@ -133,13 +144,13 @@ func TestDecide(t *testing.T) {
 }
 
 func TestParseStateAudience(t *testing.T) {
-	aud := names.StateAudience("team", "app", "uid-1", "app-1")
-	ns, run, uid, child, ok := names.ParseStateAudience(aud)
-	if !ok || ns != "team" || run != "app" || uid != "uid-1" || child != "app-1" {
-		t.Fatalf("parsed %q %q %q %q %v", ns, run, uid, child, ok)
+	aud := names.StateAudience("team", "app", "uid-1", "app-1", "planner")
+	p, ok := names.ParseStateAudience(aud)
+	if !ok || p != (names.StateAudienceParts{Namespace: "team", Run: "app", UID: "uid-1", Child: "app-1", Role: "planner"}) {
+		t.Fatalf("parsed %+v %v", p, ok)
 	}
-	for _, bad := range []string{"", "opr8r.io/state/", "opr8r.io/state/a/b/c", "opr8r.io/state/a/b/c/d/e", "https://kubernetes.default.svc", "opr8r.io/state/a//c/d"} {
-		if _, _, _, _, ok := names.ParseStateAudience(bad); ok {
+	for _, bad := range []string{"", "opr8r.io/state/", "opr8r.io/state/a/b/c/d", "opr8r.io/state/a/b/c/d/e/f", "https://kubernetes.default.svc", "opr8r.io/state/a//c/d/e"} {
+		if _, ok := names.ParseStateAudience(bad); ok {
 			t.Errorf("%q parsed", bad)
 		}
 	}

@@ -17,7 +17,10 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/time/rate"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -25,6 +28,7 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/log"
+	kjson "sigs.k8s.io/json"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/names"
@@ -67,10 +71,75 @@ type Server struct {
 	// every call allowed is made as the manager.
 	Upstream *rest.Config
 
+	// MaxInFlight bounds the calls served at once (DefaultMaxInFlight),
+	// MaxPerChild one child's (DefaultMaxPerChild): a module's code that
+	// floods the API slows only itself.
+	MaxInFlight, MaxPerChild int
+
 	once      sync.Once
+	slots     chan struct{}
+	mu        sync.Mutex
+	perChild  map[string]int
 	transport http.RoundTripper
 	host      *url.URL
 	err       error
+}
+
+// The defaults of Server.MaxInFlight and MaxPerChild.
+const (
+	DefaultMaxInFlight = 64
+	DefaultMaxPerChild = 8
+)
+
+// admit takes a slot for child: false when the child has as many calls in
+// flight as it may (it is answered 429, and client-go waits and retries),
+// or ctx ends while every slot is taken.
+func (s *Server) admit(ctx context.Context, child string) (release func(), ok bool) {
+	s.init()
+	per := s.MaxPerChild
+	if per <= 0 {
+		per = DefaultMaxPerChild
+	}
+	s.mu.Lock()
+	if s.perChild[child] >= per {
+		s.mu.Unlock()
+		return nil, false
+	}
+	s.perChild[child]++
+	s.mu.Unlock()
+	done := func() {
+		s.mu.Lock()
+		if s.perChild[child]--; s.perChild[child] <= 0 {
+			delete(s.perChild, child)
+		}
+		s.mu.Unlock()
+	}
+	select {
+	case s.slots <- struct{}{}:
+		return func() { <-s.slots; done() }, true
+	case <-ctx.Done():
+		done()
+		return nil, false
+	}
+}
+
+func (s *Server) init() {
+	s.once.Do(func() {
+		n := s.MaxInFlight
+		if n <= 0 {
+			n = DefaultMaxInFlight
+		}
+		s.slots = make(chan struct{}, n)
+		s.perChild = map[string]int{}
+		if s.Upstream == nil {
+			s.err = errors.New("no API server")
+			return
+		}
+		s.transport, s.err = rest.TransportFor(s.Upstream)
+		if s.err == nil {
+			s.host, s.err = url.Parse(strings.TrimSuffix(s.Upstream.Host, "/"))
+		}
+	})
 }
 
 // NeedLeaderElection: every replica serves (a step may reach any).
@@ -176,6 +245,13 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeStatus(w, http.StatusForbidden, metav1.StatusReasonForbidden, err.Error())
 		return
 	}
+	release, ok := s.admit(ctx, g.Namespace+"/"+g.Child)
+	if !ok {
+		w.Header().Set("Retry-After", "1")
+		writeStatus(w, http.StatusTooManyRequests, metav1.StatusReasonTooManyRequests, "too many calls in flight for "+g.Child)
+		return
+	}
+	defer release()
 	var body []byte
 	if c.Verb == Create || c.Verb == Update {
 		if r.Header.Get("Content-Type") != "" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
@@ -187,24 +263,25 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprintf("a body of at most %d bytes", MaxBody))
 			return
 		}
-		var obj struct {
-			Metadata metav1.ObjectMeta `json:"metadata"`
-		}
-		if err := json.Unmarshal(body, &obj); err != nil {
+		// Decoded as the API server decodes it (case-sensitive, strict),
+		// and what was decided on is what is sent: no second reading of
+		// the same bytes can differ.
+		meta, typ, checked, err := decodeObject(c.Resource, body)
+		if err != nil {
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the object: "+err.Error())
 			return
 		}
 		if c.Verb == Create {
-			c.Name = obj.Metadata.Name
-		} else if obj.Metadata.Name != c.Name {
+			c.Name = meta.Name
+		} else if meta.Name != c.Name {
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's name is not the path's")
 			return
 		}
-		if ns := obj.Metadata.Namespace; ns != "" && ns != c.Namespace {
+		if ns := meta.Namespace; ns != "" && ns != c.Namespace {
 			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's namespace is not the path's")
 			return
 		}
-		c.Object = &obj.Metadata
+		c.Object, c.Type, body = meta, typ, checked
 	}
 	if err := s.serve(ctx, w, r, g, c, body); err != nil {
 		var f *Forbidden
@@ -281,6 +358,45 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, in *http.Requ
 		})
 	}
 	return forbid("not served")
+}
+
+// decodeObject reads a Secret or a Lease as the API server does
+// (case-sensitive keys, unknown and duplicate fields refused), and
+// returns its metadata, its type and the object encoded again.
+func decodeObject(res Resource, body []byte) (*metav1.ObjectMeta, string, []byte, error) {
+	var obj interface {
+		GetObjectMeta() metav1.Object
+	}
+	var typ func() string
+	switch res {
+	case Secrets:
+		s := &corev1.Secret{}
+		obj, typ = s, func() string { return string(s.Type) }
+	case Leases:
+		l := &coordinationv1.Lease{}
+		obj, typ = l, func() string { return "" }
+	default:
+		return nil, "", nil, fmt.Errorf("not served")
+	}
+	strict, err := kjson.UnmarshalStrict(body, obj)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	if len(strict) > 0 {
+		return nil, "", nil, fmt.Errorf("%v", errors.Join(strict...))
+	}
+	out, err := json.Marshal(obj)
+	if err != nil {
+		return nil, "", nil, err
+	}
+	var meta *metav1.ObjectMeta
+	switch o := obj.(type) {
+	case *corev1.Secret:
+		meta = &o.ObjectMeta
+	case *coordinationv1.Lease:
+		meta = &o.ObjectMeta
+	}
+	return meta, typ(), out, nil
 }
 
 // filterList keeps the items of a list the grant lets the child get.
@@ -377,12 +493,7 @@ func (s *Server) forward(ctx context.Context, w http.ResponseWriter, in *http.Re
 
 // do makes one request to the API server as the manager.
 func (s *Server) do(ctx context.Context, method, path string, body io.Reader, _ http.Header) (int, []byte, error) {
-	s.once.Do(func() {
-		s.transport, s.err = rest.TransportFor(s.Upstream)
-		if s.err == nil {
-			s.host, s.err = url.Parse(strings.TrimSuffix(s.Upstream.Host, "/"))
-		}
-	})
+	s.init()
 	if s.err != nil {
 		return 0, nil, s.err
 	}
@@ -432,7 +543,10 @@ func writeStatus(w http.ResponseWriter, code int, reason metav1.StatusReason, ms
 type TokenReviewer struct {
 	Client authnclient.TokenReviewInterface
 	TTL    time.Duration
-	now    func() time.Time
+	// Limit bounds the reviews of tokens not in the cache (any pod can
+	// send made-up tokens): DefaultReviewLimit when nil.
+	Limit *rate.Limiter
+	now   func() time.Time
 
 	mu    sync.Mutex
 	cache map[[32]byte]cached
@@ -444,8 +558,15 @@ type cached struct {
 	at  time.Time
 }
 
-// maxCached bounds the cache: it is emptied when full.
+// maxCached bounds the cache.
 const maxCached = 4096
+
+// The default rate of reviews of new tokens: a run's steps bring a few
+// tokens an hour each.
+const (
+	DefaultReviewLimit = rate.Limit(50)
+	DefaultReviewBurst = 200
+)
 
 func (t *TokenReviewer) Authenticate(ctx context.Context, token string) (Identity, error) {
 	key := sha256.Sum256([]byte(token))
@@ -463,13 +584,40 @@ func (t *TokenReviewer) Authenticate(ctx context.Context, token string) (Identit
 		return c.id, c.err
 	}
 	t.mu.Unlock()
+	t.mu.Lock()
+	if t.Limit == nil {
+		t.Limit = rate.NewLimiter(DefaultReviewLimit, DefaultReviewBurst)
+	}
+	lim := t.Limit
+	t.mu.Unlock()
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	err := lim.Wait(wctx)
+	cancel()
+	if err != nil {
+		return Identity{}, errors.New("too many new tokens to review; try again")
+	}
 	id, err := t.review(ctx, token)
 	if err != nil && !isAnswer(err) {
 		return id, err // an API server that did not answer is asked again
 	}
 	t.mu.Lock()
-	if t.cache == nil || len(t.cache) >= maxCached {
+	if t.cache == nil {
 		t.cache = map[[32]byte]cached{}
+	}
+	if len(t.cache) >= maxCached {
+		// The expired go first; a cache still full of live answers (a
+		// flood of made-up tokens) loses its refusals, then half the rest.
+		for k, c := range t.cache {
+			if now.Sub(c.at) >= ttl || c.err != nil {
+				delete(t.cache, k)
+			}
+		}
+		for k := range t.cache {
+			if len(t.cache) < maxCached/2 {
+				break
+			}
+			delete(t.cache, k)
+		}
 	}
 	t.cache[key] = cached{id: id, err: err, at: now}
 	t.mu.Unlock()
@@ -563,52 +711,49 @@ func contains(l []string, s string) bool {
 	return false
 }
 
-// Grants computes grants from the manager's cache of TerraformRuns.
+// Grants computes grants from the TerraformRuns the tokens name.
 type Grants struct {
 	Runs client.Reader
 	// IsRunner says whether an account is one of the install's runner
-	// accounts (engine.Config.IsRunnerAccount); Accounts gives a run's
-	// effective planner and runner (the install's defaults filled in).
+	// accounts (engine.Config.IsRunnerAccount).
 	IsRunner func(account string) bool
-	Accounts func(run *infrav1.TerraformRun) (planner, runner string)
-	// IsPreview says whether a run is a preview the manager made.
-	IsPreview func(run *infrav1.TerraformRun) bool
 	// Dependencies are the outputs Secrets ("namespace/name") in other
-	// namespaces a run's steps read.
-	Dependencies func(ctx context.Context, run *infrav1.TerraformRun) []string
+	// namespaces that a child of the run reads: the dependencies the
+	// manager resolved, with their consent, when it started the run
+	// (status.run.dependencies), never the spec as it is now.
+	Dependencies func(ctx context.Context, run *infrav1.TerraformRun, child string) []string
 }
 
 // Grant checks the identity against its audience and the run it names.
 func (s *Grants) Grant(ctx context.Context, id Identity) (Grant, error) {
-	ns, runName, uid, child, ok := names.ParseStateAudience(id.Audience)
+	aud, ok := names.ParseStateAudience(id.Audience)
 	if !ok {
 		return Grant{}, forbid("the token's audience is not a state audience")
 	}
-	if ns != id.Namespace {
-		return Grant{}, forbid("the token of %s/%s names namespace %s", id.Namespace, id.Account, ns)
+	if aud.Namespace != id.Namespace {
+		return Grant{}, forbid("the token of %s/%s names namespace %s", id.Namespace, id.Account, aud.Namespace)
 	}
 	if !s.IsRunner(id.Account) {
 		return Grant{}, forbid("service account %s is not one of the install's runner service accounts", id.Account)
 	}
-	if !strings.HasPrefix(id.Pod, child+"-") {
-		return Grant{}, forbid("pod %s is not a pod of %s", id.Pod, child)
+	if !strings.HasPrefix(id.Pod, aud.Child+"-") {
+		return Grant{}, forbid("pod %s is not a pod of %s", id.Pod, aud.Child)
 	}
 	run := &infrav1.TerraformRun{}
-	if err := s.Runs.Get(ctx, types.NamespacedName{Namespace: ns, Name: runName}, run); err != nil {
+	if err := s.Runs.Get(ctx, types.NamespacedName{Namespace: aud.Namespace, Name: aud.Run}, run); err != nil {
 		if apierrors.IsNotFound(err) {
-			return Grant{}, forbid("TerraformRun %s/%s is gone", ns, runName)
+			return Grant{}, forbid("TerraformRun %s/%s is gone", aud.Namespace, aud.Run)
 		}
 		return Grant{}, err
 	}
-	if string(run.UID) != uid {
-		return Grant{}, forbid("TerraformRun %s/%s is not the one this token was made for (uid %s)", ns, runName, uid)
+	if string(run.UID) != aud.UID {
+		return Grant{}, forbid("TerraformRun %s/%s is not the one this token was made for (uid %s)", aud.Namespace, aud.Run, aud.UID)
 	}
-	planner, runner := s.Accounts(run)
 	var deps []string
 	if s.Dependencies != nil {
-		deps = s.Dependencies(ctx, run)
+		deps = s.Dependencies(ctx, run, aud.Child)
 	}
-	g, err := GrantFor(run, child, id.Account, planner, runner, s.IsPreview != nil && s.IsPreview(run), deps)
+	g, err := GrantFor(run, aud.Child, Role(aud.Role), deps)
 	if err != nil {
 		return Grant{}, forbid("%s", err.Error())
 	}

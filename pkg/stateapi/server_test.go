@@ -106,10 +106,8 @@ func newWorld(t *testing.T) *world {
 	s := &stateapi.Server{
 		Auth: &stateapi.TokenReviewer{Client: admin.AuthenticationV1().TokenReviews()},
 		Grants: &stateapi.Grants{
-			Runs:      runs,
-			IsRunner:  func(a string) bool { return a == runnerSA || a == plannerSA },
-			Accounts:  func(*infrav1.TerraformRun) (string, string) { return plannerSA, runnerSA },
-			IsPreview: func(r *infrav1.TerraformRun) bool { return r.Name == "app-pr7" },
+			Runs:     runs,
+			IsRunner: func(a string) bool { return a == runnerSA || a == plannerSA },
 		},
 		Upstream: cfg,
 	}
@@ -122,15 +120,16 @@ func newWorld(t *testing.T) *world {
 }
 
 // token is a token of account, bound to a new pod named pod, with the
-// state audience of run's child (aud overrides it when set).
-func (w *world) token(account, pod string, run *infrav1.TerraformRun, child, aud string) string {
+// state audience of run's child and the role the manager gives the step
+// (aud overrides it when set).
+func (w *world) token(account, pod string, run *infrav1.TerraformRun, child, role, aud string) string {
 	w.t.Helper()
 	ctx := context.Background()
 	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: pod, Namespace: w.ns}, Spec: corev1.PodSpec{ServiceAccountName: account,
 		Containers: []corev1.Container{{Name: "step", Image: "terraform"}}}}
 	must(w.t, runs.Create(ctx, p))
 	if aud == "" {
-		aud = names.StateAudience(w.ns, run.Name, string(run.UID), child)
+		aud = names.StateAudience(w.ns, run.Name, string(run.UID), child, role)
 	}
 	tr, err := admin.CoreV1().ServiceAccounts(w.ns).CreateToken(ctx, account, &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
 		Audiences: []string{aud}, ExpirationSeconds: ptr.To[int64](600),
@@ -166,7 +165,7 @@ func TestRealTerraformThroughTheStateAPI(t *testing.T) {
 	w := newWorld(t)
 	ctx := context.Background()
 
-	runnerTok := w.token(runnerSA, "app-1-apply-x1", w.app, "app-1", "")
+	runnerTok := w.token(runnerSA, "app-1-apply-x1", w.app, "app-1", "runner", "")
 	runner, runnerKC := w.client(runnerTok)
 	mod := module(t, `resource "terraform_data" "x" { input = "hello" }`)
 	be := step.Backend{Namespace: w.ns, SecretSuffix: "app", Kubeconfig: runnerKC}
@@ -208,7 +207,7 @@ func TestRealTerraformThroughTheStateAPI(t *testing.T) {
 	}
 
 	// The planner reads the state and takes the lock; it changes no state.
-	planner, plannerKC := w.client(w.token(plannerSA, "app-2-plan-x1", w.app, "app-2", ""))
+	planner, plannerKC := w.client(w.token(plannerSA, "app-2-x1", w.app, "app-2", "planner", ""))
 	// Each pod writes the kubeconfig at the same path (names.StateKubeconfig);
 	// here each identity has its own, so its own module directory.
 	mod = module(t, `resource "terraform_data" "x" { input = "hello" }`)
@@ -227,7 +226,7 @@ func TestRealTerraformThroughTheStateAPI(t *testing.T) {
 	t.Log("planner: plans with the lock; update and delete of the state refused")
 
 	// A preview plans without the lock, and can neither lock nor write.
-	pv, pvKC := w.client(w.token(runnerSA, "app-pr7-plan-1-x1", w.preview, "app-pr7-plan-1", ""))
+	pv, pvKC := w.client(w.token(runnerSA, "app-pr7-plan-1-x1", w.preview, "app-pr7-plan-1", "preview", ""))
 	mod = module(t, `resource "terraform_data" "x" { input = "hello" }`)
 	pvBackend := step.Backend{Namespace: w.ns, SecretSuffix: "app", Kubeconfig: pvKC}
 	out = terraform(t, tf, mod, pvBackend, "plan", "-input=false", "-lock=false", "-detailed-exitcode")
@@ -267,24 +266,24 @@ func TestStateAPIRefusesTokens(t *testing.T) {
 		_, err := c.CoreV1().Secrets(w.ns).Get(ctx, "tfstate-default-app", metav1.GetOptions{})
 		return err
 	}
-	if err := get(w.token(runnerSA, "app-1-a", w.app, "app-1", "https://kubernetes.default.svc")); !apierrors.IsUnauthorized(err) {
+	if err := get(w.token(runnerSA, "app-1-a", w.app, "app-1", "runner", "https://kubernetes.default.svc")); !apierrors.IsUnauthorized(err) {
 		t.Fatalf("the API server's audience: %v", err)
 	}
-	if err := get(w.token(runnerSA, "app-9-b", w.app, "app-1", "")); !apierrors.IsForbidden(err) {
+	if err := get(w.token(runnerSA, "app-9-b", w.app, "app-1", "runner", "")); !apierrors.IsForbidden(err) {
 		t.Fatalf("a pod of another child: %v", err)
 	}
-	if err := get(w.token("tenant-app", "app-1-c", w.app, "app-1", "")); !apierrors.IsForbidden(err) {
+	if err := get(w.token("tenant-app", "app-1-c", w.app, "app-1", "runner", "")); !apierrors.IsForbidden(err) {
 		t.Fatalf("a tenant's account: %v", err)
 	}
 	stale := w.app.DeepCopy()
 	stale.UID = "0e0e0e0e-0000-0000-0000-000000000000"
-	if err := get(w.token(runnerSA, "app-1-d", stale, "app-1", "")); !apierrors.IsForbidden(err) {
+	if err := get(w.token(runnerSA, "app-1-d", stale, "app-1", "runner", "")); !apierrors.IsForbidden(err) {
 		t.Fatalf("a token for another TerraformRun of that name: %v", err)
 	}
 	if err := get("not-a-jwt"); !apierrors.IsUnauthorized(err) {
 		t.Fatalf("a token that is not a JWT: %v", err)
 	}
-	if err := get(w.token(runnerSA, "app-1-e", w.app, "app-1", "")); err != nil && !apierrors.IsNotFound(err) {
+	if err := get(w.token(runnerSA, "app-1-e", w.app, "app-1", "runner", "")); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatalf("the child's own token: %v", err)
 	}
 }

@@ -2,110 +2,164 @@ package step
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
 
-	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // StateKeeper keeps a state its backend did not take where it outlives
-// the run's pods and workspace: a Secret of the TerraformRun, which the
-// next run's init pushes to the backend before it plans.
+// the run's pods and workspace: a record of the TerraformRun of its own
+// kind (records.KindErroredState), which the records store keeps gzipped
+// and in chunks in Secrets owned by the TerraformRun, whatever its size.
+// The next run's restore-state step, as the runner, pushes it to the
+// backend before anything plans (RestoreState).
 type StateKeeper struct {
-	Kube *Kube
-	// Run is the TerraformRun; Owner, its reference, owns the Secret (it
-	// goes with the TerraformRun, not with the run's engine object).
-	Run   string
+	// Records keeps the state: the run's records store (records.Router),
+	// which keeps KindErroredState in Secrets only.
+	Records records.Store
+	// Key names what the apply keeps (its Kind is set): the TerraformRun,
+	// the child that keeps it, which begins its Secrets' names, and the
+	// step. RestoreState reads Key's Namespace and Run only.
+	Key records.Key
+	// Owner is the TerraformRun's reference: RestoreState pushes only the
+	// kept states it owns.
 	Owner *metav1.OwnerReference
-	// Child is the run's child, which names the Secret.
-	Child string
 }
 
-// keep saves the errored state file in the run's Secret and returns the
-// Secret's name.
+func (k *StateKeeper) key() records.Key {
+	key := k.Key
+	key.Kind = records.KindErroredState
+	return key
+}
+
+// where says where a kept state is, for people: its Secrets.
+func where(k records.Key) string {
+	return fmt.Sprintf("Secrets %s/%s-rec-…, labelled %s=%s,%s=%s", k.Namespace, k.RunID, records.RunIDLabel, k.RunID, records.KindLabel, k.Kind)
+}
+
+// keep saves the errored state file as the run's kept state and says
+// where it is.
 func (k *StateKeeper) keep(ctx context.Context, file string) (string, error) {
 	b, err := os.ReadFile(file)
 	if err != nil {
 		return "", err
 	}
-	name := names.ErroredStateSecretName(k.Child)
-	s := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: k.Kube.Namespace,
-			Labels: map[string]string{infrav1.ManagedByLabel: infrav1.ManagedByValue, infrav1.ComponentLabel: "errored-state", names.ErroredStateLabel: k.Run},
-		},
-		Type: corev1.SecretTypeOpaque,
-		Data: map[string][]byte{names.ErroredStateKey: b},
+	key := k.key()
+	if err := k.Records.Put(ctx, key, b); err != nil {
+		return "", fmt.Errorf("keeping the state as %s: %w", key, err)
 	}
-	if k.Owner != nil {
-		s.OwnerReferences = []metav1.OwnerReference{*k.Owner}
-	}
-	if k.Kube.Shard != "" {
-		s.Labels[infrav1.ShardLabel] = k.Kube.Shard
-	}
-	if _, err := k.Kube.stateClient().CoreV1().Secrets(k.Kube.Namespace).Create(ctx, s, metav1.CreateOptions{}); err != nil {
-		return "", fmt.Errorf("keeping the state in Secret %s/%s: %w", k.Kube.Namespace, name, err)
-	}
-	return name, nil
+	return where(key), nil
 }
 
-// pushKept pushes to the backend, oldest first, the states earlier runs of
-// the TerraformRun kept because their backend did not take them, and
-// deletes each Secret once its state is in the backend. terraform state
-// push takes the lock, and refuses a state older than the backend's (a
-// lower serial, another lineage): then the step fails, naming the Secret,
-// and a person decides.
-func (r *Runner) pushKept(ctx context.Context, m Module) error {
+// ErrNoKeeper is a restore-state step that was not told which
+// TerraformRun's kept states to push.
+var ErrNoKeeper = errors.New("restore-state needs --records-run, --records-run-uid and --records-run-id: the TerraformRun whose kept states it pushes")
+
+// RestoreState pushes to the backend, oldest first, the states earlier
+// runs of the TerraformRun kept because their backend did not take them,
+// and deletes each once its state is in the backend. It is the
+// restore-state step, which runs as the runner before the run's plan
+// (pkg/pipeline): the planner never pushes a state. It runs terraform in
+// a directory of its own that holds only opr8r's backend configuration,
+// never the run's module. terraform state push takes the lock (waiting
+// up to the lock timeout), and refuses a state older than the backend's
+// (a lower serial, another lineage): then the step fails, naming the
+// kept state, and a person decides.
+func (r *Runner) RestoreState(ctx context.Context, workspace string, b Backend) error {
 	k := r.KeptStates
-	if k == nil || k.Kube == nil || k.Run == "" {
+	if k == nil || k.Records == nil || k.Key.Run == "" {
+		return ErrNoKeeper
+	}
+	recs, err := records.ListKind(ctx, k.Records, k.Key.Namespace, k.Key.Run, records.KindErroredState)
+	if err != nil {
+		return fmt.Errorf("looking for states earlier runs of %s kept: %w", k.Key.Run, err)
+	}
+	// Those the TerraformRun does not own are named, not pushed.
+	kept := records.KeptStates(recs, "")
+	if len(kept) == 0 {
+		r.logf("no state an earlier run kept is left to push (another run pushed it, or it was deleted)")
 		return nil
 	}
-	secrets := k.Kube.stateClient().CoreV1().Secrets(k.Kube.Namespace)
-	list, err := secrets.List(ctx, metav1.ListOptions{LabelSelector: names.ErroredStateLabel + "=" + k.Run})
+	dir, err := os.MkdirTemp("", "opr8r-restore-")
 	if err != nil {
-		return fmt.Errorf("looking for states earlier runs kept (Secrets labelled %s=%s): %w", names.ErroredStateLabel, k.Run, err)
+		return err
 	}
-	items := list.Items
-	sort.Slice(items, func(i, j int) bool {
-		if !items[i].CreationTimestamp.Equal(&items[j].CreationTimestamp) {
-			return items[i].CreationTimestamp.Before(&items[j].CreationTimestamp)
-		}
-		return items[i].Name < items[j].Name
-	})
-	for _, s := range items {
-		if k.Owner != nil && !ownedBy(s.OwnerReferences, k.Owner.UID) {
-			r.logf("warning: Secret %s/%s is labelled as a state of %s that an earlier run kept, but that TerraformRun does not own it: not pushed", k.Kube.Namespace, s.Name, k.Run)
-			continue
-		}
-		file := filepath.Join(m.Dir, ErroredStateFile)
-		if err := os.WriteFile(file, s.Data[names.ErroredStateKey], 0o600); err != nil {
+	defer os.RemoveAll(dir)
+	if err := r.initBackendOnly(ctx, dir, workspace, b); err != nil {
+		return err
+	}
+	for _, rec := range kept {
+		if err := r.pushKept(ctx, dir, rec); err != nil {
 			return err
 		}
-		_, _, err := r.tf(ctx, m.Dir, true, nil, "state", "push", r.lockTimeoutArg(), file)
-		_ = os.Remove(file)
-		if err != nil {
-			return fmt.Errorf("the state an earlier run kept in Secret %s/%s, because its backend did not take it, could not be pushed: %w; if the backend holds it already, delete the Secret; if not, push it with terraform state push (-force if it is older than the backend's)", k.Kube.Namespace, s.Name, err)
-		}
-		if err := secrets.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil {
-			return fmt.Errorf("the state kept in Secret %s/%s is pushed, but the Secret could not be deleted: %w", k.Kube.Namespace, s.Name, err)
-		}
-		r.logf("pushed the state an earlier run kept in Secret %s/%s to the backend, and deleted the Secret", k.Kube.Namespace, s.Name)
 	}
 	return nil
 }
 
-func ownedBy(refs []metav1.OwnerReference, uid types.UID) bool {
-	for _, o := range refs {
-		if o.UID == uid {
-			return true
+// initBackendOnly initializes the backend, and selects the workspace, in
+// dir, which holds nothing but the backend's configuration.
+func (r *Runner) initBackendOnly(ctx context.Context, dir, workspace string, b Backend) error {
+	if err := writeBackendOverride(dir, b); err != nil {
+		return err
+	}
+	// The backend block alone is the configuration (no override of a
+	// module: there is none).
+	if err := os.Rename(filepath.Join(dir, BackendOverrideFile), filepath.Join(dir, "opr8r_backend.tf")); err != nil {
+		return err
+	}
+	args := []string{"init", "-input=false", "-no-color", r.lockTimeoutArg()}
+	if b.ConfigFile != "" {
+		args = append(args, "-backend-config="+b.ConfigFile)
+	}
+	if _, _, err := r.tf(ctx, dir, false, nil, args...); err != nil {
+		return err
+	}
+	if workspace != "" && workspace != "default" {
+		if _, _, err := r.tf(ctx, dir, false, nil, "workspace", "select", "-or-create", "-no-color", workspace); err != nil {
+			return err
 		}
 	}
-	return false
+	return nil
+}
+
+// pushKept pushes one kept state and deletes it.
+func (r *Runner) pushKept(ctx context.Context, dir string, rec records.Record) error {
+	k := r.KeptStates
+	at := where(rec.Key)
+	if k.Owner != nil && !slices.Contains(rec.Owners, k.Owner.UID) {
+		r.logf("warning: the %s are labelled as a state an earlier run of %s kept, but that TerraformRun does not own them: not pushed", at, rec.Run)
+		return nil
+	}
+	b, err := k.Records.Get(ctx, rec.Key)
+	if errors.Is(err, records.ErrNotFound) {
+		r.logf("the state an earlier run kept in the %s is gone (another run pushed it)", at)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading the state an earlier run kept in the %s: %w", at, err)
+	}
+	file := filepath.Join(dir, ErroredStateFile)
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		return err
+	}
+	_, _, err = r.tf(ctx, dir, true, nil, "state", "push", r.lockTimeoutArg(), file)
+	_ = os.Remove(file)
+	if err != nil {
+		return fmt.Errorf("the state an earlier run kept in the %s, because its backend did not take it, could not be pushed: %w; if the backend holds it already, delete those Secrets; if not, push it with terraform state push (-force if it is older than the backend's): kubectl tfrun kept-state %s -n %s > %s", at, err, rec.Run, rec.Namespace, ErroredStateFile)
+	}
+	d, ok := k.Records.(records.RecordDeleter)
+	if !ok {
+		return fmt.Errorf("the state kept in the %s is pushed, but the records store deletes no single record", at)
+	}
+	if err := d.DeleteRecord(ctx, rec.Key); err != nil {
+		return fmt.Errorf("the state kept in the %s is pushed, but could not be deleted: %w", at, err)
+	}
+	r.logf("pushed the state an earlier run kept in the %s (%d bytes) to the backend, and deleted it", at, len(b))
+	return nil
 }

@@ -79,19 +79,19 @@ func (r *Runner) recoverState(ctx context.Context, m Module, applyErr error) err
 // backend.
 func (r *Runner) keepErrored(ctx context.Context, file string, err error) error {
 	k := r.KeptStates
-	if k == nil || k.Kube == nil {
+	if k == nil || k.Records == nil {
 		return fmt.Errorf("%w (push it with terraform state push %s once the backend answers: it is on this run's workspace, which goes when the run ends)", err, ErroredStateFile)
 	}
 	// Not with the step's context: a step stopped at its timeout still
 	// keeps the state.
 	kctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Minute)
 	defer cancel()
-	name, kerr := k.keep(kctx, file)
+	at, kerr := k.keep(kctx, file)
 	if kerr != nil {
 		return fmt.Errorf("%w; and keeping it failed too: %v (push %s with terraform state push before the run's workspace goes)", err, kerr, ErroredStateFile)
 	}
-	return fmt.Errorf("%w; the state is kept in Secret %s/%s: the next run of %s pushes it to the backend before it plans (kubectl tfrun rerun %s), or push it yourself: kubectl get secret %s -n %s -o jsonpath='{.data.errored\\.tfstate}' | base64 -d > %s && terraform state push %s",
-		err, k.Kube.Namespace, name, k.Run, k.Run, name, k.Kube.Namespace, ErroredStateFile, ErroredStateFile)
+	return fmt.Errorf("%w; the state is kept in the %s: the next run of %s pushes it to the backend before it plans (kubectl tfrun rerun %s), or push it yourself: kubectl tfrun kept-state %s -n %s > %s && terraform state push %s",
+		err, at, k.Key.Run, k.Key.Run, k.Key.Run, k.Key.Namespace, ErroredStateFile, ErroredStateFile)
 }
 
 // onlyBackendErrors says whether every error terraform reported is about

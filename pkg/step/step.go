@@ -92,9 +92,9 @@ type Runner struct {
 	// --timeout, or the pod stopped) is given to stop and write its state
 	// before it is killed (0: DefaultInterruptGrace).
 	InterruptGrace time.Duration
-	// KeptStates keeps a state the backend did not take in a Secret of
-	// the TerraformRun, and init pushes the ones earlier runs kept; nil:
-	// the state stays in the workspace's errored.tfstate.
+	// KeptStates keeps a state the backend did not take as a record of
+	// the TerraformRun (apply), and restore-state pushes the ones earlier
+	// runs kept; nil: the state stays in the workspace's errored.tfstate.
 	KeptStates *StateKeeper
 	// StopSignal is what a stopped terraform is sent first (nil: SIGINT);
 	// tests send SIGKILL to play a pod that dies at once.

@@ -101,7 +101,9 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 			return err
 		}
 	}
-	return r.pushKept(ctx, m)
+	// A state an earlier run kept is pushed before this, by the runner
+	// (RestoreState), never here: init runs as the planner.
+	return nil
 }
 
 func writeBackendOverride(dir string, b Backend) error {

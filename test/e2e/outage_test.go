@@ -13,11 +13,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/engines"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/records"
 )
 
 // backendOutage: the state backend is away at the end of a real apply for
@@ -25,11 +27,13 @@ import (
 // --state-retry is 3m, cluster.sh: three times the minute the API server takes
 // to come back in TestChaos, whose applies must save their state). The backend is the kubernetes one; its
 // outage is an admission policy that refuses every write of the run's state
-// Secret. The apply keeps the state terraform could not save in the run's
-// <child>-errored-state Secret and fails, saying so; a tenant with edit
-// cannot rewrite, relabel or plant such a Secret; once the backend is back,
-// the rerun's init pushes the kept state before it plans, so the plan sees
-// the resource the first apply made (no changes) and the Secret is gone.
+// Secret. The apply keeps the state terraform could not save as the run's
+// kept state (a record of kind errored.tfstate, in Secrets <child>-rec-…)
+// and fails, saying so; a tenant with edit cannot rewrite, relabel or
+// plant such a Secret; once the backend is back, the rerun begins with
+// restore-state, which pushes the kept state as the runner before it
+// plans, so the plan sees the resource the first apply made (no changes)
+// and the kept state is gone.
 func backendOutage(t *testing.T, e *env, engine string) {
 	name := "outage-" + engine
 	policy := "e2e-outage-" + engine
@@ -88,20 +92,30 @@ spec:
 		t.Fatalf("the apply failed %s after the backend went away, before its 3m of retries: it did not retry", since.Round(time.Second))
 	}
 	e.logsHintWorks(t, engine, failed)
-	kept := names.ErroredStateSecretName(failed.Status.Run.Child.Name)
-	if !strings.Contains(failed.Status.Run.Message, "kept in Secret") && !e.stepLogContains(t, name, names.StepApply, "the state is kept in Secret "+ns+"/"+kept) {
-		t.Fatalf("neither the run's message nor the apply's log says where the state is kept (Secret %s): %q", kept, failed.Status.Run.Message)
+	child := failed.Status.Run.Child.Name
+	where := "the state is kept in the Secrets " + ns + "/" + child + "-rec-"
+	if !strings.Contains(failed.Status.Run.Message, "kept in the Secrets") && !e.stepLogContains(t, name, names.StepApply, where) {
+		t.Fatalf("neither the run's message nor the apply's log says where the state is kept (%s…): %q", where, failed.Status.Run.Message)
 	}
-	sec := &corev1.Secret{}
-	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: kept}, sec); err != nil {
-		t.Fatalf("the kept state's Secret %s: %v", kept, err)
+	keptSel := records.RunIDLabel + "=" + child + "," + records.KindLabel + "=" + string(records.KindErroredState)
+	keptSecrets := func() []corev1.Secret {
+		list := &corev1.SecretList{}
+		if err := e.c.List(context.Background(), list, client.InNamespace(ns), client.MatchingLabels{records.RunIDLabel: child, records.KindLabel: string(records.KindErroredState)}); err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
 	}
-	if sec.Labels[names.ErroredStateLabel] != name {
-		t.Fatalf("Secret %s is labelled %v, want %s=%s", kept, sec.Labels, names.ErroredStateLabel, name)
+	secs := keptSecrets()
+	if len(secs) == 0 {
+		t.Fatalf("no Secret of the kept state (%s)", keptSel)
+	}
+	kept := secs[0].Name
+	if secs[0].Labels[infrav1.RunNameLabel] != name {
+		t.Fatalf("Secret %s is labelled %v, want %s=%s", kept, secs[0].Labels, infrav1.RunNameLabel, name)
 	}
 	var st struct{ Resources []json.RawMessage }
-	if err := json.Unmarshal(sec.Data["errored.tfstate"], &st); err != nil || len(st.Resources) != 1 {
-		t.Fatalf("Secret %s does not hold the state of the resource just made (%d resources, %v)", kept, len(st.Resources), err)
+	if err := json.Unmarshal([]byte(e.sh(t, "", e.tfrun, "kept-state", name, "-n", ns)), &st); err != nil || len(st.Resources) != 1 {
+		t.Fatalf("the kept state does not hold the resource just made (%d resources, %v)", len(st.Resources), err)
 	}
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateSecret}, &corev1.Secret{}); err == nil {
 		if _, n := e.state(t, name); n != 0 {
@@ -113,12 +127,12 @@ spec:
 
 	// A tenant who may edit the namespace may not touch a kept state.
 	for _, args := range [][]string{
-		{"label", "secret", kept, names.ErroredStateLabel + "=someone-else", "--overwrite"},
-		{"patch", "secret", kept, "--type=merge", "-p", `{"data":{"errored.tfstate":"e30="}}`},
+		{"label", "secret", kept, records.RunIDLabel + "=someone-else", "--overwrite"},
+		{"patch", "secret", kept, "--type=merge", "-p", `{"data":{"chunk":"e30="}}`},
 	} {
 		out, err := e.shAsErr(mallory, e.kubectl, append(args, "-n", ns)...)
 		// Refused by the guard of the child's objects while its run is
-		// active, by the errored-state rule after: either way by
+		// active, by the kept-state rule after: either way by
 		// opr8r-guard-writes.
 		if err == nil || !strings.Contains(out, "opr8r-guard-writes") {
 			t.Fatalf("(as %s) kubectl %s: want a refusal by opr8r-guard-writes, got %v: %s", mallory, strings.Join(args, " "), err, out)
@@ -127,8 +141,9 @@ spec:
 	}
 	planted := "planted-" + engine
 	e.shAs(t, mallory, e.kubectl, "create", "secret", "generic", planted, "--from-literal=errored.tfstate={}", "-n", ns)
-	out, err := e.shAsErr(mallory, e.kubectl, "label", "secret", planted, names.ErroredStateLabel+"="+name, "-n", ns)
-	if err == nil || !strings.Contains(out, "errored-state-of") {
+	out, err := e.shAsErr(mallory, e.kubectl, "label", "secret", planted, records.KindLabel+"="+string(records.KindErroredState),
+		infrav1.RunNameLabel+"="+name, records.RunIDLabel+"="+child, "-n", ns)
+	if err == nil || !strings.Contains(out, "record-kind=errored.tfstate") {
 		t.Fatalf("(as %s) a Secret labelled as %s's kept state was admitted: %v %s", mallory, name, err, out)
 	}
 	e.sh(t, "", e.kubectl, "delete", "secret", planted, "-n", ns)
@@ -146,10 +161,13 @@ spec:
 	if _, n := e.state(t, name); n != 1 {
 		t.Fatalf("the backend holds %d resources after the rerun, want 1", n)
 	}
-	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: kept}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-		t.Fatalf("Secret %s is still there after its state was pushed: %v", kept, err)
+	if phase := stepOf(run, names.StepRestoreState); phase != infrav1.StepSucceeded {
+		t.Fatalf("the rerun's restore-state is %q, want Succeeded: %+v", phase, run.Status.Run.Steps)
 	}
-	t.Logf("%s: the state kept through the outage was pushed by the rerun, whose plan is %s", name, run.Status.Plan.Summary)
+	if left := keptSecrets(); len(left) != 0 {
+		t.Fatalf("%d Secrets of the kept state are still there after its state was pushed", len(left))
+	}
+	t.Logf("%s: the state kept through the outage was pushed by the rerun's restore-state, whose plan is %s", name, run.Status.Plan.Summary)
 }
 
 // logsHintWorks runs the command kubectl tfrun prints for a run's logs, when

@@ -50,8 +50,8 @@ stringData: {plan.txt: "no changes"}
 ---
 apiVersion: v1
 kind: Secret
-metadata: {name: gone-1-errored-state, namespace: %[1]s, labels: {infra.opr8r.io/errored-state-of: gone}}
-stringData: {errored.tfstate: "{}"}
+metadata: {name: gone-1-rec-0123456789-0, namespace: %[1]s, labels: {infra.opr8r.io/component: record, infra.opr8r.io/run: gone, infra.opr8r.io/run-id: gone-1, infra.opr8r.io/step: apply, infra.opr8r.io/record-kind: errored.tfstate}}
+stringData: {chunk: "{}"}
 ---
 apiVersion: coordination.k8s.io/v1
 kind: Lease

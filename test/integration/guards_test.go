@@ -844,22 +844,33 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runnerSA, Namespace: bare}}})).To(Succeed())
 			refused(runnerIn(bare, "net-1-plan-1").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-1-plan", Namespace: bare}}),
 				"ConfigMap opr8r-guard lists no runnerServiceAccounts: opr8r's manager must copy them there from opr8r-identities")
-			By("a kept errored state, which the next init pushes to the backend: only a run's pod writes one, active run or not")
-			kept := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-0-errored-state", Namespace: ns, Labels: map[string]string{"infra.opr8r.io/errored-state-of": "net"}},
-				StringData: map[string]string{"errored.tfstate": "{}"}}
-			refused(tenant.Create(ctx, kept.DeepCopy()), guardTenant+" may not create secrets net-0-errored-state: a Secret labelled infra.opr8r.io/errored-state-of=net holds a state an apply of that TerraformRun kept")
-			refused(runnerIn(ns, "").Create(ctx, kept.DeepCopy()), "may not create secrets net-0-errored-state")
+			By("a kept state (a record of kind errored.tfstate), which the next run's restore-state pushes to the backend as the runner: only the pods of the child that keeps it write one, active run or not")
+			keptRecord := func(name, run, runID string) *corev1.Secret {
+				return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+					"infra.opr8r.io/component": "record", "infra.opr8r.io/run": run, "infra.opr8r.io/run-id": runID,
+					"infra.opr8r.io/step": "apply", "infra.opr8r.io/record-kind": "errored.tfstate"}},
+					Data: map[string][]byte{"chunk": []byte("x")}}
+			}
+			old := keptRecord("net-0-rec-0123456789-0", "net", "net-0")
+			refused(tenant.Create(ctx, old.DeepCopy()), guardTenant+" may not create secrets net-0-rec-0123456789-0: a Secret labelled infra.opr8r.io/record-kind=errored.tfstate holds a state an apply of TerraformRun net kept")
+			refused(runnerIn(ns, "").Create(ctx, old.DeepCopy()), "may not create secrets net-0-rec-0123456789-0")
+			refused(runnerIn(ns, "net-1-apply-1").Create(ctx, old.DeepCopy()), "only the pods of the run that keeps it")
+			admitted(k8sClient.Create(ctx, old))
+			refused(update(tenant, old, func(s *corev1.Secret) { s.Data = map[string][]byte{"chunk": []byte(`{"serial": 99}`)} }), "may not update secrets net-0-rec-0123456789-0")
+			admitted(tenant.Delete(ctx, old))
 			own := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "mine", Namespace: ns}}
 			admitted(tenant.Create(ctx, own))
-			refused(update(tenant, own, func(s *corev1.Secret) { s.Labels = map[string]string{"infra.opr8r.io/errored-state-of": "net"} }), "may not update secrets mine")
-			By("a runner pod of another run, or of no active child, may not plant one (issue 49: a runner token planted a kept state for another run, which its rerun pushed)")
-			refused(runnerIn(ns, "tk-1-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
-			refused(runnerIn(ns, "net-1-1-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
-			refused(runnerIn(ns, "net-0-apply-1").Create(ctx, kept.DeepCopy()), "only that run's own pods")
+			refused(update(tenant, own, func(s *corev1.Secret) {
+				s.Labels = map[string]string{"infra.opr8r.io/component": "record", "infra.opr8r.io/run": "net", "infra.opr8r.io/run-id": "net-1", "infra.opr8r.io/record-kind": "errored.tfstate"}
+			}), "may not update secrets mine")
+			By("a runner pod of another run, of no active child, or of a run whose name is the kept state's run's plus -<n>, may not plant one (issue 49: a runner token planted a kept state for another run, which its rerun pushed)")
+			kept := keptRecord("net-1-rec-0123456789-0", "net", "net-1")
+			refused(runnerIn(ns, "tk-1-apply-1").Create(ctx, kept.DeepCopy()), "may not create secrets net-1-rec-0123456789-0")
+			refused(runnerIn(ns, "net-0-apply-1").Create(ctx, keptRecord("net-0-rec-0123456789-0", "net", "net-0")), "only the pods of the run that keeps it")
+			refused(runnerIn(ns, "net-1-1-apply-1").Create(ctx, keptRecord("net-1-1-rec-0123456789-0", "net", "net-1-1")), "only the pods of the run that keeps it")
 			admitted(runnerIn(ns, "net-1-apply-1").Create(ctx, kept))
-			refused(update(runnerIn(ns, "net-1-1-apply-1"), kept, func(s *corev1.Secret) { s.Labels["infra.opr8r.io/errored-state-of"] = "net-1" }), "may not update secrets net-0-errored-state")
-			refused(update(tenant, kept, func(s *corev1.Secret) { s.StringData = map[string]string{"errored.tfstate": `{"serial": 99}`} }), "may not update secrets net-0-errored-state")
-			admitted(tenant.Delete(ctx, kept))
+			refused(update(runnerIn(ns, "net-1-apply-1"), kept, func(s *corev1.Secret) { s.Labels["infra.opr8r.io/run-id"] = "net-1-1" }), "only the pods of the run that keeps it")
+			refused(update(tenant, kept, func(s *corev1.Secret) { s.Data = map[string][]byte{"chunk": []byte(`{"serial": 99}`)} }), "may not update secrets net-1-rec-0123456789-0")
 			By("the tenant's own Secrets, and everything once no run is active")
 			admitted(tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "git-credentials", Namespace: ns}}))
 			admitted(tenant.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-1-plan", Namespace: free}}))

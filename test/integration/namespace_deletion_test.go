@@ -82,7 +82,8 @@ var _ = Describe("namespace deletion: no admission policy of opr8r's fails on a 
 			Data: map[string]string{"children": "gone-1", "runnerServiceAccounts": runnerSA}})).To(Succeed())
 		for _, s := range []*corev1.Secret{
 			{ObjectMeta: metav1.ObjectMeta{Name: "gone-1-plan", Namespace: ns}},
-			{ObjectMeta: metav1.ObjectMeta{Name: "gone-1-errored-state", Namespace: ns, Labels: map[string]string{"infra.opr8r.io/errored-state-of": "gone"}}},
+			{ObjectMeta: metav1.ObjectMeta{Name: "gone-1-rec-0123456789-0", Namespace: ns, Labels: map[string]string{"infra.opr8r.io/component": "record",
+				"infra.opr8r.io/run": "gone", "infra.opr8r.io/run-id": "gone-1", "infra.opr8r.io/step": "apply", "infra.opr8r.io/record-kind": "errored.tfstate"}}},
 			{ObjectMeta: metav1.ObjectMeta{Name: "tfstate-default-gone", Namespace: ns}},
 		} {
 			Expect(k8sClient.Create(ctx, s)).To(Succeed())
