@@ -36,9 +36,11 @@ func addStateAPI(mgr ctrl.Manager, o Options) error {
 		// answer a step (the Service picks one).
 		reader := mgr.GetAPIReader()
 		s.Grants = &stateapi.Grants{
-			Runs:         reader,
-			IsRunner:     o.Engine.IsRunnerAccount,
-			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun, child string) []string { return dependencySecrets(ctx, reader, run, child) },
+			Runs:     reader,
+			IsRunner: o.Engine.IsRunnerAccount,
+			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun, child string) []string {
+				return dependencySecrets(ctx, reader, run, child)
+			},
 		}
 	}
 	return mgr.Add(s)

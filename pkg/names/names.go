@@ -196,7 +196,6 @@ func IsChildOf(child, run string) bool {
 	return true
 }
 
-
 // StateSecretName is the kubernetes backend's state Secret of a
 // workspace and secret suffix; StateLeaseName its lock.
 func StateSecretName(workspace, suffix string) string {
