@@ -283,6 +283,12 @@ func TestPushWebhooks(t *testing.T) {
 	t.Cleanup(f.stop)
 	sink := startSink(t, ip)
 	hook := e.webhookAddress(t)
+	// The manager's own pod address, which mallory aims a notifier at.
+	var pods corev1.PodList
+	if err := e.c.List(context.Background(), &pods, client.InNamespace("opr8r-system"), client.MatchingLabels{"app.kubernetes.io/name": "opr8r"}); err != nil || len(pods.Items) == 0 || pods.Items[0].Status.PodIP == "" {
+		t.Fatalf("the manager's pod: %v (%d pods)", err, len(pods.Items))
+	}
+	managerIP := pods.Items[0].Status.PodIP
 
 	// The receiver and the notifier, as a tenant.
 	out, err := e.as(mallory, fmt.Sprintf(`apiVersion: v1
@@ -340,7 +346,37 @@ spec:
   secretRef: {name: e2e-notifier-metadata}
   events: [Applied]
   runSelector: {matchLabels: {e2e-webhooks: "on"}}
-`, ns, hookToken, sink.url, notifyToken), e.kubectl, "apply", "-f", "-")
+---
+# ... the manager's own pod address (its health port) ...
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-notifier-ownpod, namespace: %[1]s}
+stringData: {address: "http://%[5]s:8081/healthz"}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-ownpod, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-notifier-ownpod}
+  events: [Applied]
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
+---
+# ... and a ClusterIP Service of the cluster (the state API's).
+apiVersion: v1
+kind: Secret
+metadata: {name: e2e-notifier-clusterip, namespace: %[1]s}
+stringData: {address: "https://%[6]s:9444/api/v1/namespaces/%[1]s/secrets"}
+---
+apiVersion: infra.opr8r.io/v1alpha1
+kind: TerraformRunNotifier
+metadata: {name: e2e-clusterip, namespace: %[1]s}
+spec:
+  type: Webhook
+  secretRef: {name: e2e-notifier-clusterip}
+  events: [Applied]
+  runSelector: {matchLabels: {e2e-webhooks: "on"}}
+`, ns, hookToken, sink.url, notifyToken, managerIP, stateAPIIP), e.kubectl, "apply", "-f", "-")
 	t.Logf("$ (as %s) kubectl apply receiver and notifier\n%s", mallory, out)
 	if err != nil {
 		t.Fatalf("an editor of the namespace could not make a receiver and a notifier: %v", err)
@@ -386,7 +422,8 @@ spec:
 
 	// The applies were also for mallory's loopback and metadata notifiers:
 	// the manager refused to connect, and says so in their status.
-	for name, want := range map[string]string{"e2e-loopback": "a loopback address", "e2e-metadata": "a link-local address"} {
+	for name, want := range map[string]string{"e2e-loopback": "a loopback address", "e2e-metadata": "a link-local address",
+		"e2e-ownpod": "the manager's own pod address", "e2e-clusterip": "the cluster's Service range"} {
 		var nf infrav1.TerraformRunNotifier
 		if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: name}, &nf); err != nil {
 			t.Fatal(err)
@@ -399,6 +436,10 @@ spec:
 		}
 	}
 }
+
+// stateAPIIP is the state API Service's fixed address on the e2e cluster
+// (test/e2e/cluster.sh STATE_API_IP).
+const stateAPIIP = "10.96.200.202"
 
 func sign(body []byte, key string) string {
 	m := hmac.New(sha256.New, []byte(key))
