@@ -447,6 +447,21 @@ func sign(body []byte, key string) string {
 	return hex.EncodeToString(m.Sum(nil))
 }
 
+// postDelivery posts a Gitea push with a delivery id, as Gitea does.
+func postDelivery(t *testing.T, url string, body []byte, sig, delivery string) (int, string) {
+	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
+	req.Header.Set("X-Gitea-Event", "push")
+	req.Header.Set("X-Gitea-Delivery", delivery)
+	req.Header.Set("X-Gitea-Signature", sig)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("posting to the receiver: %v", err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, strings.TrimSpace(string(b))
+}
+
 func postWebhook(t *testing.T, url string, body []byte, sig string) (int, string) {
 	req, _ := http.NewRequest(http.MethodPost, url, bytes.NewReader(body))
 	req.Header.Set("X-Gitea-Event", "push")
@@ -545,6 +560,27 @@ spec:
 		started.Sub(pushed).Seconds(), run.Status.Run.FinishedAt.Sub(pushed).Seconds())
 	if d := started.Sub(pushed); d > 30*time.Second {
 		t.Errorf("the push took %s to start a run, want seconds", d)
+	}
+
+	// Someone who captured signed deliveries replays one, and sends the
+	// first push late, after the second: neither moves the run back nor
+	// starts a run.
+	cloneURL := f.url + "/" + giteaUser + "/" + repo + ".git"
+	late := []byte(fmt.Sprintf(`{"ref":"refs/heads/main","before":%q,"after":%q,"repository":{"clone_url":%q},"commits":[{"id":%q}]}`,
+		first.Commit.Parents[0].SHA, first.Commit.SHA, cloneURL, first.Commit.SHA))
+	code, answer := postDelivery(t, hookURL, late, sign(late, hookToken), "late-"+engine)
+	t.Logf("the first push, late: %d %s", code, answer)
+	if !strings.Contains(answer, `"result":"stale"`) {
+		t.Errorf("a late push of the first commit after the second: %d %s, want stale", code, answer)
+	}
+	code, answer = postDelivery(t, hookURL, late, sign(late, hookToken), "late-"+engine)
+	t.Logf("the same delivery, replayed: %d %s", code, answer)
+	if code != http.StatusOK || !strings.Contains(answer, `"result":"duplicate"`) {
+		t.Errorf("a replayed delivery: %d %s, want 200 duplicate", code, answer)
+	}
+	time.Sleep(5 * time.Second)
+	if r := e.get(t, name); r.Status.Run.ID != run.Status.Run.ID || r.Status.LastHandledPush != second.Commit.SHA {
+		t.Errorf("after a late and a replayed push: run %s, last handled push %s; want run %s, %s", r.Status.Run.ID, r.Status.LastHandledPush, run.Status.Run.ID, second.Commit.SHA)
 	}
 
 	// The notifier's destination got each apply, signed, with its plan.
