@@ -155,3 +155,19 @@ spec:
 	}
 	t.Logf("victor's module reading %s: %s", "victor-may-not-read", e.diagnostics(r))
 }
+
+// cacheClaimRefused (issue 49, 6): mallory, with edit in the namespace,
+// mounts the namespace's provider cache claim in a pod of her own (to
+// plant a provider the next run executes), and deletes the claim: both
+// refused by opr8r-provider-cache.
+func (e *env) cacheClaimRefused(t *testing.T) {
+	pod := fmt.Sprintf(`apiVersion: v1
+kind: Pod
+metadata: {name: mallory-cache, namespace: %s}
+spec:
+  containers: [{name: c, image: busybox, command: [sh, -c, "cp /bin/sh /cache/registry.terraform.io"], volumeMounts: [{name: cache, mountPath: /cache}]}]
+  volumes: [{name: cache, persistentVolumeClaim: {claimName: opr8r-provider-cache}}]
+`, ns)
+	e.refused(t, "all", "a tenant's pod mounts the provider cache claim", mallory, pod, []string{"opr8r-provider-cache"}, "apply", "--dry-run=server", "-f", "-")
+	e.refused(t, "all", "a tenant deletes the provider cache claim", mallory, "", []string{"opr8r-provider-cache"}, "delete", "pvc", "opr8r-provider-cache", "-n", ns, "--dry-run=server")
+}

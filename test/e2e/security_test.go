@@ -266,6 +266,7 @@ func TestTenants(t *testing.T) {
 	t.Run("cross-namespace", func(t *testing.T) { e.dependencyNeedsConsent(t) })
 	t.Run("namespace-deletion", func(t *testing.T) { e.namespaceDeletion(t) })
 	t.Run("editor-references", func(t *testing.T) { e.editorReadsNothing(t) })
+	t.Run("cache-claim", func(t *testing.T) { e.cacheClaimRefused(t) })
 	for _, engine := range allEngines() {
 		t.Run(engine, func(t *testing.T) {
 			t.Parallel()
