@@ -116,7 +116,7 @@ var _ = Describe("Argo templates: a tenant's Workflow cannot run as the runner t
 	})
 	It("refuses a podSpecPatch that could spell a service account without naming it", func() {
 		for name, patch := range map[string]string{
-			"fold":   `{"ſerviceAccountName": "opr8r-runner"}`,          // Go's JSON decoder folds ſ onto s
+			"fold":   `{"ſerviceAccountName": "opr8r-runner"}`,              // Go's JSON decoder folds ſ onto s
 			"binary": "? !!binary c2VydmljZUFjY291bnROYW1l\n: opr8r-runner", // YAML decodes the key from base64
 		} {
 			refused(tenant.Create(ctx, mk("patch-"+name, func(s *wfv1.WorkflowSpec) { s.PodSpecPatch = patch })),
@@ -153,7 +153,10 @@ var _ = Describe("Argo templates: a tenant's Workflow cannot run as the runner t
 				PodSpecPatch: `{"containers":[{"name":"main","resources":{"limits":{"cpu":"1"}}}]}`}
 			s.Templates = append(s.Templates,
 				wfv1.Template{Name: "steps", Steps: []wfv1.ParallelSteps{{Steps: []wfv1.WorkflowStep{{Name: "s",
-					Inline: busybox(func(t *wfv1.Template) { t.ServiceAccountName = "app"; t.Container.Args = []string{"{{workflow.parameters.msg}}"} })}}}}},
+					Inline: busybox(func(t *wfv1.Template) {
+						t.ServiceAccountName = "app"
+						t.Container.Args = []string{"{{workflow.parameters.msg}}"}
+					})}}}}},
 				wfv1.Template{Name: "dag", DAG: &wfv1.DAGTemplate{Tasks: []wfv1.DAGTask{{Name: "t", Inline: busybox(func(*wfv1.Template) {})}, {Name: "u", Template: "main"}}}})
 		})))
 	})

@@ -76,4 +76,3 @@ var _ = Describe("Tekton templates: a tenant's PipelineRun cannot run as the run
 			func(p *tektonv1.PipelineRun) { p.Spec.TaskRunTemplate.ServiceAccountName = "app" })))
 	})
 })
-
