@@ -804,6 +804,20 @@ var _ = Describe("guards: a tenant with edit cannot change opr8r's engine object
 		})
 
 		It("lets only the manager, and the runner pods of a run with their kubelet-issued tokens, write the run's Secrets and ConfigMaps", func() {
+			// The runner Role holds no Secret (the steps go through the
+			// manager's state API); an install without it gives the runner
+			// config/rbac/runner/without-state-api-rules.yaml, and the
+			// policy holds there too.
+			Expect(k8sClient.Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "without-state-api", Namespace: ns},
+				Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "create", "update", "delete"}}}})).To(Succeed())
+			Expect(k8sClient.Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "without-state-api", Namespace: ns},
+				RoleRef: rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "without-state-api"},
+				// The runner, and the tenant's own account app with the same rights.
+				Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: runnerSA, Namespace: ns}, {Kind: rbacv1.ServiceAccountKind, Name: "app", Namespace: ns}}})).To(Succeed())
+			for _, sa := range []string{runnerSA, "app"} {
+				envtestutil.AwaitGrant(GinkgoT(), clientset, ns, "system:serviceaccount:"+ns+":"+sa, nil,
+					[]rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}}})
+			}
 			plan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "net-1-plan", Namespace: ns}, StringData: map[string]string{"plan.txt": "no changes"}}
 			refused(tenant.Create(ctx, plan.DeepCopy()), guardTenant+" may not create secrets net-1-plan: it belongs to net-1, an active run of opr8r",
 				"as a runner service account, with the token the kubelet gave the pod")
