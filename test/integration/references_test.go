@@ -133,9 +133,16 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { delete(r.Labels, infrav1.PreviewOfLabel) }), "nor change or remove its label preview.opr8r.io/of")
 		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.PreviewAnnotation) }), "annotation infra.opr8r.io/preview")
 		admitted(patch(as(editor), p, func(r *infrav1.TerraformRun) { r.Spec.Suspend = false }))
+		By("the count of tries to tell the forge it closed is the manager's: a tenant's would hold its deletion (TestTenantCloseAttemptsAnnotationHoldsNoDeletion)")
+		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { r.Annotations[infrav1.PreviewCloseAttemptsAnnotation] = "-1000000" }),
+			"nor its annotation infra.opr8r.io/preview-close-attempts")
+		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) { r.Annotations[infrav1.PreviewCloseAttemptsAnnotation] = "1" }))
+		refused(patch(as(tenant), p, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.PreviewCloseAttemptsAnnotation) }),
+			"infra.opr8r.io/preview-close-attempts")
 		By("the manager moves it")
 		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) {
 			r.Annotations[infrav1.PreviewAnnotation] = `{"receiver":"hooks","number":7,"head":"b"}`
 		}))
 	})
+
 })
