@@ -231,6 +231,11 @@ func dispatch(ctx context.Context, r *step.Runner, cmd string, o *options, args 
 		}
 		return r.Clone(ctx, co)
 	case "init":
+		// Only the namespace's shared cache, mounted at SharedPluginCacheDir,
+		// is written by other runs; the workspace's is this run's own.
+		if d := os.Getenv("TF_PLUGIN_CACHE_DIR"); d != "" && filepath.Clean(d) != names.SharedPluginCacheDir {
+			r.PluginCacheInWorkspace = true
+		}
 		return r.Init(ctx, mod, be)
 	case names.StepRestoreState:
 		return r.RestoreState(ctx, o.workspace, be)

@@ -117,6 +117,12 @@ const (
 	EnvProviderMirrorCA = "OPR8R_PROVIDER_MIRROR_CA"
 )
 
+// SharedPluginCacheDir is where the namespace's provider cache claim (the
+// manager's --provider-cache-claim) is mounted, in the init step only: the
+// init step copies what terraform linked from it into the run's workspace
+// (step.Runner.PluginCacheInWorkspace is false for it).
+const SharedPluginCacheDir = "/opr8r/provider-cache"
+
 // The manager's state API (pkg/stateapi): the steps of a run reach their
 // run's Secrets and Leases through it, with a projected service-account
 // token whose audience names the run and the child, so the service

@@ -333,6 +333,9 @@ type builder struct {
 	tfMounts     []corev1.VolumeMount // env and file secrets for every terraform step
 	tfEnvArgs    []string
 	tfEnv        []corev1.EnvVar
+	// cacheMount is the namespace's shared provider cache, which only the
+	// init step mounts (nil: no claim).
+	cacheMount *corev1.VolumeMount
 }
 
 func (b *builder) addVolume(v corev1.Volume) { b.volumes = append(b.volumes, v) }

@@ -14,6 +14,7 @@
 package pipeline
 
 import (
+	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -39,8 +40,8 @@ const (
 	CheckoutDir    = WorkspaceDir + "/src"
 	PluginCacheDir = WorkspaceDir + "/.plugin-cache"
 	// SharedPluginCacheDir is where the namespace's provider cache claim
-	// (engine.Providers.CacheClaim) is mounted, in terraform steps only.
-	SharedPluginCacheDir = "/opr8r/provider-cache"
+	// (engine.Providers.CacheClaim) is mounted, in the init step only.
+	SharedPluginCacheDir = names.SharedPluginCacheDir
 	PlanFile             = WorkspaceDir + "/tfplan"
 	TmpDir               = "/tmp"
 	StepBinDir           = "/opr8r/bin"

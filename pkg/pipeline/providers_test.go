@@ -14,10 +14,13 @@ import (
 )
 
 // TestProviders: an install's provider mirror reaches every terraform
-// step, and its shared cache claim is mounted there as terraform's plugin
-// cache; neither reaches the clone step or a check (which runs an image
-// the TerraformRun chose). Without them, each run keeps its cache in its
-// workspace.
+// step, and its shared cache claim is mounted as terraform's plugin cache
+// in the init step only: the plan, apply and later steps run module code,
+// which could change a package in the cache between another run's
+// verification and execution of it, and they use the run's own copies
+// (TestCachedPackageSwappedAfterVerification). Neither reaches the clone
+// step or a check (which runs an image the TerraformRun chose). Without a
+// claim, each run keeps its cache in its workspace.
 func TestProviders(t *testing.T) {
 	run := testutil.MakeRun("net", "team-a").Check("policy", "conftest:1", "", "conftest", "test").Obj()
 	cfg := testutil.Config
@@ -47,7 +50,7 @@ func TestProviders(t *testing.T) {
 			mounted := slices.ContainsFunc(s.VolumeMounts, func(m corev1.VolumeMount) bool {
 				return m.Name == pipeline.ProviderCacheVolume && m.MountPath == pipeline.SharedPluginCacheDir
 			})
-			if mounted != (shared && terraform) {
+			if mounted != (shared && s.Name == names.StepInit) {
 				t.Errorf("shared=%v: step %s mounts the shared cache: %v", shared, s.Name, mounted)
 			}
 			if shared && !terraform && len(env[names.EnvProviderMirror]) > 0 {
@@ -58,7 +61,7 @@ func TestProviders(t *testing.T) {
 			}
 			steps++
 			wantCache := pipeline.PluginCacheDir
-			if shared {
+			if shared && s.Name == names.StepInit {
 				wantCache = pipeline.SharedPluginCacheDir
 			}
 			if !slices.Equal(env["TF_PLUGIN_CACHE_DIR"], []string{wantCache}) {

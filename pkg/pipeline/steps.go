@@ -36,7 +36,7 @@ func (b *builder) terraformStep(name string, args ...string) Step {
 	s.Args = append(s.Args, b.tfEnvArgs...)
 	s.Args = append(s.Args, b.recordArgs()...)
 	s.Args = append(s.Args, "--termination-log="+PhErrorFile)
-	s.Env = append(terraformEnv(b.pluginCacheDir()), b.tfEnv...)
+	s.Env = append(terraformEnv(PluginCacheDir), b.tfEnv...)
 	s.VolumeMounts = append(s.VolumeMounts, b.tfMounts...)
 	return s
 }
@@ -114,6 +114,7 @@ func (b *builder) init() Step {
 	args, mounts := b.backendArgs()
 	s := b.terraformStep(names.StepInit, args...)
 	s.VolumeMounts = append(s.VolumeMounts, mounts...)
+	b.useSharedCache(&s)
 	return s
 }
 

@@ -147,9 +147,15 @@ func (b *builder) collectPreview() {
 const ProviderCacheVolume = "provider-cache"
 
 // collectProviders points terraform steps at the install's provider
-// mirror and mounts the namespace's shared plugin cache. Terraform and
-// OpenTofu take a package from the shared cache only when the module's
-// lock file lists its checksum (opr8r never sets
+// mirror and mounts the namespace's shared plugin cache in the init step,
+// and in no other: the plan, apply and later steps run module code
+// (external data sources, local-exec, providers), which could otherwise
+// change a package in the cache after another run's terraform verified it
+// and before it executes it. Init copies what terraform linked from the
+// cache into the run's workspace and checks each copy against the lock
+// file's h1 checksums (step.Runner.Init); later steps execute those
+// copies. Terraform and OpenTofu take a package from the shared cache only
+// when the module's lock file lists its checksum (opr8r never sets
 // TF_PLUGIN_CACHE_MAY_BREAK_DEPENDENCY_LOCK_FILE, which would let a module
 // without one take whatever package the cache holds); otherwise they
 // download and check it against the hashes the mirror or the registry
@@ -169,16 +175,23 @@ func (b *builder) collectProviders() {
 	}
 	b.addVolume(corev1.Volume{Name: ProviderCacheVolume, VolumeSource: corev1.VolumeSource{
 		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: p.CacheClaim}}})
-	b.tfMounts = append(b.tfMounts, corev1.VolumeMount{Name: ProviderCacheVolume, MountPath: SharedPluginCacheDir})
+	b.cacheMount = &corev1.VolumeMount{Name: ProviderCacheVolume, MountPath: SharedPluginCacheDir}
 }
 
-// pluginCacheDir is terraform's plugin cache: the namespace's shared one,
-// or the run's own in its workspace.
-func (b *builder) pluginCacheDir() string {
-	if b.req.Config.Providers.CacheClaim != "" {
-		return SharedPluginCacheDir
+// useSharedCache makes s (the init step) use the namespace's shared plugin
+// cache, when the install has one; every other terraform step keeps the
+// run's own cache in its workspace (PluginCacheDir), which only init would
+// fill.
+func (b *builder) useSharedCache(s *Step) {
+	if b.cacheMount == nil {
+		return
 	}
-	return PluginCacheDir
+	s.VolumeMounts = append(s.VolumeMounts, *b.cacheMount)
+	for i := range s.Env {
+		if s.Env[i].Name == "TF_PLUGIN_CACHE_DIR" {
+			s.Env[i].Value = SharedPluginCacheDir
+		}
+	}
 }
 
 // collectIdentityToken projects spec.runner.identityToken into every

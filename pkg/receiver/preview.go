@@ -393,7 +393,7 @@ func (p *PreviewReporter) finalize(ctx context.Context, run *infrav1.TerraformRu
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	tries, _ := strconv.Atoi(run.Annotations[infrav1.PreviewCloseAttemptsAnnotation])
+	tries := closeAttempts(run)
 	if gone && IsManagersPreview(p.Seals, run) && tries < PreviewCloseAttempts {
 		err := p.reportDeleted(ctx, run, tracked)
 		if err != nil && !errors.Is(err, errNoReporter) {
@@ -412,6 +412,23 @@ func (p *PreviewReporter) finalize(ctx context.Context, run *infrav1.TerraformRu
 	orig := run.DeepCopy()
 	controllerutil.RemoveFinalizer(run, infrav1.PreviewFinalizer)
 	return ctrl.Result{}, client.IgnoreNotFound(p.Client.Patch(ctx, run, client.MergeFromWithOptions(orig, client.MergeFromWithOptimisticLock{})))
+}
+
+// closeAttempts is how many tries to tell the forge the preview closed
+// were made: 0 without the annotation (or empty). Only the manager writes it
+// (opr8r-previews), but a value it could not have written (not a number,
+// negative, above PreviewCloseAttempts) counts as every try made: the
+// preview is let go, never held nor retried without end.
+func closeAttempts(run *infrav1.TerraformRun) int {
+	v := run.Annotations[infrav1.PreviewCloseAttemptsAnnotation]
+	if v == "" {
+		return 0
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 || n > PreviewCloseAttempts {
+		return PreviewCloseAttempts
+	}
+	return n
 }
 
 // trackedGone says whether the preview's tracked run is deleted or being

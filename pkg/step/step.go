@@ -96,6 +96,17 @@ type Runner struct {
 	// the TerraformRun (apply), and restore-state pushes the ones earlier
 	// runs kept; nil: the state stays in the workspace's errored.tfstate.
 	KeptStates *StateKeeper
+	// PluginCacheInWorkspace says the plugin cache (TF_PLUGIN_CACHE_DIR)
+	// is the run's own, in its workspace: init leaves terraform's links
+	// into it. Otherwise (the default) it is taken as the namespace's
+	// shared cache, which every run's init writes: init copies the
+	// packages terraform linked from it into the module, checks them
+	// against the lock file, and installs without the cache when
+	// anything about it fails.
+	PluginCacheInWorkspace bool
+	// CacheLockWait is how long init waits for the shared plugin cache's
+	// lock before installing without the cache (0: DefaultCacheLockWait).
+	CacheLockWait time.Duration
 	// StopSignal is what a stopped terraform is sent first (nil: SIGINT);
 	// tests send SIGKILL to play a pod that dies at once.
 	StopSignal os.Signal

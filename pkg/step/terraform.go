@@ -67,25 +67,7 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 	if b.ConfigFile != "" {
 		args = append(args, "-backend-config="+b.ConfigFile)
 	}
-	unlock, err := r.lockPluginCache(ctx)
-	if err != nil {
-		return err
-	}
-	_, _, err = r.tf(ctx, m.Dir, false, nil, args...)
-	if stale := r.staleCachedPackage(err); stale != "" {
-		// OpenTofu refuses a cached package that differs from the one it
-		// downloaded and verified; terraform leaves it and installs the
-		// verified one. Either way the cached one is not what the mirror
-		// or the registry serves: drop it, and init again, once.
-		r.logf("the plugin cache's %s is not the package the mirror serves (changed by someone): removing it", stale)
-		if rmErr := os.RemoveAll(stale); rmErr != nil {
-			unlock()
-			return fmt.Errorf("removing the changed cached package %s: %w", stale, rmErr)
-		}
-		_, _, err = r.tf(ctx, m.Dir, false, nil, args...)
-	}
-	unlock()
-	if err != nil {
+	if err := r.initProviders(ctx, m.Dir, args); err != nil {
 		return err
 	}
 	if m.Workspace != "" && m.Workspace != "default" {
@@ -104,6 +86,32 @@ func (r *Runner) Init(ctx context.Context, m Module, b Backend) error {
 	// A state an earlier run kept is pushed before this, by the runner
 	// (RestoreState), never here: init runs as the planner.
 	return nil
+}
+
+// initProviders runs terraform init. With the namespace's shared plugin
+// cache (TF_PLUGIN_CACHE_DIR, not PluginCacheInWorkspace), the packages
+// init takes from it are made the run's own and checked
+// (initWithSharedCache); if anything about the cache fails (its lock, a
+// package or path someone changed, a copy that does not match the lock
+// file), init runs again without it and says so: the shared cache saves
+// downloads, it never fails a run.
+func (r *Runner) initProviders(ctx context.Context, dir string, args []string) error {
+	cache := r.envValue("TF_PLUGIN_CACHE_DIR")
+	if cache == "" || r.PluginCacheInWorkspace {
+		unlock, err := r.lockPluginCache(ctx)
+		if err != nil {
+			return err
+		}
+		defer unlock()
+		_, _, err = r.tf(ctx, dir, false, nil, args...)
+		return err
+	}
+	err := r.initWithSharedCache(ctx, dir, args)
+	if err == nil || ctx.Err() != nil {
+		return err
+	}
+	r.logf("the shared plugin cache %s could not be used (%v): installing the providers into this run's workspace without it", cache, err)
+	return r.initWithoutSharedCache(ctx, dir, args)
 }
 
 func writeBackendOverride(dir string, b Backend) error {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
@@ -133,9 +134,35 @@ var _ = Describe("references: what a user names, they may read", Ordered, func()
 		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { delete(r.Labels, infrav1.PreviewOfLabel) }), "nor change or remove its label preview.opr8r.io/of")
 		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.PreviewAnnotation) }), "annotation infra.opr8r.io/preview")
 		admitted(patch(as(editor), p, func(r *infrav1.TerraformRun) { r.Spec.Suspend = false }))
+		By("the count of tries to tell the forge it closed is the manager's: a tenant's would hold its deletion (TestTenantCloseAttemptsAnnotationHoldsNoDeletion)")
+		refused(patch(as(editor), p, func(r *infrav1.TerraformRun) { r.Annotations[infrav1.PreviewCloseAttemptsAnnotation] = "-1000000" }),
+			"nor its annotation infra.opr8r.io/preview-close-attempts")
+		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) { r.Annotations[infrav1.PreviewCloseAttemptsAnnotation] = "1" }))
+		refused(patch(as(tenant), p, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.PreviewCloseAttemptsAnnotation) }),
+			"infra.opr8r.io/preview-close-attempts")
 		By("the manager moves it")
 		admitted(patch(k8sClient, p, func(r *infrav1.TerraformRun) {
 			r.Annotations[infrav1.PreviewAnnotation] = `{"receiver":"hooks","number":7,"head":"b"}`
 		}))
+	})
+
+	It("keeps the push annotations the manager's: an editor neither fakes a forge's push nor has a commit taken without a plan", func() {
+		r := testRun("pushed", ns)
+		r.Annotations = map[string]string{infrav1.SourcePushAnnotation: strings.Repeat("a", 40)}
+		refused(as(editor).Create(ctx, r.DeepCopy()), editor+" may not set annotations infra.opr8r.io/source-push")
+		r.Annotations = nil
+		admitted(as(editor).Create(ctx, r))
+		refused(patch(as(editor), r, func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.SourcePushAnnotation: strings.Repeat("b", 40)}
+		}), "infra.opr8r.io/source-push")
+		refused(patch(as(tenant), r, func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.SourcePushSkippedAnnotation: strings.Repeat("b", 40) + " no file matched"}
+		}), "infra.opr8r.io/source-push-skipped")
+		By("the manager (a receiver) writes them; anyone may remove them")
+		admitted(patch(k8sClient, r, func(r *infrav1.TerraformRun) {
+			r.Annotations = map[string]string{infrav1.SourcePushAnnotation: strings.Repeat("c", 40), infrav1.SourcePushSkippedAnnotation: strings.Repeat("c", 40) + " no file matched"}
+		}))
+		admitted(patch(as(editor), r, func(r *infrav1.TerraformRun) { r.Spec.Suspend = true }))
+		admitted(patch(as(editor), r, func(r *infrav1.TerraformRun) { delete(r.Annotations, infrav1.SourcePushSkippedAnnotation) }))
 	})
 })
