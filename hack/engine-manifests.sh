@@ -234,7 +234,11 @@ YAML
 # The chart's policies: opr8r's own, then each engine's when it is enabled;
 # the namespace of their parameter references is the release's.
 policies_of() { # files...
-  for f in "$@"; do cat "${f}"; echo "---"; done | sed '$d' | sed 's#^    namespace: opr8r-system$#    namespace: {{ .Release.Namespace }}#' |
+  # A policy's own {{ (Argo's parameters, which the Argo policy looks for)
+  # opens a Helm action: written as a literal ("}}" outside one is text).
+  for f in "$@"; do cat "${f}"; echo "---"; done | sed '$d' |
+    sed -e 's/{{/{{ "{{" }}/g' |
+    sed 's#^    namespace: opr8r-system$#    namespace: {{ .Release.Namespace }}#' |
     awk '$0 == "  # opr8r:watched-namespaces" {
       print "  {{- if not .Values.clusterWide }}"
       print "  matchResources:"

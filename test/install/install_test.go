@@ -264,7 +264,7 @@ func checkMetrics(t *testing.T, objs []*unstructured.Unstructured) {
 	if p := c.Ports[0]; p.Name != "metrics" || p.ContainerPort != 8443 {
 		t.Errorf("container port %+v, want metrics 8443", p)
 	}
-	webhooks := 0
+	webhooks, states := 0, 0
 	for _, u := range byKind(objs, "Service") {
 		if strings.HasSuffix(u.GetName(), "-webhook") {
 			// The receivers' webhook server (docs/pull-requests.md):
@@ -278,9 +278,24 @@ func checkMetrics(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 			continue
 		}
+		if strings.HasSuffix(u.GetName(), "-state") {
+			// The state API (pkg/stateapi): 9444 to the manager's
+			// state-api port, which --state-api-bind-address serves.
+			states++
+			if p := convert[corev1.Service](t, u).Spec.Ports[0]; p.Port != 9444 || p.TargetPort.String() != "state-api" {
+				t.Errorf("Service %s port %+v, want 9444 to state-api", u.GetName(), p)
+			}
+			if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.Name == "state-api" && p.ContainerPort == 9444 }) {
+				t.Errorf("container ports %+v, want state-api 9444", c.Ports)
+			}
+			continue
+		}
 		if p := convert[corev1.Service](t, u).Spec.Ports[0]; p.Port != 8443 || p.TargetPort.String() != "metrics" {
 			t.Errorf("Service %s port %+v, want 8443 to metrics", u.GetName(), p)
 		}
+	}
+	if states != 1 {
+		t.Errorf("%d state API Services, want 1: the steps reach their Secrets only through it", states)
 	}
 	want := readRole(t, "config/rbac/metrics_auth_role.yaml")
 	var auth, reader *rbacv1.ClusterRole
@@ -571,8 +586,8 @@ func TestHelmChart(t *testing.T) {
 				}
 			}
 		}
-		if n := len(byKind(objs, "Service")); n != 3 {
-			t.Errorf("want the metrics Services of the default manager and of the shards, and the webhook Service, got %d", n)
+		if n := len(byKind(objs, "Service")); n != 4 {
+			t.Errorf("want the metrics Services of the default manager and of the shards, the webhook Service and the state API's (one, every shard's steps use it), got %d", n)
 		}
 		dryRun(t, objs)
 	})

@@ -21,6 +21,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
@@ -105,6 +107,11 @@ func TestRBACAllowList(t *testing.T) {
 			// a run the namespace's receiver made for each open pull request
 			// (pkg/receiver/preview.go).
 			"infra.opr8r.io/terraformruns:create", "infra.opr8r.io/terraformruns:delete",
+			// The state API: the steps' calls on their run's state lock,
+			// made as the manager once decided (pkg/stateapi), and the
+			// steps' tokens checked.
+			"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:delete", "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:update",
+			"authentication.k8s.io/tokenreviews:create",
 		},
 		"config/rbac/argo/role.yaml": {
 			"argoproj.io/workflows:create", "argoproj.io/workflows:delete", "argoproj.io/workflows:get", "argoproj.io/workflows:list",
@@ -147,11 +154,10 @@ func TestRBACAllowList(t *testing.T) {
 		// reading it.
 		"config/rbac/metrics_auth_role.yaml":   {"authentication.k8s.io/tokenreviews:create", "authorization.k8s.io/subjectaccessreviews:create"},
 		"config/rbac/metrics_reader_role.yaml": {"url:/metrics:get"},
+		// No Secret and no Lease: the steps reach their run's own through
+		// the manager's state API (pkg/stateapi).
 		"config/rbac/runner/role.yaml": {
-			"/secrets:create", "/secrets:delete", "/secrets:get", "/secrets:list", "/secrets:patch", "/secrets:update",
 			"argoproj.io/workflowtaskresults:create", "argoproj.io/workflowtaskresults:patch",
-			"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:delete", "coordination.k8s.io/leases:get",
-			"coordination.k8s.io/leases:list", "coordination.k8s.io/leases:patch", "coordination.k8s.io/leases:update",
 			// The apply step reads opr8r's record of its plan's approval.
 			"infra.opr8r.io/terraformruns:get",
 			// The steps keep their logs and the plans made for people
@@ -165,8 +171,9 @@ func TestRBACAllowList(t *testing.T) {
 			"infra.opr8r.io/terraformruns/approvalpolicy:update",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
 		},
-		// The manager's seal key, in its own namespace.
-		"config/rbac/seal_key.yaml": {"/secrets:create", "/secrets:get"},
+		// The manager's seal key and the state API's certificate, in its
+		// own namespace (get and update by name, create).
+		"config/rbac/seal_key.yaml": {"/secrets:create", "/secrets:get", "/secrets:get", "/secrets:update"},
 	}
 	for path, want := range allowed {
 		r := readRole(t, path)
@@ -233,6 +240,13 @@ func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
 	runner := kubernetes.NewForConfigOrDie(ucfg)
 
 	allowed := map[string]func() error{
+		"read its TerraformRun": func() error {
+			return runnerReadsRuns(ctx, ucfg)
+		},
+	}
+	// The steps reach Secrets and Leases only through the manager's state
+	// API: with the pod's own token, module code reads none.
+	denied := map[string]func() error{
 		"create a Secret in its namespace": func() error {
 			_, err := runner.CoreV1().Secrets("team-a").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "tfstate-default-x"}}, metav1.CreateOptions{})
 			return err
@@ -241,12 +255,14 @@ func TestRunnerRoleWithRealAuthorizer(t *testing.T) {
 			_, err := runner.CoreV1().Secrets("team-a").Get(ctx, "existing", metav1.GetOptions{})
 			return err
 		},
+		"list Secrets in its namespace": func() error {
+			_, err := runner.CoreV1().Secrets("team-a").List(ctx, metav1.ListOptions{})
+			return err
+		},
 		"list Leases in its namespace": func() error {
 			_, err := runner.CoordinationV1().Leases("team-a").List(ctx, metav1.ListOptions{})
 			return err
 		},
-	}
-	denied := map[string]func() error{
 		"read a Secret of another namespace": func() error {
 			_, err := runner.CoreV1().Secrets("team-b").Get(ctx, "existing", metav1.GetOptions{})
 			return err
@@ -464,4 +480,19 @@ func clusterBindings(t *testing.T, objs []*unstructured.Unstructured) {
 			}
 		}
 	}
+}
+
+// runnerReadsRuns gets the TerraformRuns of team-a as the runner (the
+// apply step reads its run's approval record): the list is refused, the
+// get of a missing run is answered NotFound, not Forbidden.
+func runnerReadsRuns(ctx context.Context, cfg *rest.Config) error {
+	c, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	_, err = c.Resource(schema.GroupVersionResource{Group: "infra.opr8r.io", Version: "v1alpha1", Resource: "terraformruns"}).Namespace("team-a").Get(ctx, "none", metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	}
+	return err
 }
