@@ -151,15 +151,6 @@ func (e *env) shAsErr(user, name string, args ...string) (string, error) {
 	return string(out), err
 }
 
-// shAsStdin runs a command as user with stdin.
-func (e *env) shAsStdin(user, stdin, name string, args ...string) (string, error) {
-	cmd := exec.Command(name, args...)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+filepath.Join(filepath.Dir(e.kubeconfig), user+".kubeconfig"))
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
 func (e *env) get(t *testing.T, name string) *infrav1.TerraformRun {
 	t.Helper()
 	run := &infrav1.TerraformRun{}

@@ -137,7 +137,7 @@ spec:
   deletionPolicy: Retain
   runner: {workspace: {size: 64Mi}}
 `, ns, files)
-	if out, err := e.shAsStdin(victor, m, e.kubectl, "apply", "-f", "-"); err != nil {
+	if out, err := e.as("", m, e.kubectl, "--as", victor, "apply", "-f", "-"); err != nil {
 		t.Fatalf("victor may write runs: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
