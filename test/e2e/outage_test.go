@@ -46,7 +46,9 @@ func backendOutage(t *testing.T, e *env, engine string) {
 		_ = e.c.Delete(context.Background(), &infrav1.TerraformRun{ObjectMeta: objMeta(name)})
 		e.sh(t, "", e.kubectl, "delete", "validatingadmissionpolicybinding,validatingadmissionpolicy", policy, "--ignore-not-found")
 	})
-	files, _ := json.Marshal(map[string]string{"main.tf": slowModule(40)})
+	// A state over 1 MiB (9,000 SHA-512s, which compress to about half):
+	// kept in more than one Secret, and pushed back whole.
+	files, _ := json.Marshal(map[string]string{"main.tf": slowModule(40) + bulkResource})
 	e.sh(t, fmt.Sprintf(`apiVersion: infra.opr8r.io/v1alpha1
 kind: TerraformRun
 metadata: {name: %s, namespace: %s}
@@ -114,9 +116,14 @@ spec:
 		t.Fatalf("Secret %s is labelled %v, want %s=%s", kept, secs[0].Labels, infrav1.RunNameLabel, name)
 	}
 	var st struct{ Resources []json.RawMessage }
-	if err := json.Unmarshal([]byte(e.sh(t, "", e.tfrun, "kept-state", name, "-n", ns)), &st); err != nil || len(st.Resources) != 1 {
-		t.Fatalf("the kept state does not hold the resource just made (%d resources, %v)", len(st.Resources), err)
+	keptJSON := e.sh(t, "", e.tfrun, "kept-state", name, "-n", ns)
+	if err := json.Unmarshal([]byte(keptJSON), &st); err != nil || len(st.Resources) != 2 {
+		t.Fatalf("the kept state does not hold the resources just made (%d resources, %v)", len(st.Resources), err)
 	}
+	if len(keptJSON) < 1<<20 || len(secs) < 2 {
+		t.Fatalf("the kept state is %d bytes in %d Secrets, want over 1 MiB in more than one", len(keptJSON), len(secs))
+	}
+	t.Logf("%s: a state of %d bytes kept in %d Secrets", name, len(keptJSON), len(secs))
 	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: stateSecret}, &corev1.Secret{}); err == nil {
 		if _, n := e.state(t, name); n != 0 {
 			t.Fatalf("the backend holds %d resources: it was not away", n)
@@ -158,8 +165,8 @@ spec:
 	if run.Status.Plan == nil || run.Status.Plan.RunID != run.Status.Run.ID || run.Status.Plan.HasChanges {
 		t.Fatalf("the rerun's plan %+v has changes: the state the first apply made was lost", run.Status.Plan)
 	}
-	if _, n := e.state(t, name); n != 1 {
-		t.Fatalf("the backend holds %d resources after the rerun, want 1", n)
+	if _, n := e.state(t, name); n != 2 {
+		t.Fatalf("the backend holds %d resources after the rerun, want 2", n)
 	}
 	if phase := stepOf(run, names.StepRestoreState); phase != infrav1.StepSucceeded {
 		t.Fatalf("the rerun's restore-state is %q, want Succeeded: %+v", phase, run.Status.Run.Steps)
@@ -169,6 +176,13 @@ spec:
 	}
 	t.Logf("%s: the state kept through the outage was pushed by the rerun's restore-state, whose plan is %s", name, run.Status.Plan.Summary)
 }
+
+// bulkResource makes a state of over 1 MiB.
+const bulkResource = `
+resource "terraform_data" "bulk" {
+  input = [for i in range(9000) : sha512(tostring(i))]
+}
+`
 
 // logsHintWorks runs the command kubectl tfrun prints for a run's logs, when
 // the engine's is a kubectl command, on a run whose apply failed: on the
