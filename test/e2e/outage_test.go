@@ -6,6 +6,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -116,7 +118,14 @@ spec:
 		t.Fatalf("Secret %s is labelled %v, want %s=%s", kept, secs[0].Labels, infrav1.RunNameLabel, name)
 	}
 	var st struct{ Resources []json.RawMessage }
-	keptJSON := e.sh(t, "", e.tfrun, "kept-state", name, "-n", ns)
+	// Read quietly: the state is over a MiB.
+	cmd := exec.Command(e.tfrun, "kept-state", name, "-n", ns)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+e.kubeconfig)
+	keptOut, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("kubectl tfrun kept-state %s: %v", name, err)
+	}
+	keptJSON := string(keptOut)
 	if err := json.Unmarshal([]byte(keptJSON), &st); err != nil || len(st.Resources) != 2 {
 		t.Fatalf("the kept state does not hold the resources just made (%d resources, %v)", len(st.Resources), err)
 	}
