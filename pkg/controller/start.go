@@ -341,7 +341,10 @@ func (r *TerraformRunReconciler) createChild(ctx context.Context, run *infrav1.T
 	if err := r.checkRules(st.eff); err != nil {
 		return nil, err
 	}
-	if err := r.checkSharedState(ctx, st.eff); err != nil {
+	// The stored run, not the defaulted copy: a preview's seal covers the
+	// spec as stored (make e2e: every preview stalled when it was asked of
+	// the copy).
+	if err := r.checkSharedState(ctx, run); err != nil {
 		return nil, err
 	}
 	kept, err := r.hasKeptStates(ctx, run)
