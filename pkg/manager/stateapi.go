@@ -2,6 +2,7 @@ package manager
 
 import (
 	"context"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -38,30 +39,34 @@ func addStateAPI(mgr ctrl.Manager, o Options) error {
 		s.Grants = &stateapi.Grants{
 			Runs:     reader,
 			IsRunner: o.Engine.IsRunnerAccount,
-			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun, child string) []string {
-				return dependencySecrets(ctx, reader, run, child)
+			Dependencies: func(ctx context.Context, run *infrav1.TerraformRun, _ string) []string {
+				return dependencySecrets(ctx, reader, o.AllowCrossNamespaceDependencies, run)
 			},
 		}
 	}
 	return mgr.Add(s)
 }
 
-// dependencySecrets are the outputs Secrets, in other namespaces, of the
-// dependencies the manager resolved (with the install's and the
-// dependency's consent) when it started child: status.run.dependencies,
-// never the spec as it is now.
-func dependencySecrets(ctx context.Context, r client.Reader, run *infrav1.TerraformRun, child string) []string {
-	cur := run.Status.Run
-	if cur == nil || cur.ID != child {
+// dependencySecrets are the outputs Secrets, in other namespaces, of a
+// run's dependencies that the manager would resolve now: only when the
+// install allows dependencies across namespaces, and only of a dependency
+// that consents (its spec.allowDependentsFrom lists the run's namespace),
+// as the reconciler checks before it starts a run. A destroy's child, or
+// one whose status is not written yet, reads the same.
+func dependencySecrets(ctx context.Context, r client.Reader, allowCrossNamespace bool, run *infrav1.TerraformRun) []string {
+	if !allowCrossNamespace {
 		return nil
 	}
 	var out []string
-	for _, d := range cur.Dependencies {
+	for _, d := range run.Spec.DependsOn {
 		if d.Namespace == "" || d.Namespace == run.Namespace {
 			continue // mounted by the kubelet, never read through the API
 		}
 		dep := &infrav1.TerraformRun{}
 		if err := r.Get(ctx, types.NamespacedName{Namespace: d.Namespace, Name: d.Name}, dep); err != nil {
+			continue
+		}
+		if !slices.Contains(dep.Spec.AllowDependentsFrom, run.Namespace) {
 			continue
 		}
 		out = append(out, d.Namespace+"/"+names.OutputsSecretName(dep))

@@ -718,9 +718,8 @@ type Grants struct {
 	// accounts (engine.Config.IsRunnerAccount).
 	IsRunner func(account string) bool
 	// Dependencies are the outputs Secrets ("namespace/name") in other
-	// namespaces that a child of the run reads: the dependencies the
-	// manager resolved, with their consent, when it started the run
-	// (status.run.dependencies), never the spec as it is now.
+	// namespaces that a child of the run reads: those the manager would
+	// resolve now, with the install's and the dependency's consent.
 	Dependencies func(ctx context.Context, run *infrav1.TerraformRun, child string) []string
 }
 
