@@ -134,7 +134,19 @@ func useStateAPI(o *options) error {
 	if url == "" {
 		return nil
 	}
-	if err := step.WriteStateKubeconfig(names.StateKubeconfig, url, os.Getenv(names.EnvStateAPICA), names.StateTokenFile); err != nil {
+	// Terraform and the step's clients reach it through a loopback proxy
+	// that waits out a manager restart (step.StateProxy). It serves for
+	// the process's life, past an interrupt, so that an interrupted
+	// terraform can still write its state.
+	p, err := step.NewStateProxy(url, os.Getenv(names.EnvStateAPICA), names.StateTokenFile)
+	if err != nil {
+		return err
+	}
+	local, err := p.Start()
+	if err != nil {
+		return err
+	}
+	if err := step.WriteStateKubeconfig(names.StateKubeconfig, local, "", ""); err != nil {
 		return fmt.Errorf("writing the state API's kubeconfig: %w", err)
 	}
 	o.stateKubeconfig = names.StateKubeconfig

@@ -143,12 +143,16 @@ func (k *Kube) writeSecret(ctx context.Context, name, component string, data map
 }
 
 // WriteStateKubeconfig writes, at path, the kubeconfig of the manager's
-// state API at url (server certificate caPEM), authenticated by the
-// projected token at tokenFile, which client-go reads again as the
-// kubelet renews it.
+// state API at url (server certificate caPEM, when https), authenticated by
+// the projected token at tokenFile (none when empty: the step's loopback
+// StateProxy adds it), which client-go reads again as the kubelet renews
+// it.
 func WriteStateKubeconfig(path, url, caPEM, tokenFile string) error {
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["state"] = &clientcmdapi.Cluster{Server: url, CertificateAuthorityData: []byte(caPEM)}
+	cfg.Clusters["state"] = &clientcmdapi.Cluster{Server: url}
+	if caPEM != "" {
+		cfg.Clusters["state"].CertificateAuthorityData = []byte(caPEM)
+	}
 	cfg.AuthInfos["step"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
 	cfg.Contexts["state"] = &clientcmdapi.Context{Cluster: "state", AuthInfo: "step"}
 	cfg.CurrentContext = "state"
