@@ -139,7 +139,10 @@ func TestStateProxyRetriesOnlyWhatWasNotDone(t *testing.T) {
 		wantCode     int
 		wantCalls    int32
 	}{
-		{"429 then done", http.MethodPut, func(w http.ResponseWriter) { w.Header().Set("Retry-After", "1"); w.WriteHeader(http.StatusTooManyRequests) }, http.StatusOK, 2},
+		{"429 then done", http.MethodPut, func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}, http.StatusOK, 2},
 		{"503 then done", http.MethodPost, func(w http.ResponseWriter) { w.WriteHeader(http.StatusServiceUnavailable) }, http.StatusOK, 2},
 		{"a read's 502 then done", http.MethodGet, func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadGateway) }, http.StatusOK, 2},
 		{"a write's 502 is the answer", http.MethodPut, func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadGateway) }, http.StatusBadGateway, 1},
