@@ -61,6 +61,11 @@ const (
 	// records.MaxRecordSize), so the plan cannot be approved; it is held
 	// at the gate, where a rejection or the approval timeout still ends it.
 	ReasonPlanUnreadable = "PlanUnreadable"
+	// ReasonRulesInvalid (Approved Unknown): spec.approval.rules were
+	// changed while the plan waited and no longer compile; the plan is held
+	// at the gate until they do (never rejected for it), where a rejection
+	// or the approval timeout still ends it.
+	ReasonRulesInvalid = "RulesInvalid"
 	// ReasonOutsideChangeWindow: the plan is approved and waits for
 	// spec.approval.windows to let it apply.
 	ReasonOutsideChangeWindow = "OutsideChangeWindow"

@@ -751,6 +751,7 @@ type ChangeWindow struct {
 	// TimeZone is the IANA time zone of schedule, e.g. Europe/Berlin
 	// (default UTC).
 	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self != 'Local'",message="spec.approval.windows[].timeZone Local is the manager's own time zone, which nobody reading the window knows; name an IANA zone (e.g. Europe/Berlin) or leave timeZone out for UTC"
 	// +optional
 	TimeZone string `json:"timeZone,omitempty"`
 }
@@ -811,6 +812,9 @@ const (
 )
 
 // RuleRequirement is what a Require rule needs.
+//
+// +kubebuilder:validation:XValidation:rule="!has(self.approvers) || (has(self.approvers.users) && size(self.approvers.users) > 0) || (has(self.approvers.groups) && size(self.approvers.groups) > 0)",message="spec.approval.rules[].require.approvers lists no user and no group, so the rule could never be met, not even by a cluster admin; name the users or groups whose approvals count for it, or leave approvers out"
+// +kubebuilder:validation:XValidation:rule="!has(self.approvers) || (has(self.approvers.groups) && size(self.approvers.groups) > 0) || self.approvals <= (has(self.approvers.users) ? size(self.approvers.users) : 0)",message="spec.approval.rules[].require.approvals is more than the number of users its approvers name (and they name no group), so the rule could never be met; lower approvals or name more approvers"
 type RuleRequirement struct {
 	// Approvals is how many distinct users must approve.
 	// +kubebuilder:validation:Minimum=1

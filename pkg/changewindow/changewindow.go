@@ -43,6 +43,9 @@ func Compile(windows []infrav1.ChangeWindow) (*Windows, error) {
 			return nil, fmt.Errorf("%s.schedule %q is not a cron schedule (minute hour day-of-month month day-of-week, e.g. \"0 9 * * 1-5\"): %v", at, cw.Schedule, err)
 		}
 		loc := time.UTC
+		if cw.TimeZone == "Local" {
+			return nil, fmt.Errorf("%s.timeZone Local is the manager's own time zone, which nobody reading the window knows; name an IANA zone (e.g. Europe/Berlin) or leave it out for UTC", at)
+		}
 		if cw.TimeZone != "" {
 			if loc, err = time.LoadLocation(cw.TimeZone); err != nil {
 				return nil, fmt.Errorf("%s.timeZone %q is not a time zone of the IANA database (e.g. Europe/Berlin): %v", at, cw.TimeZone, err)
@@ -51,16 +54,80 @@ func Compile(windows []infrav1.ChangeWindow) (*Windows, error) {
 		if cw.Duration.Duration <= 0 {
 			return nil, fmt.Errorf("%s.duration must be positive", at)
 		}
-		w.ws = append(w.ws, window{spec: cw, sched: sched, loc: loc, dur: cw.Duration.Duration})
+		x := window{spec: cw, sched: sched, loc: loc, dur: cw.Duration.Duration}
+		// cron gives up after five years: a schedule such as "0 9 30 2 *"
+		// (the 30th of February) never opens, and would hold every
+		// approved plan for good.
+		if x.next(time.Date(2000, 1, 1, 0, 0, 0, 0, time.UTC)).IsZero() {
+			return nil, fmt.Errorf("%s.schedule %q never opens (no day matches it); check its day-of-month and month", at, cw.Schedule)
+		}
+		w.ws = append(w.ws, x)
 	}
 	return w, nil
+}
+
+// next is the window's first opening after t.
+//
+// cron's own Next skips a time that a DST night skips (a daily 02:30
+// Europe/Berlin window opened a day late on the last Sunday of March), and
+// sees a wall time that an autumn night has twice only once. So the
+// schedule is read on the wall clock of the window's zone, from a little
+// before t's wall time (the wall clock goes back in autumn), and each wall
+// time it gives is mapped to every instant that has it: a wall time the
+// spring night skips opens at the first instant after the gap (03:00 CEST
+// for 02:30), and one the autumn night has twice opens at each.
+func (w window) next(t time.Time) time.Time {
+	const slack = 3 * time.Hour // more than any zone's DST shift
+	wall := wallClock(t, w.loc).Add(-slack)
+	var best time.Time
+	for range 2000 {
+		n := w.sched.Next(wall)
+		if n.IsZero() || (!best.IsZero() && n.Sub(wallClock(best, w.loc)) > slack) {
+			break
+		}
+		for _, at := range instants(n, w.loc) {
+			if at.After(t) && (best.IsZero() || at.Before(best)) {
+				best = at
+			}
+		}
+		wall = n
+	}
+	return best
+}
+
+// wallClock is t's wall time in loc, written as a UTC time.
+func wallClock(t time.Time, loc *time.Location) time.Time {
+	l := t.In(loc)
+	return time.Date(l.Year(), l.Month(), l.Day(), l.Hour(), l.Minute(), l.Second(), l.Nanosecond(), time.UTC)
+}
+
+// instants are the instants whose wall time in loc is wall (two on an
+// autumn night), or, when a spring night skips it, the instant the gap
+// ends.
+func instants(wall time.Time, loc *time.Location) []time.Time {
+	a := time.Date(wall.Year(), wall.Month(), wall.Day(), wall.Hour(), wall.Minute(), 0, 0, loc)
+	var out []time.Time
+	for _, d := range []time.Duration{-2 * time.Hour, -time.Hour, -30 * time.Minute, 0, 30 * time.Minute, time.Hour, 2 * time.Hour} {
+		if c := a.Add(d); wallClock(c, loc).Equal(wall) {
+			out = append(out, c)
+		}
+	}
+	if len(out) == 0 {
+		// In a gap: time.Date went past it by the gap's length; the gap
+		// ends where the zone in effect at a begins.
+		if start, _ := a.ZoneBounds(); !start.IsZero() && start.Before(a) {
+			a = start
+		}
+		out = append(out, a)
+	}
+	return out
 }
 
 // openAt says whether a window is open at t, and when it closes.
 func (w window) openAt(t time.Time) (bool, time.Time) {
 	// The last opening at or before t is the first after t - duration, if
 	// it is not after t.
-	start := w.sched.Next(t.In(w.loc).Add(-w.dur))
+	start := w.next(t.Add(-w.dur))
 	if start.IsZero() || start.After(t) {
 		return false, time.Time{}
 	}
@@ -118,7 +185,7 @@ func (w *Windows) stateAt(t time.Time) (bool, string, time.Time) {
 				allowed = true
 				continue
 			}
-			if n := x.sched.Next(t.In(x.loc)); !n.IsZero() && (allowNext.IsZero() || n.Before(allowNext)) {
+			if n := x.next(t); !n.IsZero() && (allowNext.IsZero() || n.Before(allowNext)) {
 				allowNext, allowName = n, x.spec.Name
 			}
 		}

@@ -62,6 +62,9 @@ func TestBadWindowsAreNamed(t *testing.T) {
 		{win("w", infrav1.WindowAllow, "0 9 * * *", time.Hour, "Mars/Olympus"), "spec.approval.windows[1] (w).timeZone \"Mars/Olympus\""},
 		{win("w", infrav1.WindowAllow, "@every 1h", time.Hour, ""), "repeats from whenever it is read"},
 		{win("w", infrav1.WindowAllow, "CRON_TZ=UTC 0 9 * * *", time.Hour, ""), "set the time zone in timeZone"},
+		{win("w", infrav1.WindowAllow, "0 9 30 2 *", time.Hour, ""), "spec.approval.windows[1] (w).schedule \"0 9 30 2 *\" never opens"},
+		{win("w", infrav1.WindowDeny, "0 9 31 4,6,9,11 *", time.Hour, ""), "never opens"},
+		{win("w", infrav1.WindowAllow, "0 9 * * *", time.Hour, "Local"), "spec.approval.windows[1] (w).timeZone Local is the manager's own time zone"},
 	} {
 		_, err := Compile([]infrav1.ChangeWindow{win("ok", infrav1.WindowDeny, "@daily", time.Hour, ""), tc.w})
 		if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -100,6 +103,43 @@ func TestDocFreeze(t *testing.T) {
 		open, _, next := ws.State(tc.now)
 		if open != tc.open || !next.Equal(tc.next) {
 			t.Errorf("%s: open %v until %s, want %v until %s", tc.now, open, next, tc.open, tc.next)
+		}
+	}
+}
+
+// DST nights (Europe/Berlin, 2027): a wall time the spring night skips
+// opens at the first instant after the gap, the same day (cron alone
+// opened it a day late); a wall time the autumn night has twice opens at
+// the first occurrence after now.
+func TestDaylightSavingNights(t *testing.T) {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	utc := func(mo time.Month, d, h, mi int) time.Time { return time.Date(2027, mo, d, h, mi, 0, 0, time.UTC) }
+	daily := []infrav1.ChangeWindow{win("nightly", infrav1.WindowAllow, "30 2 * * *", time.Hour, "Europe/Berlin")}
+	for _, tc := range []struct {
+		what string
+		now  time.Time
+		open bool
+		next time.Time
+	}{
+		// 28 March: 02:00 CET jumps to 03:00 CEST (01:00 UTC).
+		{"the spring night, before the gap", utc(3, 28, 0, 30), false, utc(3, 28, 1, 0)},
+		{"the spring night, just after the gap", utc(3, 28, 1, 10), true, time.Time{}},
+		{"the spring night, an hour after the gap", utc(3, 28, 2, 0), false, utc(3, 29, 0, 30)},
+		{"the day before", utc(3, 27, 1, 40), true, time.Time{}},
+		// 31 October: 03:00 CEST falls back to 02:00 CET (01:00 UTC); 02:30
+		// is 00:30 UTC, then 01:30 UTC.
+		{"the autumn night, before both", utc(10, 31, 0, 10), false, utc(10, 31, 0, 30)},
+		{"the autumn night, inside the first", utc(10, 31, 0, 45), true, time.Time{}},
+		{"the autumn night, between them", utc(10, 31, 1, 10), true, time.Time{}},
+		{"the autumn night, after both", utc(10, 31, 2, 40), false, utc(11, 1, 1, 30)},
+	} {
+		ws, err := Compile(daily)
+		if err != nil {
+			t.Fatal(err)
+		}
+		open, _, next := ws.State(tc.now)
+		if open != tc.open || !next.Equal(tc.next) {
+			t.Errorf("%s: State(%s) = open %v, next %s; want %v, %s", tc.what, tc.now.In(berlin), open, next.In(berlin), tc.open, tc.next.In(berlin))
 		}
 	}
 }

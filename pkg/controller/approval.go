@@ -112,7 +112,11 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	case rerr != nil && timedOut:
 		err = r.timeOut(ctx, run, st, approver, timeout)
 	case unreadable != nil:
-		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPlanUnreadable,
+		reason := infrav1.ReasonPlanUnreadable
+		if unreadable.rules != nil {
+			reason = infrav1.ReasonRulesInvalid
+		}
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, reason,
 			fmt.Sprintf("plan %s (%s) is held at the gate: %v; %s", prog.Plan.Short(), digest, unreadable, unreadable.advice()))
 	case t.Needed == 0:
 		src, msg := ruleApproval(rules, ap.Mode)

@@ -169,8 +169,10 @@ func (r *TerraformRunReconciler) planRules(ctx context.Context, run *infrav1.Ter
 	}
 	pol, err := r.rules.policy(rules)
 	if err != nil {
-		o := planpolicy.Failed(err)
-		return &o, nil
+		// The rules compiled when the run started (checkRules), so they
+		// were edited while the plan waited: the plan is held until they
+		// compile again, never rejected for a typo nobody judged it by.
+		return nil, &planUnreadable{rules: err}
 	}
 	plan, err := r.rulePlan(ctx, run, st)
 	var refused *planRefused
@@ -202,12 +204,19 @@ func (e *planRefused) Error() string { return e.msg }
 // which is denied. Held, it never applies, the gate's own controls still
 // end it (a person's rejection, the approval timeout, a spec change that
 // supersedes it), and the condition says why and what to do.
+//
+// Rules that no longer compile (edited while the plan waits) hold it the
+// same way, for the same reason.
 type planUnreadable struct {
 	runID string
 	err   error
+	rules error // set: the rules do not compile
 }
 
 func (e *planUnreadable) Error() string {
+	if e.rules != nil {
+		return "spec.approval.rules were changed while the plan waited and no longer compile: " + e.rules.Error()
+	}
 	return fmt.Sprintf("spec.approval.rules cannot read the plan as JSON of run %s: it is larger than %d MiB, the most the manager reads (%v)", e.runID, records.MaxRecordSize>>20, e.err)
 }
 
@@ -215,6 +224,9 @@ func (e *planUnreadable) Unwrap() error { return e.err }
 
 // advice says what to do about a plan held because it is unreadable.
 func (e *planUnreadable) advice() string {
+	if e.rules != nil {
+		return "the plan waits until a policy admin fixes the rule (test it with kubectl tfrun policy test); reject it (kubectl tfrun reject) to end it"
+	}
 	return "the plan cannot be approved while spec.approval.rules apply to it; reject it (kubectl tfrun reject) or let spec.approval.timeout end it, " +
 		"then make the plan smaller (split the configuration into several TerraformRuns), or have a policy admin change spec.approval.rules"
 }
@@ -261,10 +273,12 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 }
 
 // applyRules puts what the rules decided into the tally t of votes:
-// every matched rule is listed; Require rules replace requiredApprovals,
+// every matched rule is listed; Require rules add to requiredApprovals,
 // each counting the approvals that also meet its approvers, and the plan
-// needs what the furthest from met still needs; AutoApprove (and mode Auto
-// where no rule matched) needs none.
+// needs what the furthest from met still needs, requiredApprovals
+// included (in mode Manual): a rule never lowers what the rest of
+// spec.approval asks; AutoApprove (and mode Auto where no rule matched)
+// needs none.
 func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, votes []vote) {
 	if o == nil {
 		// No rules: mode Auto approves what reaches the gate (a run in mode
@@ -292,7 +306,11 @@ func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.Ap
 	}
 	switch o.Decision {
 	case planpolicy.Require:
-		t.Required, t.Needed = 0, 0
+		// The strictest binds: a Require rule of one does not lower a
+		// requiredApprovals of two. Mode Auto asks for none of its own.
+		if mode == infrav1.ApprovalAuto {
+			t.Required, t.Needed = 0, 0
+		}
 		for _, rule := range o.Require {
 			i := indexRule(t.Rules, rule.Name)
 			rt := &t.Rules[i]

@@ -45,6 +45,10 @@ func inGroup(a *infrav1.TerraformRunApproval, groups ...string) *infrav1.Terrafo
 	return a
 }
 
+// requireOne asks one approval, from anyone, for a plan that destroys.
+var requireOne = infrav1.ApprovalRule{Name: "destroys-need-one", Condition: "plan.destroy > 0", Effect: infrav1.RuleRequire,
+	Require: &infrav1.RuleRequirement{Approvals: 1}}
+
 func TestPlanRulesDecide(t *testing.T) {
 	const digest = "sha256:aa"
 	since := metav1.NewTime(t0.Add(-time.Minute))
@@ -52,6 +56,7 @@ func TestPlanRulesDecide(t *testing.T) {
 	pending := engine.Gate{State: engine.GatePending, Since: &since}
 	cases := map[string]struct {
 		mode         infrav1.ApprovalMode
+		required     int32 // spec.approval.requiredApprovals
 		rules        []infrav1.ApprovalRule
 		plan         string // the plan as JSON kept
 		recorded     string // the JSON digest the plan step recorded ("": that of plan)
@@ -86,6 +91,26 @@ func TestPlanRulesDecide(t *testing.T) {
 			rules: teamRules[:2], plan: destroyJSON, gate: pending,
 			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security"), inGroup(approval("x2", "a", digest, "sue", true), "security")},
 			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantApprove: 1, wantRules: "destroys-need-security:0", wantSummary: "2/2",
+		},
+		"a Require rule of one does not lower a requiredApprovals of two": {
+			required: 2, rules: []infrav1.ApprovalRule{requireOne}, plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "sam", true)},
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "1/2 approvals", wantRules: "destroys-need-one:0", wantSummary: "1/2",
+		},
+		"a Require rule of one and a requiredApprovals of two: two approve": {
+			required: 2, rules: []infrav1.ApprovalRule{requireOne}, plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "sam", true), approval("x2", "a", digest, "sue", true)},
+			wantApproved: "True/Approved", wantSource: infrav1.ApprovedByApproval, wantApprove: 1, wantRules: "destroys-need-one:0", wantSummary: "2/2",
+		},
+		"a Require rule of two above a requiredApprovals of one binds": {
+			required: 1, rules: teamRules[:2], plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{inGroup(approval("x1", "a", digest, "sam", true), "security")},
+			wantApproved: "Unknown/AwaitingApproval", wantMessage: "1/2 approvals", wantRules: "destroys-need-security:1", wantSummary: "1/2",
+		},
+		"a rule edited into a typo while the plan waits: held, not rejected": {
+			rules: []infrav1.ApprovalRule{{Name: "typo", Condition: "plan.destory > 0", Effect: infrav1.RuleDeny}}, plan: destroyJSON, gate: pending,
+			approvals:    []*infrav1.TerraformRunApproval{approval("x1", "a", digest, "sam", true)},
+			wantApproved: "Unknown/RulesInvalid", wantMessage: "spec.approval.rules were changed while the plan waited and no longer compile",
 		},
 		"mode Auto with rules: no rule matched, approved as Auto": {
 			mode: infrav1.ApprovalAuto, rules: teamRules[1:2], plan: addOnlyJSON, gate: pending,
@@ -125,7 +150,7 @@ func TestPlanRulesDecide(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			f := &fakeEngine{progress: map[string]engine.Progress{}}
 			run := aRun("a")
-			run.Spec.Approval = infrav1.ApprovalSpec{Mode: tc.mode, Rules: tc.rules}
+			run.Spec.Approval = infrav1.ApprovalSpec{Mode: tc.mode, RequiredApprovals: tc.required, Rules: tc.rules}
 			r, _ := newReconciler(t, f)
 			run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
 			child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)

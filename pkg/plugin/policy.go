@@ -95,7 +95,7 @@ func decisionText(o planpolicy.Outcome) string {
 		for _, r := range o.Require {
 			names = append(names, fmt.Sprintf("%s (%d)", r.Name, r.Require.Approvals))
 		}
-		return "Require: approvals that meet every one of " + strings.Join(names, ", ")
+		return "Require: approvals that meet every one of " + strings.Join(names, ", ") + ", and at least requiredApprovals (mode Manual)"
 	case planpolicy.AutoApprove:
 		return "AutoApprove, by rule " + o.AutoApprove.Name
 	}

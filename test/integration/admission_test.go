@@ -467,6 +467,18 @@ func malformed() []malformedCase {
 		{"more approvals required than approvers named", func(r *infrav1.TerraformRun) {
 			r.Spec.Approval.RequiredApprovals, r.Spec.Approval.Approvers = 3, &infrav1.Approvers{Users: []string{"alice"}}
 		}, "spec.approval.requiredApprovals is more than the number of users spec.approval.approvers names"},
+		{"a Require rule whose approvers name nobody", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.Rules = []infrav1.ApprovalRule{{Name: "iam", Condition: "true", Effect: infrav1.RuleRequire,
+				Require: &infrav1.RuleRequirement{Approvals: 1, Approvers: &infrav1.Approvers{}}}}
+		}, "spec.approval.rules[].require.approvers lists no user and no group"},
+		{"a Require rule needing more approvals than the users it names", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.Rules = []infrav1.ApprovalRule{{Name: "iam", Condition: "true", Effect: infrav1.RuleRequire,
+				Require: &infrav1.RuleRequirement{Approvals: 2, Approvers: &infrav1.Approvers{Users: []string{"sam"}}}}}
+		}, "spec.approval.rules[].require.approvals is more than the number of users its approvers name"},
+		{"a window in the manager's Local zone", func(r *infrav1.TerraformRun) {
+			r.Spec.Approval.Windows = []infrav1.ChangeWindow{{Name: "w", Type: infrav1.WindowAllow, Schedule: "0 9 * * *",
+				Duration: metav1.Duration{Duration: time.Hour}, TimeZone: "Local"}}
+		}, "spec.approval.windows[].timeZone Local is the manager's own time zone"},
 		{"planOnly with driftRemediation Apply", func(r *infrav1.TerraformRun) {
 			r.Spec.PlanOnly, r.Spec.DriftRemediation = true, infrav1.DriftApply
 		}, "spec.planOnly never applies, so spec.driftRemediation: Apply contradicts it"},
