@@ -777,9 +777,12 @@ type ApprovalRule struct {
 	// +kubebuilder:validation:MaxLength=63
 	Name string `json:"name"`
 	// Condition is a CEL expression that gives a bool. It sees plan (add,
-	// change, destroy, replace, hasChanges, resourceChanges[] with address,
-	// module, mode, type, name, provider, actions, replace, and
-	// outputChanges[] with name and actions) and run (name, namespace,
+	// change, destroy, replace, imports, forgets, moves, actionInvocations,
+	// hasChanges, resourceChanges[] with address, module, mode, type, name,
+	// provider, actions, replace, importing, importId, previousAddress,
+	// outputChanges[] with name and actions, and runsCode[] with address,
+	// kind and type: provisioners and external data sources, docs/policies.md)
+	// and run (name, namespace,
 	// type: Apply or Destroy, trigger, author, authors). It is compiled
 	// when a run starts: a condition that does not compile stalls the run,
 	// naming the rule, with the compiler's message.

@@ -26,7 +26,8 @@ import (
 )
 
 // Plan is what a condition sees as plan: the counts and every change
-// terraform proposes (no-op and read entries left out).
+// terraform proposes (read entries, and no-op entries that neither import
+// nor move, left out), and the code the plan runs.
 type Plan struct {
 	// Add, Change, Destroy and Replace count resources as terraform's
 	// summary does: a replacement counts in add, destroy and replace.
@@ -34,11 +35,41 @@ type Plan struct {
 	Change  int64 `cel:"change" json:"change"`
 	Destroy int64 `cel:"destroy" json:"destroy"`
 	Replace int64 `cel:"replace" json:"replace"`
-	// HasChanges is true when applying would change a resource or an
-	// output.
+	// Imports count resources the plan imports (import blocks), Forgets
+	// those it removes from the state without destroying them (removed
+	// blocks with destroy = false), Moves those whose address changes
+	// (moved blocks), and ActionInvocations the actions it invokes
+	// (Terraform 1.14's action blocks): none of them shows in add, change
+	// or destroy, and each changes what the state manages or runs
+	// something.
+	Imports           int64 `cel:"imports" json:"imports"`
+	Forgets           int64 `cel:"forgets" json:"forgets"`
+	Moves             int64 `cel:"moves" json:"moves"`
+	ActionInvocations int64 `cel:"actionInvocations" json:"actionInvocations"`
+	// HasChanges is true when applying would change a resource, the state
+	// (an import, a forget, a move), an output, or invoke an action.
 	HasChanges      bool             `cel:"hasChanges" json:"hasChanges"`
 	ResourceChanges []ResourceChange `cel:"resourceChanges" json:"resourceChanges"`
 	OutputChanges   []OutputChange   `cel:"outputChanges" json:"outputChanges"`
+	// RunsCode are the programs the plan runs that terraform does not model
+	// as resource changes: the provisioners of every resource instance the
+	// plan creates or destroys (run at apply, as the runner), and data
+	// sources of type external (run at plan, and when read again). A rule
+	// that approves by counts alone should ask that this is empty.
+	RunsCode []CodeRunner `cel:"runsCode" json:"runsCode"`
+}
+
+// CodeRunner is one program a plan runs.
+type CodeRunner struct {
+	// Address is the resource instance's address (a provisioner's) or the
+	// data source's address in the configuration (without instance keys),
+	// e.g. module.app.terraform_data.migrate[0].
+	Address string `cel:"address" json:"address"`
+	// Kind is provisioner or data-source.
+	Kind string `cel:"kind" json:"kind"`
+	// Type is the provisioner's type (local-exec, remote-exec, file) or the
+	// data source's (external).
+	Type string `cel:"type" json:"type"`
 }
 
 // ResourceChange is one resource the plan changes.
@@ -60,6 +91,13 @@ type ResourceChange struct {
 	Actions []string `cel:"actions" json:"actions"`
 	// Replace is true for a replacement.
 	Replace bool `cel:"replace" json:"replace"`
+	// Importing is true when the plan imports the resource; ImportID is
+	// the id it imports ("" when the import block gives an identity).
+	Importing bool   `cel:"importing" json:"importing"`
+	ImportID  string `cel:"importId" json:"importId,omitempty"`
+	// PreviousAddress is the address the resource moves from ("" when it
+	// does not move).
+	PreviousAddress string `cel:"previousAddress" json:"previousAddress,omitempty"`
 }
 
 // OutputChange is one root output the plan changes.
@@ -91,7 +129,7 @@ const CostLimit = 1_000_000
 // pays for it (make bench's P4 counts the manager's memory).
 var celEnv = sync.OnceValue(func() *cel.Env {
 	env, err := cel.NewEnv(
-		ext.NativeTypes(reflect.TypeFor[Plan](), reflect.TypeFor[Run](), ext.ParseStructTags(true)),
+		ext.NativeTypes(reflect.TypeFor[Plan](), reflect.TypeFor[Run](), reflect.TypeFor[CodeRunner](), ext.ParseStructTags(true)),
 		cel.Variable("plan", cel.ObjectType("planpolicy.Plan")),
 		cel.Variable("run", cel.ObjectType("planpolicy.Run")),
 		ext.Strings(), ext.Lists(), ext.Sets(),
@@ -259,19 +297,98 @@ func (p *Policy) Evaluate(ctx context.Context, plan Plan, run Run) Outcome {
 // rules read.
 type tfPlan struct {
 	ResourceChanges []struct {
-		Address       string `json:"address"`
-		ModuleAddress string `json:"module_address"`
-		Mode          string `json:"mode"`
-		Type          string `json:"type"`
-		Name          string `json:"name"`
-		ProviderName  string `json:"provider_name"`
-		Change        struct {
-			Actions []string `json:"actions"`
+		Address         string `json:"address"`
+		PreviousAddress string `json:"previous_address"`
+		ModuleAddress   string `json:"module_address"`
+		Mode            string `json:"mode"`
+		Type            string `json:"type"`
+		Name            string `json:"name"`
+		ProviderName    string `json:"provider_name"`
+		Change          struct {
+			Actions   []string `json:"actions"`
+			Importing *struct {
+				ID string `json:"id"`
+			} `json:"importing"`
 		} `json:"change"`
 	} `json:"resource_changes"`
 	OutputChanges map[string]struct {
 		Actions []string `json:"actions"`
 	} `json:"output_changes"`
+	// ActionInvocations: Terraform 1.14's plan JSON lists the actions a
+	// plan invokes; only their number is read.
+	ActionInvocations []json.RawMessage `json:"action_invocations"`
+	Configuration     struct {
+		RootModule tfModule `json:"root_module"`
+	} `json:"configuration"`
+}
+
+// tfModule is a module of the plan's configuration.
+type tfModule struct {
+	Resources []struct {
+		Address      string `json:"address"`
+		Mode         string `json:"mode"`
+		Type         string `json:"type"`
+		Provisioners []struct {
+			Type string `json:"type"`
+		} `json:"provisioners"`
+	} `json:"resources"`
+	ModuleCalls map[string]struct {
+		Module tfModule `json:"module"`
+	} `json:"module_calls"`
+}
+
+// maxModuleDepth bounds how deep FromJSON follows module calls (terraform
+// itself refuses cycles; a plan is read from a record, so bound it).
+const maxModuleDepth = 64
+
+// codeRunners lists the provisioners and external data sources of m and
+// the modules it calls, under prefix.
+func codeRunners(m tfModule, prefix string, depth int, out *[]CodeRunner) {
+	if depth > maxModuleDepth {
+		return
+	}
+	for _, r := range m.Resources {
+		addr := prefix + r.Address
+		for _, p := range r.Provisioners {
+			*out = append(*out, CodeRunner{Address: addr, Kind: "provisioner", Type: p.Type})
+		}
+		if r.Mode == "data" && r.Type == "external" {
+			*out = append(*out, CodeRunner{Address: addr, Kind: "data-source", Type: r.Type})
+		}
+	}
+	calls := make([]string, 0, len(m.ModuleCalls))
+	for n := range m.ModuleCalls {
+		calls = append(calls, n)
+	}
+	slices.Sort(calls)
+	for _, n := range calls {
+		codeRunners(m.ModuleCalls[n].Module, prefix+"module."+n+".", depth+1, out)
+	}
+}
+
+// configAddress is an instance address without its instance keys
+// (module.a["x"].terraform_data.y[0] is module.a.terraform_data.y); a key
+// is a number or a quoted string, which may hold brackets.
+func configAddress(addr string) string {
+	var b strings.Builder
+	depth, quoted, escaped := 0, false, false
+	for _, r := range addr {
+		switch {
+		case depth > 0 && quoted && escaped:
+			escaped = false
+		case depth > 0 && quoted && r == '\\':
+			escaped = true
+		case depth > 0 && r == '"':
+			quoted = !quoted
+		case !quoted && r == '[':
+			depth++
+		case depth > 0 && !quoted && r == ']':
+			depth--
+		case depth == 0:
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }
 
 // FromJSON reads a plan as terraform show -json prints it.
@@ -283,11 +400,22 @@ func FromJSON(b []byte) (Plan, error) {
 	var p Plan
 	for _, rc := range tp.ResourceChanges {
 		acts := rc.Change.Actions
-		if len(acts) == 0 || slices.Equal(acts, []string{"no-op"}) || slices.Equal(acts, []string{"read"}) {
+		importing := rc.Change.Importing != nil
+		moved := rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address
+		if len(acts) == 0 || slices.Equal(acts, []string{"read"}) || (slices.Equal(acts, []string{"no-op"}) && !importing && !moved) {
 			continue
 		}
 		c := ResourceChange{Address: rc.Address, Module: rc.ModuleAddress, Mode: rc.Mode, Type: rc.Type, Name: rc.Name,
-			Provider: rc.ProviderName, Actions: acts, Replace: slices.Contains(acts, "create") && slices.Contains(acts, "delete")}
+			Provider: rc.ProviderName, Actions: acts, Replace: slices.Contains(acts, "create") && slices.Contains(acts, "delete"),
+			Importing: importing}
+		if importing {
+			c.ImportID = rc.Change.Importing.ID
+			p.Imports++
+		}
+		if moved {
+			c.PreviousAddress = rc.PreviousAddress
+			p.Moves++
+		}
 		p.ResourceChanges = append(p.ResourceChanges, c)
 		if c.Replace {
 			p.Replace++
@@ -300,6 +428,8 @@ func FromJSON(b []byte) (Plan, error) {
 				p.Change++
 			case "delete":
 				p.Destroy++
+			case "forget":
+				p.Forgets++
 			}
 		}
 	}
@@ -315,7 +445,21 @@ func FromJSON(b []byte) (Plan, error) {
 		}
 		p.OutputChanges = append(p.OutputChanges, OutputChange{Name: n, Actions: acts})
 	}
-	p.HasChanges = len(p.ResourceChanges) > 0 || len(p.OutputChanges) > 0
+	p.ActionInvocations = int64(len(tp.ActionInvocations))
+	var runners []CodeRunner
+	codeRunners(tp.Configuration.RootModule, "", 0, &runners)
+	for _, cr := range runners {
+		if cr.Kind != "provisioner" {
+			p.RunsCode = append(p.RunsCode, cr)
+			continue
+		}
+		for _, rc := range p.ResourceChanges {
+			if configAddress(rc.Address) == cr.Address && (slices.Contains(rc.Actions, "create") || slices.Contains(rc.Actions, "delete")) {
+				p.RunsCode = append(p.RunsCode, CodeRunner{Address: rc.Address, Kind: cr.Kind, Type: cr.Type})
+			}
+		}
+	}
+	p.HasChanges = len(p.ResourceChanges) > 0 || len(p.OutputChanges) > 0 || p.ActionInvocations > 0
 	return p, nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -274,5 +275,147 @@ func TestDocRulesOnRealPlans(t *testing.T) {
 		if o.Decision != tc.want || strings.Join(got, ",") != tc.matched {
 			t.Errorf("%s: %s, matched %v; want %s, matched %s", tc.what, o.Decision, got, tc.want, tc.matched)
 		}
+	}
+}
+
+// realPlan applies first (when given), then plans second, with real
+// terraform, and returns the plan as terraform show -json prints it.
+func realPlan(t *testing.T, first, second string) []byte {
+	t.Helper()
+	tf, err := exec.LookPath("terraform")
+	if err != nil {
+		t.Skip("terraform is not installed")
+	}
+	dir := t.TempDir()
+	rc := filepath.Join(dir, "terraformrc")
+	if err := os.WriteFile(rc, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	run := func(args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(tf, args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("terraform %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+		return out
+	}
+	write := func(src string) {
+		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if first != "" {
+		write(first)
+		run("init", "-input=false", "-no-color")
+		run("apply", "-input=false", "-no-color", "-auto-approve")
+	}
+	write(second)
+	run("init", "-input=false", "-no-color")
+	run("plan", "-input=false", "-no-color", "-out=p")
+	cmd := exec.Command(tf, "show", "-json", "p")
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc)
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// What a plan does beyond add, change and destroy, in plans real
+// terraform made (moves, forgets, provisioners) and, for what
+// terraform_data cannot show (imports need an importable resource; action
+// invocations need Terraform 1.14), in the JSON format terraform documents
+// (developer.hashicorp.com/terraform/internals/json-format: "importing",
+// "action_invocations"). Each was invisible to the rules before: an
+// import-only or move-only plan read as "+0 ~0 -0, no changes", a forget
+// as nothing, a local-exec on a new resource as a plain add.
+func TestPlanShowsWhatCountsMiss(t *testing.T) {
+	const two = `
+resource "terraform_data" "a" { input = "a" }
+resource "terraform_data" "b" { input = "b" }
+`
+	moved := realPlan(t, two, `
+resource "terraform_data" "a" { input = "a" }
+resource "terraform_data" "renamed" { input = "b" }
+moved {
+  from = terraform_data.b
+  to   = terraform_data.renamed
+}
+`)
+	forgot := realPlan(t, two, `
+resource "terraform_data" "a" { input = "a" }
+removed {
+  from = terraform_data.b
+  lifecycle { destroy = false }
+}
+`)
+	provisioned := realPlan(t, "", `
+resource "terraform_data" "run" {
+  count = 2
+  input = "x"
+  provisioner "local-exec" { command = "id" }
+}
+resource "terraform_data" "quiet" {
+  input = "y"
+  provisioner "local-exec" { command = "true" }
+}
+`)
+	external := []byte(`{"configuration":{"root_module":{"module_calls":{"net":{"module":{"resources":[{"address":"data.external.probe","mode":"data","type":"external","name":"probe"}]}}}}}}`)
+	imported := []byte(`{"resource_changes":[{"address":"aws_s3_bucket.logs","mode":"managed","type":"aws_s3_bucket","name":"logs","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["no-op"],"importing":{"id":"team-a-logs"}}}]}`)
+	actions := []byte(`{"resource_changes":[],"action_invocations":[{"address":"action.aws_lambda_invoke.notify","type":"aws_lambda_invoke","name":"notify","provider_name":"registry.terraform.io/hashicorp/aws","lifecycle_action_trigger":{"triggering_resource_address":"aws_s3_bucket.logs","action_trigger_event":"after_create","action_trigger_block_index":0,"actions_list_index":0}}]}`)
+	for _, tc := range []struct {
+		what string
+		plan []byte
+		want string
+	}{
+		{"a moved block", moved, "+0 ~0 -0 imports 0 forgets 0 moves 1 actions 0 hasChanges true runsCode []"},
+		{"a removed block with destroy = false", forgot, "+0 ~0 -0 imports 0 forgets 1 moves 0 actions 0 hasChanges true runsCode []"},
+		{"new resources with provisioners", provisioned, "+3 ~0 -0 imports 0 forgets 0 moves 0 actions 0 hasChanges true runsCode [provisioner local-exec terraform_data.quiet provisioner local-exec terraform_data.run[0] provisioner local-exec terraform_data.run[1]]"},
+		{"an external data source in a module", external, "+0 ~0 -0 imports 0 forgets 0 moves 0 actions 0 hasChanges false runsCode [data-source external module.net.data.external.probe]"},
+		{"an import block", imported, "+0 ~0 -0 imports 1 forgets 0 moves 0 actions 0 hasChanges true runsCode []"},
+		{"an action invocation", actions, "+0 ~0 -0 imports 0 forgets 0 moves 0 actions 1 hasChanges true runsCode []"},
+	} {
+		p, err := FromJSON(tc.plan)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var code []string
+		for _, c := range p.RunsCode {
+			code = append(code, c.Kind+" "+c.Type+" "+c.Address)
+		}
+		slices.Sort(code)
+		got := fmt.Sprintf("+%d ~%d -%d imports %d forgets %d moves %d actions %d hasChanges %v runsCode [%s]",
+			p.Add, p.Change, p.Destroy, p.Imports, p.Forgets, p.Moves, p.ActionInvocations, p.HasChanges, strings.Join(code, " "))
+		if got != tc.want {
+			t.Errorf("%s: %s\nwant %s", tc.what, got, tc.want)
+		}
+	}
+	// The rules read them, and the docs' add-only rule approves none of
+	// these plans.
+	b, err := os.ReadFile("../../docs/examples/plan-rules.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run infrav1.TerraformRun
+	if err := yaml.Unmarshal(b, &run); err != nil {
+		t.Fatal(err)
+	}
+	pol, err := Compile(run.Spec.Approval.Rules)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, plan := range map[string][]byte{"moved": moved, "forgot": forgot, "provisioned": provisioned, "external": external, "imported": imported, "actions": actions} {
+		p, _ := FromJSON(plan)
+		o := pol.Evaluate(context.Background(), p, Run{Type: "Apply", Trigger: "SpecChange"})
+		if o.Decision == AutoApprove {
+			t.Errorf("the docs' rules auto-approve the %s plan (by %s)", name, o.AutoApprove.Name)
+		}
+	}
+	if _, err := Compile([]infrav1.ApprovalRule{rule("reads", "plan.imports + plan.forgets + plan.moves + plan.actionInvocations > 0 || plan.runsCode.exists(c, c.kind == 'provisioner' && c.type == 'local-exec') || plan.resourceChanges.exists(r, r.importing && r.importId != '' || r.previousAddress != '')", infrav1.RuleDeny)}); err != nil {
+		t.Fatalf("a rule over the new fields does not compile: %v", err)
 	}
 }

@@ -76,8 +76,12 @@ func (o *Options) policyTest(ctx context.Context, p policyTest) error {
 	if done, err := o.print(map[string]any{"plan": plan, "rules": out.Describe(rules), "decision": out.Decision, "message": decisionText(out)}); done {
 		return err
 	}
-	fmt.Fprintf(o.Out, "plan: +%d ~%d -%d (%d replaced), %d resource changes, %d output changes; run: type %s, trigger %s, author %q\n",
-		plan.Add, plan.Change, plan.Destroy, plan.Replace, len(plan.ResourceChanges), len(plan.OutputChanges), run.Type, run.Trigger, run.Author)
+	fmt.Fprintf(o.Out, "plan: +%d ~%d -%d (%d replaced), %d imported, %d forgotten, %d moved, %d actions invoked, %d programs run, %d resource changes, %d output changes; run: type %s, trigger %s, author %q\n",
+		plan.Add, plan.Change, plan.Destroy, plan.Replace, plan.Imports, plan.Forgets, plan.Moves, plan.ActionInvocations, len(plan.RunsCode),
+		len(plan.ResourceChanges), len(plan.OutputChanges), run.Type, run.Trigger, run.Author)
+	for _, c := range plan.RunsCode {
+		fmt.Fprintf(o.Out, "  runs: %s %s of %s\n", c.Kind, c.Type, c.Address)
+	}
 	for _, line := range out.Describe(rules) {
 		fmt.Fprintln(o.Out, "  "+line)
 	}

@@ -42,7 +42,7 @@ func TestPolicyTest(t *testing.T) {
 		t.Fatalf("%v\n%s", err, out)
 	}
 	for _, want := range []string{
-		"plan: +0 ~0 -1 (0 replaced), 1 resource changes",
+		"plan: +0 ~0 -1 (0 replaced), 0 imported, 0 forgotten, 0 moved, 0 actions invoked, 0 programs run, 1 resource changes",
 		"  add-only: no match\n",
 		"  destroys-need-two: matched, Require 2 approvals\n",
 		"  protected-resources: matched, Deny: protected resources are removed by hand, after a backup\n",
