@@ -108,6 +108,10 @@ bench-shards: envtest-assets ## Sharding at scale (docs/performance.md): BENCH_S
 bench-e2e: ## Latency on the from-source cluster (docs/performance.md): trivial runs per engine, one after another, 10 at once, Manual to plan, with each part and a one-pod floor (BENCH_E2E_N, _BURST, _MANUAL, _FLOOR, _ENGINES); table in bin/e2e/latency.md; then P10, terraform init with a real provider first against later (TestProviderCache's P10 lines).
 	OPR8R_E2E_BENCH=1 E2E_RUN='^(TestLatencyBench|TestProviderCache)$$' test/e2e/run.sh
 
+.PHONY: bench-rules
+bench-rules: ## Plan rules at scale (docs/performance.md#plan-rules): the docs' rules on plans of 1,000, 20,000 and 100,000 changed resources.
+	go test ./pkg/planpolicy/ -run '^$$' -bench BenchmarkDocRules -benchtime 5x -benchmem
+
 .PHONY: bench-checks
 bench-checks: envtest-assets ## Scheduled checks at scale (docs/performance.md): 1,000 runs, a 5m interval, 15 minutes; CPU and writes per check, the cap, the longest wait.
 	go build -o bin/bench-manager ./cmd/manager

@@ -38,6 +38,36 @@ type ruleCache struct {
 	policies   map[string]*planpolicy.Policy
 	plans      map[string]planpolicy.Plan
 	unreadable map[string]*planUnreadable
+	// outcomes are what the rules decided, by the plan's digest, the
+	// rules and what they see of the run: a plan waiting at the gate is
+	// judged once, not on every pass (a rule over 100,000 changed
+	// resources takes about a second).
+	outcomes map[string]planpolicy.Outcome
+}
+
+func outcomeKey(digest string, rules []infrav1.ApprovalRule, run planpolicy.Run) string {
+	b, _ := json.Marshal(struct {
+		D string
+		R []infrav1.ApprovalRule
+		V planpolicy.Run
+	}{digest, rules, run})
+	return string(b)
+}
+
+func (c *ruleCache) outcome(key string) (planpolicy.Outcome, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	o, ok := c.outcomes[key]
+	return o, ok
+}
+
+func (c *ruleCache) keepOutcome(key string, o planpolicy.Outcome) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.outcomes == nil || len(c.outcomes) >= planCacheSize {
+		c.outcomes = map[string]planpolicy.Outcome{}
+	}
+	c.outcomes[key] = o
 }
 
 func (c *ruleCache) policy(rules []infrav1.ApprovalRule) (*planpolicy.Policy, error) {
@@ -183,8 +213,27 @@ func (r *TerraformRunReconciler) planRules(ctx context.Context, run *infrav1.Ter
 	if err != nil {
 		return nil, err
 	}
-	o := pol.Evaluate(ctx, plan, planpolicy.RunOf(run))
+	view := planpolicy.RunOf(run)
+	key := outcomeKey(st.progress.Plan.JSONDigest, rules, view)
+	if o, ok := r.rules.outcome(key); ok {
+		return &o, nil
+	}
+	o := pol.Evaluate(ctx, plan, view)
+	if !failedToEvaluate(o) {
+		// A condition that failed (its time limit) is tried again on the
+		// next pass rather than remembered.
+		r.rules.keepOutcome(key, o)
+	}
 	return &o, nil
+}
+
+func failedToEvaluate(o planpolicy.Outcome) bool {
+	for _, m := range o.Matched {
+		if m.Err != nil {
+			return true
+		}
+	}
+	return false
 }
 
 // planRefused is a plan the rules cannot read: they deny.

@@ -7,19 +7,22 @@
 // Conditions are compiled with cel-go, the CEL library Kubernetes uses,
 // against declared types: a condition that names a field that does not
 // exist fails to compile, with the compiler's message. Each evaluation is
-// bounded by a cost limit (Kubernetes' own per-expression limit).
+// bounded in time (EvalTimeout).
 package planpolicy
 
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/ext"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
@@ -121,9 +124,19 @@ type Run struct {
 	Authors []string `cel:"authors" json:"authors"`
 }
 
-// CostLimit bounds one evaluation of one condition: Kubernetes' per-call
-// limit for CEL in admission.
-const CostLimit = 1_000_000
+// EvalTimeout bounds one evaluation of one condition; a condition that
+// runs past it denies (fail closed).
+//
+// It was a CEL cost limit (Kubernetes' per-call 1,000,000) until issue 50:
+// cel-go's runtime cost tracking made evaluation super-linear in the plan's
+// size (the docs' rules took 2.2 s at 20,000 changed resources), and the
+// limit denied every plan past about 60,000 changed resources, which a
+// provider-wide default_tags change reaches. Without it the docs' rules are
+// linear (BenchmarkDocRules, docs/performance.md), and the time bound still
+// stops a condition that would never finish (nested comprehensions over a
+// large plan). Conditions are written by policy admins, and their result
+// is computed once per plan (the manager caches it).
+var EvalTimeout = 20 * time.Second
 
 // celEnv is made on first use: a manager whose runs have no rules never
 // pays for it (make bench's P4 counts the manager's memory).
@@ -173,7 +186,7 @@ func Compile(rules []infrav1.ApprovalRule) (*Policy, error) {
 		if !ast.OutputType().IsExactType(cel.BoolType) {
 			return nil, &RuleError{Index: i, Name: r.Name, Err: fmt.Sprintf("it is of type %s; a condition must be a bool", ast.OutputType())}
 		}
-		prg, err := celEnv().Program(ast, cel.CostLimit(CostLimit), cel.InterruptCheckFrequency(100))
+		prg, err := celEnv().Program(ast, cel.InterruptCheckFrequency(100))
 		if err != nil {
 			return nil, &RuleError{Index: i, Name: r.Name, Err: err.Error()}
 		}
@@ -247,13 +260,13 @@ func (o Outcome) DenyMessage() string {
 // Evaluate runs every rule against plan and run and combines what
 // matched: any Deny wins; otherwise the Require rules, each of which must
 // be met (so the largest count binds); otherwise AutoApprove; otherwise
-// Default. A condition that fails to evaluate (its cost limit, an error)
+// Default. A condition that fails to evaluate (its time limit, an error)
 // denies.
 func (p *Policy) Evaluate(ctx context.Context, plan Plan, run Run) Outcome {
 	var o Outcome
 	vars := map[string]any{"plan": plan, "run": run}
 	for _, c := range p.rules {
-		val, _, err := c.prg.ContextEval(ctx, vars)
+		val, err := evalOne(ctx, c.prg, vars)
 		if err == nil && val.Type() != cel.BoolType {
 			err = fmt.Errorf("it gave %v, not a bool", val)
 		}
@@ -291,6 +304,17 @@ func (p *Policy) Evaluate(ctx context.Context, plan Plan, run Run) Outcome {
 		o.Decision = Default
 	}
 	return o
+}
+
+// evalOne evaluates one condition within EvalTimeout.
+func evalOne(ctx context.Context, prg cel.Program, vars map[string]any) (ref.Val, error) {
+	ctx, cancel := context.WithTimeout(ctx, EvalTimeout)
+	defer cancel()
+	val, _, err := prg.ContextEval(ctx, vars)
+	if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return nil, fmt.Errorf("it ran past %s, the most one condition may take (planpolicy.EvalTimeout): %w", EvalTimeout, err)
+	}
+	return val, err
 }
 
 // tfPlan is the part of terraform's JSON plan (terraform show -json) the

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -185,10 +186,12 @@ func TestBadRulesAreNamed(t *testing.T) {
 	}
 }
 
-// A condition too costly to evaluate stops at the cost limit and denies.
-func TestCostLimitDenies(t *testing.T) {
+// A condition too costly to evaluate stops at its time limit and denies.
+func TestEvalTimeoutDenies(t *testing.T) {
+	defer func(d time.Duration) { EvalTimeout = d }(EvalTimeout)
+	EvalTimeout = 200 * time.Millisecond
 	var plan Plan
-	for i := range 300 {
+	for i := range 1000 {
 		plan.ResourceChanges = append(plan.ResourceChanges, ResourceChange{Address: fmt.Sprint("r", i), Actions: []string{"create"}})
 	}
 	pol, err := Compile([]infrav1.ApprovalRule{rule("costly",
@@ -197,8 +200,8 @@ func TestCostLimitDenies(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := pol.Evaluate(context.Background(), plan, Run{})
-	if o.Decision != Deny || o.Deny.Err == nil || !strings.Contains(o.DenyMessage(), "cost limit") {
-		t.Fatalf("%+v (%s), want Deny: the cost limit", o, o.DenyMessage())
+	if o.Decision != Deny || o.Deny.Err == nil || !strings.Contains(o.DenyMessage(), "it ran past 200ms") {
+		t.Fatalf("%+v (%s), want Deny: the time limit", o, o.DenyMessage())
 	}
 }
 
