@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -501,6 +502,96 @@ func TestUnreadablePlanIsHeld(t *testing.T) {
 			}
 			if store.gets != 1 {
 				t.Errorf("the plan was read %d times in two passes, want once", store.gets)
+			}
+		})
+	}
+}
+
+// kubectl tfrun approve asks approvalpolicy.Helps, before it records a
+// vote, whether the vote will count; the manager then counts it in
+// applyRules. They agree: for each case, Helps on the tally the manager
+// made says yes exactly when adding the vote raises what the manager
+// counts toward a requirement still open.
+func TestApproveAgreesWithTheGate(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-time.Minute))
+	pending := engine.Gate{State: engine.GatePending, Since: &since}
+	security := &infrav1.Approvers{Groups: []string{"security"}}
+	sre := &infrav1.Approvers{Users: []string{"sam", "sue"}}
+	rules := []infrav1.ApprovalRule{
+		{Name: "destroys-need-security", Condition: "plan.destroy > 0", Effect: infrav1.RuleRequire, Require: &infrav1.RuleRequirement{Approvals: 2, Approvers: security}},
+		{Name: "iam-needs-sre", Condition: "plan.resourceChanges.exists(r, r.type.startsWith('aws_iam_'))", Effect: infrav1.RuleRequire, Require: &infrav1.RuleRequirement{Approvals: 1, Approvers: sre}},
+	}
+	type voter struct {
+		user   string
+		groups []string
+	}
+	cases := []struct {
+		name     string
+		spec     infrav1.ApprovalSpec
+		before   []voter
+		next     voter
+		wantHelp bool
+	}{
+		{"someone from security, none yet", infrav1.ApprovalSpec{Rules: rules}, nil, voter{"ann", []string{"security"}}, true},
+		{"a developer: no rule counts them, requiredApprovals 1 met by no one yet", infrav1.ApprovalSpec{Rules: rules}, nil, voter{"dev", []string{"devs"}}, true},
+		{"a developer after security's first: no rule counts them", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}}, voter{"dev", []string{"devs"}}, false},
+		{"sam (sre) after security's first", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}}, voter{"sam", nil}, true},
+		{"a developer with requiredApprovals 3 still unmet", infrav1.ApprovalSpec{Rules: rules, RequiredApprovals: 3}, []voter{{"ann", []string{"security"}}, {"sam", nil}}, voter{"dev", []string{"devs"}}, true},
+		{"security's second after sam's", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}, {"sam", nil}}, voter{"bob", []string{"security"}}, true},
+		{"sam again", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}, {"sam", nil}}, voter{"sam", nil}, false},
+		{"mode Auto: a developer", infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto, Rules: rules}, nil, voter{"dev", nil}, false},
+	}
+	tally := func(t *testing.T, spec infrav1.ApprovalSpec, voters []voter) *infrav1.ApprovalTally {
+		t.Helper()
+		f := &fakeEngine{progress: map[string]engine.Progress{}}
+		run := aRun("a")
+		run.Spec.Approval = spec
+		r, _ := newReconciler(t, f)
+		run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+		child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+		objs := []client.Object{child}
+		for i, v := range voters {
+			objs = append(objs, inGroup(approval(fmt.Sprint("x", i), "a", digest, v.user, true), v.groups...))
+		}
+		r, _ = newReconciler(t, f, objs...)
+		store := newMemStore(r.now)
+		k := records.Key{Namespace: run.Namespace, Run: run.Name, RunID: child.Name, Step: names.StepPlan, Kind: records.KindPlanJSON}
+		if err := store.Put(ctx(), k, []byte(destroyJSON)); err != nil {
+			t.Fatal(err)
+		}
+		r.Records = store
+		st := r.newPassState(run)
+		st.engine, st.child = f, child
+		st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval, Gate: pending, Plan: &engine.PlanResult{Destroy: 1, HasChanges: true, Digest: digest, JSONDigest: jsonDigest(destroyJSON)}}
+		if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+			t.Fatal(err)
+		}
+		if run.Status.Approvals == nil {
+			t.Fatal("no tally")
+		}
+		return run.Status.Approvals
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			before := tally(t, tc.spec, tc.before)
+			helps, why := approvalpolicy.Helps(tc.spec, before, tc.next.user, tc.next.groups)
+			after := tally(t, tc.spec, append(append([]voter{}, tc.before...), tc.next))
+			// What the manager counts toward each requirement still open:
+			// requiredApprovals (mode Manual) and each matched Require rule.
+			progress := func(t *infrav1.ApprovalTally) int32 {
+				var p int32
+				if tc.spec.Mode != infrav1.ApprovalAuto {
+					p += min(int32(len(t.ApprovedBy)), max(tc.spec.RequiredApprovals, 1))
+				}
+				for _, r := range t.Rules {
+					p += min(int32(len(r.ApprovedBy)), r.Required)
+				}
+				return p
+			}
+			counted := progress(after) > progress(before)
+			if helps != tc.wantHelp || counted != helps {
+				t.Errorf("Helps = %v (%s), the manager's count went %d -> %d; want Helps %v and the manager to agree", helps, why, progress(before), progress(after), tc.wantHelp)
 			}
 		})
 	}

@@ -573,7 +573,17 @@ func (o *Options) approve(ctx context.Context, name, pin string, override bool) 
 		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
 	}
 	if user, groups := whoAmI(ctx, cs); user != "" {
-		if why := approvalpolicy.Why(run.Spec.Approval, approvalpolicy.Authors(run), user, groups, true); why != "" {
+		why := approvalpolicy.Why(run.Spec.Approval, approvalpolicy.Authors(run), user, groups, true)
+		if why == "" {
+			// The Require rules that matched the plan, as the manager
+			// tallied it (status.approvals, for this plan only).
+			if t := run.Status.Approvals; t != nil && t.Digest == digest {
+				if ok, w := approvalpolicy.Helps(run.Spec.Approval, t, user, groups); !ok {
+					why = w
+				}
+			}
+		}
+		if why != "" {
 			return fmt.Errorf("%w: an approval of plan %s of TerraformRun %s by %s would not count: %s; nothing was recorded (kubectl tfrun list shows who has approved)",
 				ErrNotCounted, digest, name, user, why)
 		}
@@ -655,8 +665,17 @@ func who(a *infrav1.TerraformRunApproval) string {
 	return a.Spec.User
 }
 
-// policyNote says what the run's approval policy still asks for.
+// policyNote says what the run's approval policy still asks for: the
+// manager's tally of the waiting plan when there is one (it counts the
+// Require rules, which can ask more than requiredApprovals), else
+// requiredApprovals.
 func policyNote(run *infrav1.TerraformRun) string {
+	if t := run.Status.Approvals; t != nil && run.Status.Plan != nil && t.Digest == run.Status.Plan.Digest {
+		if rem := approvalpolicy.Remaining(t); rem != "" {
+			return "; before this approval, " + rem + " (kubectl tfrun list shows the count)"
+		}
+		return ""
+	}
 	if n := run.Spec.Approval.RequiredApprovals; n > 1 {
 		return fmt.Sprintf("; the plan needs %d approvals by distinct users (kubectl tfrun list shows the count)", n)
 	}

@@ -312,6 +312,36 @@ func TestPluginCommands(t *testing.T) {
 		}
 	})
 
+	t.Run("an approval no Require rule still open counts is refused, as the manager would", func(t *testing.T) {
+		ctx := context.Background()
+		w := get(t, ns, "waiting")
+		g := w.DeepCopy()
+		g.ObjectMeta = metav1.ObjectMeta{Name: "ruled", Namespace: ns}
+		g.Spec.Approval.Rules = []infrav1.ApprovalRule{{Name: "iam-needs-sam", Condition: "true", Effect: infrav1.RuleRequire,
+			Require: &infrav1.RuleRequirement{Approvals: 1, Approvers: &infrav1.Approvers{Users: []string{"sam"}}}}}
+		if err := k8s.Create(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		g.Status = w.Status
+		// The manager's tally: requiredApprovals met by ann, the rule open.
+		g.Status.Approvals = &infrav1.ApprovalTally{Digest: digest, Required: 1, Needed: 1, ApprovedBy: []string{"ann"}, Summary: "0/1",
+			Rules: []infrav1.RuleTally{{Name: "iam-needs-sam", Effect: infrav1.RuleRequire, Required: 1, Needed: 1}}}
+		if err := k8s.Status().Update(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+		before := len(decisions(t, ns))
+		out, _, err := tfrun(ns, "approve", "ruled")
+		if !errors.Is(err, plugin.ErrNotCounted) || !strings.Contains(err.Error(), "it meets none of the Require rules the plan still needs (rule iam-needs-sam needs 1 more from users sam)") || strings.Contains(out, "approved plan") {
+			t.Fatalf("approve by someone the open rule does not count: %v; out %q; want ErrNotCounted naming the rule and its approvers, and no 'approved'", err, out)
+		}
+		if got := len(decisions(t, ns)); got != before {
+			t.Fatalf("%d TerraformRunApprovals after a refused approval, want %d", got, before)
+		}
+		if err := k8s.Delete(ctx, g); err != nil {
+			t.Fatal(err)
+		}
+	})
+
 	t.Run("approve binds the current digest", func(t *testing.T) {
 		out, _, err := tfrun(ns, "approve", "waiting", "--plan", digest)
 		if err != nil || !strings.Contains(out, "approved plan "+digest) {
