@@ -102,7 +102,7 @@ func run(args []string, out io.Writer) int {
 	if err := loadSecrets(r, &o); err != nil {
 		return fail(err)
 	}
-	if err := useStateAPI(&o); err != nil {
+	if err := useStateAPI(ctx, &o); err != nil {
 		return fail(err)
 	}
 	if err := connect(r, cmd, &o); err != nil {
@@ -129,7 +129,7 @@ func run(args []string, out io.Writer) int {
 // step has one (names.EnvStateAPI, set by the manager with its
 // certificate and a projected token): terraform's kubernetes backend and
 // the step's own Secrets go through it.
-func useStateAPI(o *options) error {
+func useStateAPI(ctx context.Context, o *options) error {
 	url := os.Getenv(names.EnvStateAPI)
 	if url == "" {
 		return nil
@@ -146,6 +146,10 @@ func useStateAPI(o *options) error {
 	if err != nil {
 		return err
 	}
+	// Stopping (SIGTERM, the step's timeout): calls wait only briefly for
+	// the state API, so that terraform keeps a state it cannot write in
+	// errored.tfstate before it is killed.
+	go func() { <-ctx.Done(); p.Stop() }()
 	if err := step.WriteStateKubeconfig(names.StateKubeconfig, local, "", ""); err != nil {
 		return fmt.Errorf("writing the state API's kubeconfig: %w", err)
 	}

@@ -1,6 +1,8 @@
 package stateapi
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -152,6 +154,26 @@ func TestParseStateAudience(t *testing.T) {
 	for _, bad := range []string{"", "opr8r.io/state/", "opr8r.io/state/a/b/c/d", "opr8r.io/state/a/b/c/d/e/f", "https://kubernetes.default.svc", "opr8r.io/state/a//c/d/e"} {
 		if _, ok := names.ParseStateAudience(bad); ok {
 			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
+// A name or namespace that is not a DNS name is refused before it is
+// decided: joined unescaped into the API server's path, "x?k=v" (sent as
+// x%3Fk=v) would be decided as one object and reach the API server as x
+// with a query of the caller's choosing.
+func TestParseRefusesNamesThatAreNotNames(t *testing.T) {
+	for path, ok := range map[string]bool{
+		"/api/v1/namespaces/e2e/secrets/tfstate-default-web":                  true,
+		"/apis/coordination.k8s.io/v1/namespaces/e2e/leases/lock-tfstate-web": true,
+		"/api/v1/namespaces/e2e/secrets/x%3FdryRun=All":                       false,
+		"/api/v1/namespaces/e2e/secrets/x%23frag":                             false,
+		"/api/v1/namespaces/e2e%3Fx=1/secrets":                                false,
+		"/api/v1/namespaces/E2E/secrets":                                      false,
+	} {
+		_, err := parse(httptest.NewRequest(http.MethodGet, path, nil))
+		if (err == nil) != ok {
+			t.Errorf("%s: %v, want allowed %v", path, err, ok)
 		}
 	}
 }

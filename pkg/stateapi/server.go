@@ -24,6 +24,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/validation"
 	authnclient "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -193,6 +194,17 @@ func parse(r *http.Request) (call, error) {
 		return c, forbid("%s %s: not served (no subresources)", r.Method, r.URL.Path)
 	}
 	c.Namespace, c.Resource = rest[0], Resource(rest[1])
+	// Names are joined into the API server's path unescaped: a name that
+	// is not a DNS subdomain (e.g. "x?k=v", sent as x%3Fk=v) would be
+	// decided as one object and reach the API server as another.
+	if errs := validation.IsDNS1123Label(c.Namespace); len(errs) > 0 {
+		return c, forbid("%s %s: the namespace is not a DNS label", r.Method, r.URL.Path)
+	}
+	if len(rest) == 3 {
+		if errs := validation.IsDNS1123Subdomain(rest[2]); len(errs) > 0 {
+			return c, forbid("%s %s: the name is not a DNS subdomain", r.Method, r.URL.Path)
+		}
+	}
 	if (c.group == "" && c.Resource != Secrets) || (c.group != "" && c.Resource != Leases) {
 		return c, forbid("%s %s: the state API serves only Secrets and Leases", r.Method, r.URL.Path)
 	}

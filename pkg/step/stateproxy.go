@@ -53,15 +53,51 @@ type StateProxy struct {
 	server   *http.Server
 	mu       sync.Mutex
 	waiting  bool
+	stopped  time.Time // when Stop was called; zero before
+}
+
+// Stop tells the proxy the step is stopping: calls wait at most
+// stopPatience more for the state API. The proxy keeps serving (terraform
+// writes its last state through it).
+func (p *StateProxy) Stop() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stopped.IsZero() {
+		p.stopped = time.Now()
+	}
+}
+
+// deadline is the latest a call that began at begun may wait.
+func (p *StateProxy) deadline(begun time.Time) time.Time {
+	d := begun.Add(p.Patience)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.stopped.IsZero() && p.stopped.Add(stopPatience).Before(d) {
+		d = p.stopped.Add(stopPatience)
+	}
+	return d
 }
 
 // stateProxyPatience: a manager restart (a new pod, its cache, its
 // certificate) takes tens of seconds; an upgrade's rollout a few minutes.
-const stateProxyPatience = 5 * time.Minute
+// It stays below DefaultInterruptGrace, so that an interrupted terraform
+// that cannot write its state hears so before it is killed.
+const stateProxyPatience = 3 * time.Minute
+
+// stopPatience is how long a call waits for the state API once the step
+// is stopping (Stop: SIGTERM, or its timeout): terraform is then writing
+// its last state, and must hear quickly that it cannot, to keep it in
+// errored.tfstate before the pod's grace period ends.
+const stopPatience = 10 * time.Second
+
+// attemptTimeout bounds one try, from its send to the state API's
+// answer's headers (a state API that accepts the connection and never
+// answers).
+const attemptTimeout = 2 * time.Minute
 
 // maxProxiedBody bounds what the proxy holds to be able to send a call
-// again (the state API takes less, see stateapi.MaxBody).
-const maxProxiedBody = 256 << 20
+// again; the state API takes at most stateapi.MaxBody (4 MiB).
+const maxProxiedBody = 16 << 20
 
 // NewStateProxy is a proxy to the state API at upstream (an https URL),
 // whose certificate is caPEM, authenticated with the token at tokenFile.
@@ -80,6 +116,7 @@ func NewStateProxy(upstream, caPEM, tokenFile string) (*StateProxy, error) {
 		tr.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
 	}
 	tr.DialContext = (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+	tr.ResponseHeaderTimeout = attemptTimeout
 	return &StateProxy{upstream: u, client: &http.Client{Transport: tr}, tokenFile: tokenFile, Patience: stateProxyPatience, Log: os.Stderr}, nil
 }
 
@@ -115,7 +152,7 @@ func (p *StateProxy) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 		return
 	}
 	read := in.Method == http.MethodGet || in.Method == http.MethodHead
-	deadline := time.Now().Add(p.Patience)
+	begun := time.Now()
 	wait := 250 * time.Millisecond
 	for attempt := 1; ; attempt++ {
 		resp, err := p.send(in, body)
@@ -139,8 +176,8 @@ func (p *StateProxy) ServeHTTP(w http.ResponseWriter, in *http.Request) {
 			copyResponse(w, resp)
 			return
 		}
-		if time.Now().Add(wait).After(deadline) || in.Context().Err() != nil {
-			http.Error(w, fmt.Sprintf("opr8r-step state proxy: the state API at %s did not answer within %s (%d tries): %s", p.upstream.Host, p.Patience, attempt, why), http.StatusServiceUnavailable)
+		if time.Now().Add(wait).After(p.deadline(begun)) || in.Context().Err() != nil {
+			http.Error(w, fmt.Sprintf("opr8r-step state proxy: the state API at %s did not answer within %s (%d tries): %s", p.upstream.Host, time.Since(begun).Round(time.Second), attempt, why), http.StatusServiceUnavailable)
 			return
 		}
 		p.waitLine(why)
@@ -168,7 +205,7 @@ func (p *StateProxy) send(in *http.Request, body []byte) (*http.Response, error)
 	}
 	token, err := os.ReadFile(p.tokenFile)
 	if err != nil {
-		return nil, fmt.Errorf("reading the step's token: %w", err)
+		return nil, notSentError{fmt.Errorf("reading the step's token: %w", err)}
 	}
 	out.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(token)))
 	return p.client.Do(out)
@@ -177,6 +214,9 @@ func (p *StateProxy) send(in *http.Request, body []byte) (*http.Response, error)
 // notSent: the call failed before a byte of it reached the state API (the
 // connection was refused, timed out or had no route).
 func notSent(err error) bool {
+	if errors.As(err, new(notSentError)) {
+		return true
+	}
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
@@ -184,6 +224,11 @@ func notSent(err error) bool {
 	var dns *net.DNSError
 	return errors.As(err, &dns)
 }
+
+// notSentError is a failure before anything was sent.
+type notSentError struct{ error }
+
+func (e notSentError) Unwrap() error { return e.error }
 
 func retryAfter(resp *http.Response) time.Duration {
 	s, err := strconv.Atoi(resp.Header.Get("Retry-After"))

@@ -181,7 +181,57 @@ func TestStateProxyGivesUp(t *testing.T) {
 	addr, ca := stateAPIDown(t)
 	local, _ := proxyTo(t, addr, ca, 1500*time.Millisecond)
 	code, body := call(t, http.MethodGet, local+"/api/v1/namespaces/e2e/secrets", "")
-	if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer within 1.5s") {
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "did not answer within") {
 		t.Fatalf("got %d %q, want 503 saying the state API did not answer", code, body)
+	}
+}
+
+// A stopping step (SIGTERM, its timeout) waits only briefly: terraform,
+// writing its last state, hears that it cannot and keeps it in
+// errored.tfstate before the pod is killed.
+func TestStateProxyStoppingWaitsBriefly(t *testing.T) {
+	addr, ca := stateAPIDown(t)
+	token := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(token, []byte("t"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	p, err := step.NewStateProxy("https://"+addr, ca, token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Log = io.Discard
+	local, err := p.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Stop()
+	began := time.Now()
+	code, body := call(t, http.MethodPut, local+"/api/v1/namespaces/e2e/secrets/tfstate-default-web", `{}`)
+	if took := time.Since(began); code != http.StatusServiceUnavailable || took > 20*time.Second || !strings.Contains(body, "did not answer") {
+		t.Fatalf("got %d %q after %s, want 503 within 20s of the stop", code, body, took)
+	}
+}
+
+// A token that cannot be read fails the call before anything is sent: it
+// is waited out like a state API that is down, never reported as a write
+// that may have been done.
+func TestStateProxyUnreadableTokenIsNotSent(t *testing.T) {
+	addr, ca := stateAPIDown(t)
+	var calls atomic.Int32
+	up(t, addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { calls.Add(1) }))
+	p, err := step.NewStateProxy("https://"+addr, ca, filepath.Join(t.TempDir(), "missing"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Log, p.Patience = io.Discard, time.Second
+	local, err := p.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	code, body := call(t, http.MethodPut, local+"/api/v1/namespaces/e2e/secrets/x", `{}`)
+	if code != http.StatusServiceUnavailable || strings.Contains(body, "may have been done") || calls.Load() != 0 {
+		t.Fatalf("got %d %q with %d calls sent, want 503 and nothing sent", code, body, calls.Load())
 	}
 }
