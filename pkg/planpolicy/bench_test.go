@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"reflect"
 	"testing"
 
 	"sigs.k8s.io/yaml"
@@ -56,3 +57,31 @@ func BenchmarkDocRules(b *testing.B) {
 }
 
 var benchSizes = []int{1_000, 20_000, 100_000}
+
+// The conditions read plan and run as maps (activation); every field the
+// types declare, and that the conditions are checked against, is there.
+func TestActivationHasEveryField(t *testing.T) {
+	plan := Plan{ResourceChanges: []ResourceChange{{}}, OutputChanges: []OutputChange{{}}, RunsCode: []CodeRunner{{}}}
+	vars := activation(plan, Run{})
+	check := func(what string, typ reflect.Type, m any) {
+		got, ok := m.(map[string]any)
+		if !ok {
+			t.Fatalf("%s is %T, not a map", what, m)
+		}
+		for i := range typ.NumField() {
+			name := typ.Field(i).Tag.Get("cel")
+			if _, ok := got[name]; !ok {
+				t.Errorf("%s lacks %s (field %s)", what, name, typ.Field(i).Name)
+			}
+		}
+		if len(got) != typ.NumField() {
+			t.Errorf("%s has %d keys, the type %d fields", what, len(got), typ.NumField())
+		}
+	}
+	p := vars["plan"].(map[string]any)
+	check("plan", reflect.TypeFor[Plan](), p)
+	check("run", reflect.TypeFor[Run](), vars["run"])
+	check("plan.resourceChanges[]", reflect.TypeFor[ResourceChange](), p["resourceChanges"].([]any)[0])
+	check("plan.outputChanges[]", reflect.TypeFor[OutputChange](), p["outputChanges"].([]any)[0])
+	check("plan.runsCode[]", reflect.TypeFor[CodeRunner](), p["runsCode"].([]any)[0])
+}
