@@ -156,7 +156,9 @@ func (s *Server) Start(ctx context.Context) error {
 		return fmt.Errorf("state API: %w", err)
 	}
 	srv := &http.Server{Handler: s, TLSConfig: s.TLS, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, WriteTimeout: 2 * time.Minute}
+	drained := make(chan struct{})
 	go func() {
+		defer close(drained)
 		<-ctx.Done()
 		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
@@ -166,6 +168,14 @@ func (s *Server) Start(ctx context.Context) error {
 	if err := srv.ServeTLS(ln, "", ""); err != nil && !errors.Is(err, http.ErrServerClosed) {
 		return err
 	}
+	// ServeTLS returns as soon as Shutdown begins; the calls in flight
+	// (a step's state write, its lock's release) finish before Start
+	// returns and the manager exits. Returning at once let a stopping
+	// manager (make e2e TestChaos: the pod deleted with a grace period of
+	// 1 s) cut a lock's release after it was sent, which the step cannot
+	// safely send again: its plan failed with "Error releasing the state
+	// lock".
+	<-drained
 	return nil
 }
 
