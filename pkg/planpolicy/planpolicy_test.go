@@ -17,10 +17,11 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 )
 
-// terraformPlans makes real plans with terraform (terraform_data needs no
-// provider download): one that only adds, one that replaces and updates,
-// and one that destroys, each as terraform show -json prints it.
-func terraformPlans(t *testing.T) (addOnly, replace, destroy, update []byte) {
+// terraformIn runs real terraform in a fresh directory, with an empty CLI
+// configuration (no provider downloads), skipping the test without
+// terraform; it returns the directory and a runner that fails the test on
+// an error.
+func terraformIn(t *testing.T) (string, func(args ...string) []byte) {
 	t.Helper()
 	tf, err := exec.LookPath("terraform")
 	if err != nil {
@@ -31,7 +32,7 @@ func terraformPlans(t *testing.T) (addOnly, replace, destroy, update []byte) {
 	if err := os.WriteFile(rc, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	run := func(args ...string) []byte {
+	return dir, func(args ...string) []byte {
 		t.Helper()
 		cmd := exec.Command(tf, args...)
 		cmd.Dir = dir
@@ -42,6 +43,14 @@ func terraformPlans(t *testing.T) (addOnly, replace, destroy, update []byte) {
 		}
 		return out
 	}
+}
+
+// terraformPlans makes real plans with terraform (terraform_data needs no
+// provider download): one that only adds, one that replaces and updates,
+// and one that destroys, each as terraform show -json prints it.
+func terraformPlans(t *testing.T) (addOnly, replace, destroy, update []byte) {
+	t.Helper()
+	dir, run := terraformIn(t)
 	module := func(trigger, bucket string) {
 		src := fmt.Sprintf(`
 resource "terraform_data" "role" {
@@ -285,26 +294,7 @@ func TestDocRulesOnRealPlans(t *testing.T) {
 // terraform, and returns the plan as terraform show -json prints it.
 func realPlan(t *testing.T, first, second string) []byte {
 	t.Helper()
-	tf, err := exec.LookPath("terraform")
-	if err != nil {
-		t.Skip("terraform is not installed")
-	}
-	dir := t.TempDir()
-	rc := filepath.Join(dir, "terraformrc")
-	if err := os.WriteFile(rc, nil, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	run := func(args ...string) []byte {
-		t.Helper()
-		cmd := exec.Command(tf, args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc, "TF_IN_AUTOMATION=1", "CHECKPOINT_DISABLE=1")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("terraform %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-		return out
-	}
+	dir, run := terraformIn(t)
 	write := func(src string) {
 		if err := os.WriteFile(filepath.Join(dir, "main.tf"), []byte(src), 0o600); err != nil {
 			t.Fatal(err)
@@ -318,14 +308,7 @@ func realPlan(t *testing.T, first, second string) []byte {
 	write(second)
 	run("init", "-input=false", "-no-color")
 	run("plan", "-input=false", "-no-color", "-out=p")
-	cmd := exec.Command(tf, "show", "-json", "p")
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "TF_CLI_CONFIG_FILE="+rc)
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return run("show", "-json", "p")
 }
 
 // What a plan does beyond add, change and destroy, in plans real
@@ -399,18 +382,7 @@ resource "terraform_data" "quiet" {
 	}
 	// The rules read them, and the docs' add-only rule approves none of
 	// these plans.
-	b, err := os.ReadFile("../../docs/examples/plan-rules.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var run infrav1.TerraformRun
-	if err := yaml.Unmarshal(b, &run); err != nil {
-		t.Fatal(err)
-	}
-	pol, err := Compile(run.Spec.Approval.Rules)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pol := docPolicy(t)
 	for name, plan := range map[string][]byte{"moved": moved, "forgot": forgot, "provisioned": provisioned, "external": external, "imported": imported, "actions": actions} {
 		p, _ := FromJSON(plan)
 		o := pol.Evaluate(context.Background(), p, Run{Type: "Apply", Trigger: "SpecChange"})
