@@ -168,6 +168,11 @@ type ApprovalTally struct {
 	// now, and when they will if not.
 	// +optional
 	ChangeWindow *ChangeWindowStatus `json:"changeWindow,omitempty"`
+	// Policy is the approval policy that counted: the run's spec.approval
+	// and the policies that govern it (TerraformRunPolicy,
+	// ClusterTerraformRunPolicy), combined.
+	// +optional
+	Policy *EffectiveApproval `json:"policy,omitempty"`
 }
 
 // ChangeWindowStatus is where spec.approval.windows stand for a plan.
@@ -201,6 +206,10 @@ type RuleTally struct {
 	// Needed is how many more approvals a Require rule needs.
 	// +optional
 	Needed int32 `json:"needed,omitempty"`
+	// Approvers are who a Require rule counts (unset: anyone the rest of
+	// the policy counts).
+	// +optional
+	Approvers *Approvers `json:"approvers,omitempty"`
 	// Message is the rule's message, or why its condition failed.
 	// +optional
 	Message string `json:"message,omitempty"`

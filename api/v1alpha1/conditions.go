@@ -66,6 +66,12 @@ const (
 	// at the gate until they do (never rejected for it), where a rejection
 	// or the approval timeout still ends it.
 	ReasonRulesInvalid = "RulesInvalid"
+	// ReasonPolicyChanged (Approved Unknown): a policy that governs the
+	// run (TerraformRunPolicy, ClusterTerraformRunPolicy) was added,
+	// changed or deleted while the plan waited; the plan is held until it
+	// is planned again (kubectl tfrun rerun), so a change never loosens a
+	// waiting plan. A rejection or the approval timeout still ends it.
+	ReasonPolicyChanged = "PolicyChanged"
 	// ReasonOutsideChangeWindow: the plan is approved and waits for
 	// spec.approval.windows to let it apply.
 	ReasonOutsideChangeWindow = "OutsideChangeWindow"

@@ -40,6 +40,8 @@ func main() {
 	for _, k := range []struct{ file, name string }{
 		{"config/crd/bases/infra.opr8r.io_terraformrunreceivers.yaml", "TerraformRunReceiver"},
 		{"config/crd/bases/infra.opr8r.io_terraformrunnotifiers.yaml", "TerraformRunNotifier"},
+		{"config/crd/bases/infra.opr8r.io_terraformrunpolicies.yaml", "TerraformRunPolicy"},
+		{"config/crd/bases/infra.opr8r.io_clusterterraformrunpolicies.yaml", "ClusterTerraformRunPolicy"},
 	} {
 		c, err := read(k.file)
 		if err != nil {

@@ -20,7 +20,10 @@ func Why(ap infrav1.ApprovalSpec, authors []string, user string, groups []string
 	case user == "" && NeedsIdentity(ap):
 		return "no user was stamped at admission (opr8r's admission policies are not installed?), and spec.approval needs to know who decided"
 	case !Allowed(ap.Approvers, user, groups):
-		return "not in spec.approval.approvers (users or groups)"
+		if Nobody(ap.Approvers) {
+			return "spec.approval.approvers and the approvers of the policies that govern the run (status.approvals.policy) name nobody in common, so nobody's decision counts; a policy admin must align them"
+		}
+		return "not in spec.approval.approvers (users or groups), or not among the approvers every policy that governs the run names (status.approvals.policy)"
 	case approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && len(authors) == 0:
 		return "the change has no stamped author, so spec.approval.selfApproval Forbidden cannot be checked"
 	case approve && ap.SelfApproval == infrav1.SelfApprovalForbidden && slices.Contains(authors, user):
@@ -92,11 +95,12 @@ func Helps(ap infrav1.ApprovalSpec, t *infrav1.ApprovalTally, user string, group
 		if rt.Effect != infrav1.RuleRequire || rt.Needed == 0 || slices.Contains(rt.ApprovedBy, user) {
 			continue
 		}
-		i := slices.IndexFunc(ap.Rules, func(r infrav1.ApprovalRule) bool { return r.Name == rt.Name })
-		if i < 0 || ap.Rules[i].Require == nil {
-			continue
+		// The manager records whom each rule counts (rt.Approvers); a
+		// tally recorded before it did names the rule only.
+		a := rt.Approvers
+		if i := slices.IndexFunc(ap.Rules, func(r infrav1.ApprovalRule) bool { return r.Name == rt.Name }); a == nil && i >= 0 && ap.Rules[i].Require != nil {
+			a = ap.Rules[i].Require.Approvers
 		}
-		a := ap.Rules[i].Require.Approvers
 		if Allowed(a, user, groups) {
 			return true, ""
 		}

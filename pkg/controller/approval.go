@@ -85,6 +85,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		votes = dropLateApprovals(votes, deadline)
 	}
 	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
+	changed := recordPolicies(&t, run, st)
 	rules, rerr := r.planRules(ctx, run, st)
 	var unreadable *planUnreadable
 	if rerr != nil && !errors.As(rerr, &unreadable) && rejection == nil && !timedOut {
@@ -97,7 +98,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	}
 	run.Status.Approvals = &t // the changes below show too
 	denied := rules != nil && rules.Decision == planpolicy.Deny
-	if pub, ok := st.engine.(engine.GatePublisher); ok && rerr == nil && rejection == nil && !denied && t.Needed > 0 {
+	if pub, ok := st.engine.(engine.GatePublisher); ok && rerr == nil && rejection == nil && !denied && !changed && t.Needed > 0 {
 		gp := gatePolicy(ap, r.runAuthors(run), t)
 		ruleGatePolicy(&gp, ap, rules, t)
 		if err := pub.PublishGate(ctx, r.Client, st.child, gp); err != nil {
@@ -109,8 +110,11 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		err = r.denyByRule(ctx, run, st, approver, rules.DenyMessage())
 	case rejection != nil:
 		err = r.reject(ctx, run, st, approver, *rejection, t)
-	case rerr != nil && timedOut:
+	case (rerr != nil || changed) && timedOut:
 		err = r.timeOut(ctx, run, st, approver, timeout)
+	case changed:
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPolicyChanged,
+			fmt.Sprintf("plan %s (%s) is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", prog.Plan.Short(), digest, policyChange(t.Policy.Policies, st.gov.Refs), run.Name))
 	case unreadable != nil:
 		reason := infrav1.ReasonPlanUnreadable
 		if unreadable.rules != nil {
@@ -120,7 +124,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 			fmt.Sprintf("plan %s (%s) is held at the gate: %v; %s", prog.Plan.Short(), digest, unreadable, unreadable.advice()))
 	case t.Needed == 0:
 		src, msg := ruleApproval(rules, ap.Mode)
-		if w := r.windowState(st.eff, votes); w != nil {
+		if w := r.windowState(st, votes); w != nil {
 			t.ChangeWindow = w
 			if !w.Open {
 				how := msg
@@ -385,6 +389,10 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at.Time})
 	}
 	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
+	if recordPolicies(&t, run, st) {
+		run.Status.Approvals = &t
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+policyChange(t.Policy.Policies, st.gov.Refs))
+	}
 	rules, err := r.planRules(ctx, run, st)
 	var unreadable *planUnreadable
 	if errors.As(err, &unreadable) {
@@ -399,7 +407,7 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	if rules != nil && rules.Decision == planpolicy.Deny {
 		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+rules.DenyMessage())
 	}
-	if w := r.windowState(st.eff, votes); t.Needed == 0 && w != nil {
+	if w := r.windowState(st, votes); t.Needed == 0 && w != nil {
 		t.ChangeWindow = w
 		if !w.Open {
 			return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine while the plan "+windowHeld(w))
@@ -554,4 +562,40 @@ func (r *TerraformRunReconciler) supersedePlanOnly(ctx context.Context, run *inf
 // shortPlan is a plan's counts for messages.
 func shortPlan(p *infrav1.PlanStatus) string {
 	return results.Short(p.Add, p.Change, p.Destroy)
+}
+
+// recordPolicies records in t the combined policy that counts the plan,
+// and the policies that governed it when it reached the gate (kept from
+// the tally of the same plan); it says whether those have changed since:
+// one added, changed or deleted, which holds the plan (a change under a
+// waiting plan never loosens it).
+func recordPolicies(t *infrav1.ApprovalTally, run *infrav1.TerraformRun, st *passState) bool {
+	t.Policy = approvalpolicy.Effective(st.gov)
+	prev := run.Status.Approvals
+	if prev == nil || prev.Digest != t.Digest || prev.Policy == nil {
+		return false
+	}
+	t.Policy.Policies = prev.Policy.Policies
+	return approvalpolicy.Changed(prev.Policy.Policies, st.gov.Refs)
+}
+
+// policyChange says how the policies that govern a run changed since its
+// plan reached the gate.
+func policyChange(recorded, now []infrav1.PolicyRef) string {
+	var parts []string
+	for _, p := range now {
+		i := slices.IndexFunc(recorded, func(r infrav1.PolicyRef) bool { return r.Kind == p.Kind && r.Name == p.Name })
+		switch {
+		case i < 0:
+			parts = append(parts, fmt.Sprintf("%s %s was added", p.Kind, p.Name))
+		case recorded[i].Generation != p.Generation:
+			parts = append(parts, fmt.Sprintf("%s %s changed (generation %d, was %d)", p.Kind, p.Name, p.Generation, recorded[i].Generation))
+		}
+	}
+	for _, p := range recorded {
+		if !slices.ContainsFunc(now, func(n infrav1.PolicyRef) bool { return n.Kind == p.Kind && n.Name == p.Name }) {
+			parts = append(parts, fmt.Sprintf("%s %s was deleted", p.Kind, p.Name))
+		}
+	}
+	return "the policies that govern the run changed while the plan waited (" + strings.Join(parts, "; ") + ")"
 }

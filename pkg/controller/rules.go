@@ -138,20 +138,25 @@ func (r *TerraformRunReconciler) checkRules(eff *infrav1.TerraformRun) error {
 	return nil
 }
 
-// windowState says whether spec.approval.windows let the plan approved by
+// windowState says whether the change windows let the plan approved by
 // votes apply now (nil without windows): open, overridden by a policy
-// admin's approval, or held until a time.
-func (r *TerraformRunReconciler) windowState(eff *infrav1.TerraformRun, votes []vote) *infrav1.ChangeWindowStatus {
-	if len(eff.Spec.Approval.Windows) == 0 {
+// admin's approval, or held until a time. The windows of each layer (the
+// run's spec.approval, each policy's) are judged apart, and all must let
+// the plan apply: one policy's Allow window never opens another's.
+func (r *TerraformRunReconciler) windowState(st *passState, votes []vote) *infrav1.ChangeWindowStatus {
+	layers := st.gov.Windows
+	if layers == nil && len(st.eff.Spec.Approval.Windows) > 0 {
+		layers = [][]infrav1.ChangeWindow{st.eff.Spec.Approval.Windows}
+	}
+	if len(layers) == 0 {
 		return nil
 	}
-	ws, err := changewindow.Compile(eff.Spec.Approval.Windows)
+	open, why, next, err := windowsState(layers, r.now())
 	if err != nil {
-		// checkRules stalled the run before it started; a spec changed
-		// since holds the plan (fail closed).
+		// checkRules stalled the run before it started; a spec or policy
+		// changed since holds the plan (fail closed).
 		return &infrav1.ChangeWindowStatus{Message: err.Error()}
 	}
-	open, why, next := ws.State(r.now())
 	if open {
 		return &infrav1.ChangeWindowStatus{Open: true}
 	}
@@ -160,12 +165,45 @@ func (r *TerraformRunReconciler) windowState(eff *infrav1.TerraformRun, votes []
 			return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.user + " (" + v.source + ")"}
 		}
 	}
-	st := &infrav1.ChangeWindowStatus{Message: why}
+	cw := &infrav1.ChangeWindowStatus{Message: why}
 	if !next.IsZero() {
 		at := metav1.NewTime(next)
-		st.OpensAt = &at
+		cw.OpensAt = &at
 	}
-	return st
+	return cw
+}
+
+// windowsState judges each layer's windows at now: open when all are;
+// otherwise why the first closed one is, and the latest time one of the
+// closed layers opens (zero when one never does), when the plan looks
+// again (another layer may have closed by then, which that look sees).
+func windowsState(layers [][]infrav1.ChangeWindow, now time.Time) (bool, string, time.Time, error) {
+	open, why := true, ""
+	var next time.Time
+	never := false
+	for _, l := range layers {
+		ws, err := changewindow.Compile(l)
+		if err != nil {
+			return false, "", time.Time{}, err
+		}
+		o, w, n := ws.State(now)
+		if o {
+			continue
+		}
+		if open {
+			why = w
+		}
+		open = false
+		if n.IsZero() {
+			never = true
+		} else if n.After(next) {
+			next = n
+		}
+	}
+	if never {
+		next = time.Time{}
+	}
+	return open, why, next, nil
 }
 
 // windowWait is how long a plan held by its change windows waits before
@@ -364,6 +402,7 @@ func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.Ap
 			i := indexRule(t.Rules, rule.Name)
 			rt := &t.Rules[i]
 			rt.Required = rule.Require.Approvals
+			rt.Approvers = rule.Require.Approvers.DeepCopy()
 			for _, u := range t.ApprovedBy {
 				if approvalpolicy.Allowed(rule.Require.Approvers, u, groups[u]) {
 					rt.ApprovedBy = append(rt.ApprovedBy, u)

@@ -596,3 +596,42 @@ func TestApproveAgreesWithTheGate(t *testing.T) {
 		})
 	}
 }
+
+func TestWindowsStateEveryLayerMustBeOpen(t *testing.T) {
+	now := time.Date(2026, 12, 9, 10, 0, 0, 0, time.UTC) // a Wednesday
+	allow := func(name, sched string, d time.Duration) infrav1.ChangeWindow {
+		return infrav1.ChangeWindow{Name: name, Type: infrav1.WindowAllow, Schedule: sched, Duration: metav1.Duration{Duration: d}}
+	}
+	openNow := allow("now", "0 9 * * *", 4*time.Hour)       // 09:00-13:00 daily
+	laterToday := allow("later", "0 15 * * *", 2*time.Hour) // 15:00-17:00 daily
+	neverNow := allow("feb30", "0 9 30 2 *", time.Hour)     // refused by Compile
+	tomorrow := allow("thursday", "0 8 * * 4", 2*time.Hour) // Thursday 08:00
+	if open, _, _, err := windowsState([][]infrav1.ChangeWindow{{openNow}, {openNow}}, now); err != nil || !open {
+		t.Fatalf("two open layers: open=%v err=%v", open, err)
+	}
+	// One policy's Allow window does not open another's: the run's window
+	// is open, the policy's is not.
+	open, why, next, err := windowsState([][]infrav1.ChangeWindow{{openNow}, {laterToday}}, now)
+	if err != nil || open || why == "" || !next.Equal(time.Date(2026, 12, 9, 15, 0, 0, 0, time.UTC)) {
+		t.Fatalf("open=%v why=%q next=%v err=%v", open, why, next, err)
+	}
+	// Two closed layers: look again when the later of the two opens.
+	_, _, next, _ = windowsState([][]infrav1.ChangeWindow{{laterToday}, {tomorrow}}, now)
+	if !next.Equal(time.Date(2026, 12, 10, 8, 0, 0, 0, time.UTC)) {
+		t.Fatalf("next %v", next)
+	}
+	if _, _, _, err := windowsState([][]infrav1.ChangeWindow{{openNow}, {neverNow}}, now); err == nil {
+		t.Fatal("a layer whose window never opens must fail to compile, holding the plan")
+	}
+}
+
+func TestPolicyChangeSaysWhat(t *testing.T) {
+	rec := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 1}, {Kind: "ClusterTerraformRunPolicy", Name: "gone", Generation: 3}}
+	now := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 2}, {Kind: "TerraformRunPolicy", Name: "new", Generation: 1}}
+	msg := policyChange(rec, now)
+	for _, want := range []string{"TerraformRunPolicy a changed (generation 2, was 1)", "TerraformRunPolicy new was added", "ClusterTerraformRunPolicy gone was deleted"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
+	}
+}

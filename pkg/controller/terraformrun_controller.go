@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -153,6 +154,7 @@ type subReconciler func(ctx context.Context, run *infrav1.TerraformRun, st *pass
 // applyFlow is the pass of a TerraformRun that is not being deleted.
 func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 	return []subReconciler{
+		r.reconcilePolicies,
 		r.reconcileActive,
 		r.reconcileDrive,
 		r.reconcileDependencies,
@@ -171,6 +173,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 // deleteFlow is the pass of a TerraformRun being deleted.
 func (r *TerraformRunReconciler) deleteFlow() []subReconciler {
 	return []subReconciler{
+		r.reconcilePolicies,
 		r.reconcileRelease,
 		r.reconcileActive,
 		r.reconcileDrive,
@@ -324,6 +327,8 @@ func (r *TerraformRunReconciler) SetupWithManager(mgr ctrl.Manager, maxConcurren
 		))).
 		Owns(&corev1.Secret{}).
 		Watches(&infrav1.TerraformRunApproval{}, handler.EnqueueRequestsFromMapFunc(approvalRequests)).
+		Watches(&infrav1.TerraformRunPolicy{}, handler.EnqueueRequestsFromMapFunc(r.policyRuns), builder.WithPredicates(policyChanged)).
+		Watches(&infrav1.ClusterTerraformRunPolicy{}, handler.EnqueueRequestsFromMapFunc(r.policyRuns), builder.WithPredicates(policyChanged)).
 		Watches(&infrav1.TerraformRun{}, handler.EnqueueRequestsFromMapFunc(r.relatedRuns), builder.WithPredicates(dependencyPredicate{}))
 	for _, w := range wake {
 		b = b.WatchesRawSource(source.Channel(w, &handler.EnqueueRequestForObject{}))
@@ -352,8 +357,11 @@ func approvalRequests(_ context.Context, o client.Object) []reconcile.Request {
 
 // passState is what one reconcile pass learns as it goes.
 type passState struct {
-	// eff is the run with every default applied.
+	// eff is the run with every default applied, and its spec.approval
+	// combined with the policies that govern it (reconcilePolicies).
 	eff *infrav1.TerraformRun
+	// gov is that combination: the policies, and each one's windows.
+	gov approvalpolicy.Governed
 	// hash is the hash of what the current spec runs.
 	hash string
 	// active is true while the current run (status.run) has not finished.

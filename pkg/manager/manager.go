@@ -28,6 +28,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/controller"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/governance"
 	"github.com/opr8r/opr8r/pkg/notify"
 	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -227,7 +228,11 @@ func ShardCacheOptions(namespaces []string, engines []engine.Engine, shard Shard
 			&infrav1.TerraformRunApproval{}: {Label: labels.Everything()},
 			&infrav1.TerraformRunReceiver{}: {Label: labels.Everything()},
 			&infrav1.TerraformRunNotifier{}: {Label: labels.Everything()},
-			&corev1.Secret{}:                {Label: withShard(SecretSelector(), shard), Transform: slimSecret},
+			// Policies govern every run in their scope, whatever their
+			// labels (a policy admin's, not opr8r's).
+			&infrav1.TerraformRunPolicy{}:        {Label: labels.Everything()},
+			&infrav1.ClusterTerraformRunPolicy{}: {Label: labels.Everything()},
+			&corev1.Secret{}:                     {Label: withShard(SecretSelector(), shard), Transform: slimSecret},
 		},
 	}
 	for _, e := range engines {
@@ -450,6 +455,9 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		o.Receiver.Seals = engine.Seals{Key: o.SealKey}
 	}
 	if err := receiver.Setup(mgr, o.Receiver); err != nil {
+		return nil, err
+	}
+	if err := governance.Setup(mgr); err != nil {
 		return nil, err
 	}
 	if o.Receiver != nil && o.Receiver.Addr != "" && o.Receiver.Addr != "0" {

@@ -573,12 +573,20 @@ func (o *Options) approve(ctx context.Context, name, pin string, override bool) 
 		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
 	}
 	if user, groups := whoAmI(ctx, cs); user != "" {
-		why := approvalpolicy.Why(run.Spec.Approval, approvalpolicy.Authors(run), user, groups, true)
+		// The policy that counts the vote: as the manager combined
+		// spec.approval with the policies that govern the run, for this
+		// plan (status.approvals.policy), else spec.approval alone.
+		ap := run.Spec.Approval
+		t := run.Status.Approvals
+		if t != nil && t.Digest == digest && t.Policy != nil {
+			ap = approvalpolicy.FromEffective(t.Policy)
+		}
+		why := approvalpolicy.Why(ap, approvalpolicy.Authors(run), user, groups, true)
 		if why == "" {
 			// The Require rules that matched the plan, as the manager
 			// tallied it (status.approvals, for this plan only).
-			if t := run.Status.Approvals; t != nil && t.Digest == digest {
-				if ok, w := approvalpolicy.Helps(run.Spec.Approval, t, user, groups); !ok {
+			if t != nil && t.Digest == digest {
+				if ok, w := approvalpolicy.Helps(ap, t, user, groups); !ok {
 					why = w
 				}
 			}

@@ -8,10 +8,13 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 )
 
@@ -120,10 +123,15 @@ func (o *Options) policyRules(ctx context.Context, p policyTest) ([]infrav1.Appr
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.runName}, run); err != nil {
 			return nil, err
 		}
-		if len(run.Spec.Approval.Rules) == 0 {
-			return nil, fmt.Errorf("TerraformRun %s/%s has no spec.approval.rules", ns, p.runName)
+		ps, err := o.governing(ctx, c, ns)
+		if err != nil {
+			return nil, err
 		}
-		return run.Spec.Approval.Rules, nil
+		rules := approvalpolicy.Combine(run.Spec.Approval, ps).Approval.Rules
+		if len(rules) == 0 {
+			return nil, fmt.Errorf("TerraformRun %s/%s has no spec.approval.rules, and no policy that governs it has rules", ns, p.runName)
+		}
+		return rules, nil
 	case p.rulesFile == "":
 		return nil, fmt.Errorf("give the rules with -f FILE (a TerraformRun manifest or a list of rules) or --run NAME")
 	}
@@ -158,4 +166,34 @@ func (o *Options) policyRules(ctx context.Context, p policyTest) ([]infrav1.Appr
 		}
 	}
 	return rules, nil
+}
+
+// governing reads the policies that govern the runs of namespace ns, as
+// the manager combines them (approvalpolicy.Select). The namespace's
+// TerraformRunPolicies must be readable; cluster policies and the
+// namespace's labels are read when the user may, and a warning says what
+// could not be (without the labels every cluster policy is tested, which
+// can only add rules).
+func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]approvalpolicy.Policy, error) {
+	var nsList infrav1.TerraformRunPolicyList
+	if err := c.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
+		return nil, fmt.Errorf("reading the TerraformRunPolicies of namespace %s, which govern its runs: %w", ns, err)
+	}
+	var clList infrav1.ClusterTerraformRunPolicyList
+	if err := c.List(ctx, &clList); err != nil {
+		fmt.Fprintf(o.ErrOut, "warning: cannot read the ClusterTerraformRunPolicies (%v): testing without them\n", err)
+	}
+	var nsLabels labels.Set
+	if approvalpolicy.NeedsLabels(clList.Items) {
+		n := &corev1.Namespace{}
+		if err := c.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil {
+			fmt.Fprintf(o.ErrOut, "warning: cannot read namespace %s's labels (%v): testing every ClusterTerraformRunPolicy, selected or not\n", ns, err)
+		} else {
+			nsLabels = labels.Set(n.Labels)
+			if nsLabels == nil {
+				nsLabels = labels.Set{}
+			}
+		}
+	}
+	return approvalpolicy.Select(nsList.Items, clList.Items, nsLabels), nil
 }

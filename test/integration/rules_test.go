@@ -8,7 +8,9 @@ import (
 
 	. "github.com/onsi/ginkgo/v2"
 	. "github.com/onsi/gomega"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apimeta "k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -111,6 +113,132 @@ func planRules(g given) {
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("True/Approved"))
+	})
+
+	It("is governed by a TerraformRunPolicy set once in the namespace, with no policy of its own", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "r-sam")
+		grant(ns, "approver", "r-sue")
+		grant(ns, "approver", "r-dev")
+		as("r-sam", "r-security")
+		as("r-sue", "r-security")
+		as("r-dev", "r-devs")
+		pol := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "platform", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{Rules: conformanceRules[:2]}}}
+		Expect(k8sClient.Create(ctx, pol)).To(Succeed())
+		Eventually(func() string {
+			p := &infrav1.TerraformRunPolicy{}
+			Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pol), p)).To(Succeed())
+			if c := apimeta.FindStatusCondition(p.Status.Conditions, infrav1.ReadyCondition); c != nil {
+				return string(c.Status)
+			}
+			return ""
+		}, timeout, interval).Should(Equal("True"))
+
+		// An add-only plan goes through by the policy's rule.
+		add := g.run("pol-add", ns).Obj()
+		sAdd := g.plannedWithJSON(ns, add, digestOf("pol-add"), rulesAddOnly)
+		Eventually(gateState(sAdd), timeout, interval).Should(Equal("Approved"))
+		Expect(cond(getRun(ns, add.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring("approved automatically by rule platform/add-only"))
+
+		// A destroy needs two of security, though the run asks for one.
+		run := g.run("pol-two", ns).Obj()
+		Expect(run.Spec.Approval.Rules).To(BeEmpty())
+		digest := digestOf("pol-two")
+		s := g.plannedWithJSON(ns, run, digest, rulesDestroy)
+		for _, u := range []string{"r-dev", "r-sam"} {
+			_, err := decide(as(u), ns, run.Name, digest, infrav1.DecisionApprove, "")
+			Expect(err).NotTo(HaveOccurred())
+		}
+		Eventually(func() string {
+			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
+				return c.Message
+			}
+			return ""
+		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+		got := getRun(ns, run.Name).Status.Approvals
+		Expect(got.Rules).To(HaveLen(1))
+		Expect(got.Rules[0].Name).To(Equal("platform/destroys-need-two"))
+		Expect(got.Rules[0].Approvers.Groups).To(Equal([]string{"r-security"}))
+		Expect(got.Policy).NotTo(BeNil())
+		Expect(got.Policy.Policies).To(Equal([]infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "platform", Generation: 1}}))
+
+		_, err := decide(as("r-sue"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(s), timeout, interval).Should(Equal("Approved"))
+	})
+
+	It("holds a waiting plan when a policy that governs it changes, and a tenant cannot write one", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "r-sam")
+		grant(ns, "approver", "r-sue")
+		grant(ns, "editor", "r-ed")
+		grant(ns, "policy-admin", "r-admin")
+		pol := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{RequiredApprovals: 2}}}
+		// An editor may read the policy, never write or delete it.
+		err := as("r-ed").Create(ctx, pol.DeepCopy())
+		Expect(apierrors.IsForbidden(err)).To(BeTrue(), "%v", err)
+		Expect(as("r-admin").Create(ctx, pol)).To(Succeed())
+		Expect(as("r-ed").Get(ctx, client.ObjectKeyFromObject(pol), &infrav1.TerraformRunPolicy{})).To(Succeed())
+		Expect(apierrors.IsForbidden(as("r-ed").Delete(ctx, pol))).To(BeTrue())
+
+		run := g.run("pol-change", ns).Obj()
+		digest := digestOf("pol-change")
+		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
+		_, err = decide(as("r-sam"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string {
+			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
+				return c.Message
+			}
+			return ""
+		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+
+		// The policy admin loosens it while the plan waits: the plan is
+		// held, not approved by the one approval it has.
+		p := &infrav1.TerraformRunPolicy{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pol), p)).To(Succeed())
+		p.Spec.Approval.RequiredApprovals = 1
+		Expect(as("r-admin").Update(ctx, p)).To(Succeed())
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("Unknown/PolicyChanged"))
+		Expect(cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring("TerraformRunPolicy two changed (generation 2, was 1)"))
+		_, err = decide(as("r-sue"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("Unknown/PolicyChanged"))
+	})
+
+	It("is governed by a ClusterTerraformRunPolicy that selects its namespace by label, and only then", func() {
+		ns, other := newNamespace(), newNamespace()
+		key := "opr8r-it/" + ns
+		nsObj := &corev1.Namespace{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ns}, nsObj)).To(Succeed())
+		nsObj.Labels = map[string]string{"opr8r-it-gov": ns}
+		Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
+		cp := &infrav1.ClusterTerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "cp-" + ns},
+			Spec: infrav1.ClusterTerraformRunPolicySpec{
+				NamespaceSelector:      &metav1.LabelSelector{MatchLabels: map[string]string{"opr8r-it-gov": ns}},
+				TerraformRunPolicySpec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{Rules: conformanceRules[2:]}}}}
+		Expect(k8sClient.Create(ctx, cp)).To(Succeed(), key)
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, cp))).To(Succeed()) })
+
+		run := g.run("cp-deny", ns).Obj()
+		s := g.plannedWithJSON(ns, run, digestOf("cp-deny"), rulesDestroy)
+		Eventually(gateState(s), timeout, interval).Should(Equal("Rejected"))
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/DeniedByRule"))
+		_, msg, _ := s.Gate()
+		Expect(msg).To(ContainSubstring("denied by rule cluster/cp-" + ns + "/keep-the-keeper"))
+
+		// The namespace it does not select is not governed by it.
+		grant(other, "approver", "r-sam")
+		free := g.run("cp-free", other).Obj()
+		d := digestOf("cp-free")
+		sFree := g.plannedWithJSON(other, free, d, rulesDestroy)
+		_, err := decide(as("r-sam"), other, free.Name, d, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(gateState(sFree), timeout, interval).Should(Equal("Approved"))
 	})
 
 	It("never applies a plan a Deny rule matches, whoever approves it", func() {

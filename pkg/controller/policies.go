@@ -1,0 +1,98 @@
+package controller
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+
+	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/approvalpolicy"
+)
+
+// +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunpolicies;clusterterraformrunpolicies,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=namespaces,verbs=get
+
+// reconcilePolicies combines the run's spec.approval with the policies
+// that govern it (TerraformRunPolicies of its namespace, and the
+// ClusterTerraformRunPolicies that select the namespace): every later
+// step of the pass reads the combined policy from st.eff. The hash of
+// what the run executes (st.hash) is not touched: a policy changes how a
+// plan is approved, never what is planned.
+func (r *TerraformRunReconciler) reconcilePolicies(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	ps, err := r.governing(ctx, run.Namespace)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	st.gov = approvalpolicy.Combine(st.eff.Spec.Approval, ps)
+	st.eff.Spec.Approval = st.gov.Approval
+	return ctrl.Result{}, nil
+}
+
+// governing lists the policies that govern the runs of namespace ns
+// (approvalpolicy.Select).
+func (r *TerraformRunReconciler) governing(ctx context.Context, ns string) ([]approvalpolicy.Policy, error) {
+	var nsList infrav1.TerraformRunPolicyList
+	if err := r.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
+		return nil, generic("ListPolicies", err, "listing the TerraformRunPolicies of namespace %s", ns)
+	}
+	var clList infrav1.ClusterTerraformRunPolicyList
+	if err := r.List(ctx, &clList); err != nil {
+		return nil, generic("ListPolicies", err, "listing the ClusterTerraformRunPolicies")
+	}
+	nsLabels := labels.Set{}
+	if approvalpolicy.NeedsLabels(clList.Items) {
+		l, err := r.namespaceLabels(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		nsLabels = l
+	}
+	return approvalpolicy.Select(nsList.Items, clList.Items, nsLabels), nil
+}
+
+// namespaceLabels reads namespace ns's labels around the cache (a manager
+// that watches some namespaces holds no cluster-wide watch of namespaces).
+func (r *TerraformRunReconciler) namespaceLabels(ctx context.Context, ns string) (labels.Set, error) {
+	reader := r.APIReader
+	if reader == nil {
+		reader = r.Client
+	}
+	var n corev1.Namespace
+	if err := reader.Get(ctx, types.NamespacedName{Name: ns}, &n); err != nil {
+		return nil, generic("GetNamespace", err, "reading namespace %s's labels for the ClusterTerraformRunPolicies' namespaceSelector", ns)
+	}
+	if n.Labels == nil {
+		return labels.Set{}, nil
+	}
+	return labels.Set(n.Labels), nil
+}
+
+// policyRuns wakes the runs a policy governs when it is created, changed
+// or deleted: a TerraformRunPolicy's namespace's, or every run for a
+// ClusterTerraformRunPolicy.
+func (r *TerraformRunReconciler) policyRuns(ctx context.Context, o client.Object) []reconcile.Request {
+	var opts []client.ListOption
+	if o.GetNamespace() != "" {
+		opts = append(opts, client.InNamespace(o.GetNamespace()))
+	}
+	var list infrav1.TerraformRunList
+	if err := r.List(ctx, &list, opts...); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "listing the TerraformRuns a policy governs", "policy", client.ObjectKeyFromObject(o))
+		return nil
+	}
+	out := make([]reconcile.Request, 0, len(list.Items))
+	for i := range list.Items {
+		out = append(out, reconcile.Request{NamespacedName: client.ObjectKeyFromObject(&list.Items[i])})
+	}
+	return out
+}
+
+// policyChanged passes the policy events that matter to its runs:
+// creation, deletion and a spec change.
+var policyChanged = predicate.GenerationChangedPredicate{}
