@@ -447,9 +447,11 @@ tekton_up() {
 # The namespaces whose TerraformRuns the e2e scenarios and make dev create:
 # e2e (every scenario's ns), default (the stacks' edge, examples/ for make
 # dev), e2e-providers (TestProviderCache: a namespace whose provider cache
-# starts empty). The manager watches them only and holds its rights there, as the
+# starts empty), e2e-governed (TestGovernance: runs that policies set once
+# govern, labelled for a ClusterTerraformRunPolicy's namespaceSelector).
+# The manager watches them only and holds its rights there, as the
 # README's install line gives.
-E2E_NAMESPACES="e2e,default,e2e-providers"
+E2E_NAMESPACES="e2e,default,e2e-providers,e2e-governed"
 
 # provider_mirror_up runs the provider network mirror in opr8r-system,
 # with its certificate, and the CA the manager gives terraform steps.
@@ -493,6 +495,8 @@ MIRROR
 opr8r_up() {
   kc create namespace e2e --dry-run=client -o yaml | kc apply -f - >/dev/null
   kc create namespace e2e-providers --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc create namespace e2e-governed --dry-run=client -o yaml | kc apply -f - >/dev/null
+  kc label namespace e2e-governed opr8r-e2e/governed=true --overwrite >/dev/null
   provider_mirror_up
   "${HELM}" --kubeconfig "${S}/admin.kubeconfig" upgrade --install opr8r "${ROOT}/deploy/opr8r" \
     --namespace opr8r-system --create-namespace \
@@ -517,6 +521,14 @@ opr8r_up() {
       --dry-run=client -o yaml | kc apply -f - >/dev/null
   done
   kc create rolebinding e2e-trent-approver --clusterrole=opr8r-approver --user=opr8r-e2e-trent -n e2e \
+    --dry-run=client -o yaml | kc apply -f - >/dev/null
+  # e2e-governed: the tenants edit runs and alice and bob approve, under
+  # the policies TestGovernance sets once.
+  for role in edit opr8r-editor; do
+    kc create rolebinding "e2e-tenants-${role}" --clusterrole="${role}" --group=e2e-tenants -n e2e-governed \
+      --dry-run=client -o yaml | kc apply -f - >/dev/null
+  done
+  kc create rolebinding e2e-approvers --clusterrole=opr8r-approver --group=e2e-approvers -n e2e-governed \
     --dry-run=client -o yaml | kc apply -f - >/dev/null
   # e2e-restricted: a namespace a runner policy restricts (TestTenants tries
   # settings outside it there, dry-run), apart from the other scenarios'.
