@@ -141,6 +141,13 @@ const (
 	// RunRequestAnnotation asks for a new run of an unchanged spec: set it to
 	// any new value (kubectl tfrun rerun writes a timestamp).
 	RunRequestAnnotation = "infra.opr8r.io/run-requested-at"
+	// RunRequestedByAnnotation names the user who last set
+	// RunRequestAnnotation, stamped at admission (MutatingAdmissionPolicy
+	// opr8r-run-requester), which refuses any other value. A run that
+	// request starts counts them among its authors (status.run.authors):
+	// who asks for a plan of inputs they changed (a ConfigMap or Secret the
+	// run reads) authored it, and selfApproval Forbidden bars them.
+	RunRequestedByAnnotation = "infra.opr8r.io/run-requested-by"
 	// SealAnnotation on a child opr8r drives itself (the Job engine's) is an
 	// HMAC, under a key only the manager holds, of what it reads back from
 	// the child to drive it: its later steps and pod settings. A child whose

@@ -40,3 +40,18 @@ func TestAuthors(t *testing.T) {
 		})
 	}
 }
+
+func TestRunAuthorsCountWhoAskedForARerun(t *testing.T) {
+	run := aRun("a")
+	run.Annotations = map[string]string{infrav1.SpecAuthorsAnnotation: "1 carol", infrav1.RunRequestedByAnnotation: "alice"}
+	if got := runAuthors(run, infrav1.TriggerRerunRequest); !slices.Equal(got, []string{"alice", "carol"}) {
+		t.Fatalf("a rerun's authors = %q, want the requester with the spec's", got)
+	}
+	if got := runAuthors(run, infrav1.TriggerSpecChange); !slices.Equal(got, []string{"carol"}) {
+		t.Fatalf("a spec change's authors = %q, want the spec's only: the requester asked for an earlier run", got)
+	}
+	run.Annotations[infrav1.RunRequestedByAnnotation] = "carol"
+	if got := runAuthors(run, infrav1.TriggerRerunRequest); !slices.Equal(got, []string{"carol"}) {
+		t.Fatalf("authors = %q, want carol once", got)
+	}
+}

@@ -203,7 +203,7 @@ func (r *TerraformRunReconciler) setRunStarted(run *infrav1.TerraformRun, st *pa
 		Phase:        infrav1.RunPending,
 		StartedAt:    &now,
 		Author:       author(run, st.hash),
-		Authors:      authors(run),
+		Authors:      runAuthors(run, n.trigger),
 		Generation:   run.Generation,
 		Dependencies: st.deps.used,
 		ApprovalMode: approvalMode(st.eff, n.typ),
@@ -548,6 +548,20 @@ func authors(run *infrav1.TerraformRun) []string {
 	}
 	slices.Sort(users)
 	return users
+}
+
+// runAuthors are the authors of a run started by trigger: those of the
+// spec (authors), and, for a run someone asked for (kubectl tfrun rerun),
+// who asked (RunRequestedByAnnotation, stamped at admission): the rerun
+// re-reads what the run takes from ConfigMaps and Secrets, which they may
+// have changed.
+func runAuthors(run *infrav1.TerraformRun, trigger infrav1.RunTrigger) []string {
+	out := authors(run)
+	if by := run.Annotations[infrav1.RunRequestedByAnnotation]; trigger == infrav1.TriggerRerunRequest && by != "" && !slices.Contains(out, by) {
+		out = append(out, by)
+		slices.Sort(out)
+	}
+	return out
 }
 
 func author(run *infrav1.TerraformRun, hash string) string {

@@ -202,6 +202,36 @@ var _ = Describe("approval identity and rights", func() {
 		Expect(getRun(ns, "authors").Annotations).To(HaveKeyWithValue(infrav1.SpecAuthorsAnnotation, "1 sa-trent\n2 sa-mallory"))
 	})
 
+	It("stamps who asks for a rerun and refuses a typed requester", func() {
+		ns := newNamespace()
+		grant(ns, "editor", "rq-trent")
+		grant(ns, "editor", "rq-mallory")
+		trent, mallory := as("rq-trent"), as("rq-mallory")
+		Expect(trent.Create(ctx, testRun("asked", ns))).To(Succeed())
+
+		By("mallory asks for a rerun (kubectl tfrun rerun's patch): she is stamped")
+		got := getRun(ns, "asked")
+		p := client.MergeFrom(got.DeepCopy())
+		got.Annotations[infrav1.RunRequestAnnotation] = "2026-12-07T16:00:00Z"
+		Expect(mallory.Patch(ctx, got, p)).To(Succeed())
+		Expect(getRun(ns, "asked").Annotations).To(HaveKeyWithValue(infrav1.RunRequestedByAnnotation, "rq-mallory"))
+
+		By("a requester typed by hand is refused, naming the annotation")
+		got = getRun(ns, "asked")
+		p = client.MergeFrom(got.DeepCopy())
+		got.Annotations[infrav1.RunRequestedByAnnotation] = "rq-trent"
+		err := mallory.Patch(ctx, got, p)
+		Expect(err).To(HaveOccurred())
+		Expect(err.Error()).To(ContainSubstring("metadata.annotations[infra.opr8r.io/run-requested-by] is stamped at admission"))
+		got = getRun(ns, "asked")
+		p = client.MergeFrom(got.DeepCopy())
+		got.Annotations[infrav1.RunRequestAnnotation] = "2026-12-07T16:05:00Z"
+		got.Annotations[infrav1.RunRequestedByAnnotation] = "rq-trent"
+		Expect(mallory.Patch(ctx, got, p)).To(Succeed(), "the mutating policy stamps over a typed value on a new request")
+		Expect(getRun(ns, "asked").Annotations).To(HaveKeyWithValue(infrav1.RunRequestedByAnnotation, "rq-mallory"))
+
+	})
+
 	It("grants approving and editing apart: an approver cannot edit, an editor cannot approve", func() {
 		ns := newNamespace()
 		grant(ns, "approver", "rights-approver")

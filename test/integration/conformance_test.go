@@ -433,6 +433,9 @@ func conformance(g given) {
 		got := getRun(ns, run.Name)
 		Expect(got.Status.Run.SpecHash).To(Equal(second.SpecHash))
 		Expect(got.Status.LastHandledRunRequest).To(Equal("2026-11-23T00:00:00Z"))
+		By("who asked for it (stamped at admission) is among its authors")
+		Expect(got.Annotations[infrav1.RunRequestedByAnnotation]).NotTo(BeEmpty())
+		Expect(got.Status.Run.Authors).To(ContainElement(got.Annotations[infrav1.RunRequestedByAnnotation]))
 		Expect(g.childCount(ns)()).To(Equal(3))
 	})
 
