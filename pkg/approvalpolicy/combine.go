@@ -66,7 +66,7 @@ func Combine(run infrav1.ApprovalSpec, policies []Policy) Governed {
 			ap.Mode = infrav1.ApprovalManual
 		}
 		ap.RequiredApprovals = max(ap.RequiredApprovals, pa.RequiredApprovals)
-		ap.Approvers = intersect(ap.Approvers, pa.Approvers)
+		ap.Approvers = Intersect(ap.Approvers, pa.Approvers)
 		if pa.SelfApproval == infrav1.SelfApprovalForbidden {
 			ap.SelfApproval = infrav1.SelfApprovalForbidden
 		}
@@ -111,10 +111,10 @@ const (
 	KindCluster    = "ClusterTerraformRunPolicy"
 )
 
-// intersect is who both a and b let decide (nil: anyone). It keeps the
+// Intersect is who both a and b let decide (nil: anyone). It keeps the
 // users both name and the groups both name: a user one names and the
 // other admits by a group cannot be written as one list, and is left out.
-func intersect(a, b *infrav1.Approvers) *infrav1.Approvers {
+func Intersect(a, b *infrav1.Approvers) *infrav1.Approvers {
 	switch {
 	case b == nil:
 		return a

@@ -448,22 +448,28 @@ func ruleApproval(o *planpolicy.Outcome, mode infrav1.ApprovalMode) (infrav1.App
 	return "", ""
 }
 
-// ruleGatePolicy narrows who may pass the gate in the engine to the
-// approvers of the one Require rule still unmet, when spec.approval names
-// none: an engine-native approval is then counted by the same rules
-// (setEngineDecision), and one that does not meet them is refused.
+// ruleGatePolicy narrows who may pass the gate in the engine to those
+// whose resume would count for every Require rule still unmet. A resume is
+// one approval, and admission lets one through only when the plan needs
+// one more (GatePolicy.Needed), so it must meet each unmet rule's
+// approvers as well as spec.approval's: their intersection
+// (approvalpolicy.Intersect, which leaves out a user one names and another
+// admits by group: refused at admission, never a resume that opr8r would
+// then refuse, stopping the run and losing its plan).
 func ruleGatePolicy(p *engine.GatePolicy, ap infrav1.ApprovalSpec, o *planpolicy.Outcome, t infrav1.ApprovalTally) {
-	if o == nil || o.Decision != planpolicy.Require || ap.Approvers != nil {
+	if o == nil || o.Decision != planpolicy.Require {
 		return
 	}
-	var unmet []infrav1.ApprovalRule
+	who := ap.Approvers
+	narrowed := false
 	for _, rule := range o.Require {
 		if i := indexRule(t.Rules, rule.Name); i >= 0 && t.Rules[i].Needed > 0 && rule.Require.Approvers != nil {
-			unmet = append(unmet, rule)
+			who = approvalpolicy.Intersect(who, rule.Require.Approvers)
+			narrowed = true
 		}
 	}
-	if len(unmet) == 1 {
-		p.Users = append([]string{}, unmet[0].Require.Approvers.Users...)
-		p.Groups = append([]string{}, unmet[0].Require.Approvers.Groups...)
+	if narrowed {
+		p.Users = append([]string{}, who.Users...)
+		p.Groups = append([]string{}, who.Groups...)
 	}
 }

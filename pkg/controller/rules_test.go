@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/names"
+	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -633,5 +635,74 @@ func TestPolicyChangeSaysWhat(t *testing.T) {
 		if !strings.Contains(msg, want) {
 			t.Errorf("%q lacks %q", msg, want)
 		}
+	}
+}
+
+// TestRuleGatePolicyLetsThroughOnlyAResumeThatCounts: an engine's resume
+// (Argo's RESUME) that admission lets through must be one the tally then
+// counts; otherwise opr8r refuses it after the fact, stopping the run and
+// losing its plan. A resume is one approval, so it must meet every unmet
+// Require rule and spec.approval's approvers.
+func TestRuleGatePolicyLetsThroughOnlyAResumeThatCounts(t *testing.T) {
+	sec := &infrav1.Approvers{Groups: []string{"security"}}
+	ops := &infrav1.Approvers{Groups: []string{"ops"}}
+	bob := &infrav1.Approvers{Users: []string{"bob"}}
+	rule := func(name string, a *infrav1.Approvers) infrav1.ApprovalRule {
+		return infrav1.ApprovalRule{Name: name, Effect: infrav1.RuleRequire, Require: &infrav1.RuleRequirement{Approvals: 1, Approvers: a}}
+	}
+	tallied := func(needed map[string]int32) infrav1.ApprovalTally {
+		var t infrav1.ApprovalTally
+		for n, k := range needed {
+			t.Rules = append(t.Rules, infrav1.RuleTally{Name: n, Effect: infrav1.RuleRequire, Needed: k})
+		}
+		return t
+	}
+	cases := []struct {
+		name      string
+		approvers *infrav1.Approvers
+		rules     []infrav1.ApprovalRule
+		needed    map[string]int32
+		users     []string // nil: anyone
+		groups    []string
+		mayResume map[string][]string // user -> groups: allowed
+		mayNot    map[string][]string
+	}{
+		{name: "one unmet rule: its approvers", rules: []infrav1.ApprovalRule{rule("iam", sec)}, needed: map[string]int32{"iam": 1},
+			users: []string{}, groups: []string{"security"}, mayResume: map[string][]string{"sue": {"security"}}, mayNot: map[string][]string{"dev": {"devs"}}},
+		{name: "two unmet rules: only who meets both", rules: []infrav1.ApprovalRule{rule("iam", sec), rule("prod", ops)}, needed: map[string]int32{"iam": 1, "prod": 1},
+			users: []string{}, groups: []string{}, mayNot: map[string][]string{"sue": {"security"}, "oli": {"ops"}}},
+		{name: "spec.approval's approvers and the rule's", approvers: &infrav1.Approvers{Users: []string{"alice", "bob"}}, rules: []infrav1.ApprovalRule{rule("iam", bob)}, needed: map[string]int32{"iam": 1},
+			users: []string{"bob"}, groups: []string{}, mayResume: map[string][]string{"bob": nil}, mayNot: map[string][]string{"alice": nil}},
+		{name: "a met rule narrows nothing", rules: []infrav1.ApprovalRule{rule("iam", sec)}, needed: map[string]int32{"iam": 0},
+			users: nil, mayResume: map[string][]string{"dev": nil}},
+		{name: "a rule for anyone narrows nothing", rules: []infrav1.ApprovalRule{rule("two", nil)}, needed: map[string]int32{"two": 1},
+			users: nil, mayResume: map[string][]string{"dev": nil}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			ap := infrav1.ApprovalSpec{Approvers: c.approvers}
+			tl := tallied(c.needed)
+			p := gatePolicy(ap, nil, tl)
+			ruleGatePolicy(&p, ap, &planpolicy.Outcome{Decision: planpolicy.Require, Require: c.rules}, tl)
+			if (p.Users == nil) != (c.users == nil) || !slices.Equal(p.Users, c.users) || !slices.Equal(p.Groups, c.groups) {
+				t.Fatalf("gate users %#v groups %#v, want %#v %#v", p.Users, p.Groups, c.users, c.groups)
+			}
+			may := func(user string, groups []string) bool {
+				if p.Users == nil {
+					return true
+				}
+				return approvalpolicy.Allowed(&infrav1.Approvers{Users: p.Users, Groups: p.Groups}, user, groups)
+			}
+			for u, g := range c.mayResume {
+				if !may(u, g) {
+					t.Errorf("%s may not resume, but the rules count them", u)
+				}
+			}
+			for u, g := range c.mayNot {
+				if may(u, g) {
+					t.Errorf("%s may resume, but the rules would not count it: the run would be stopped", u)
+				}
+			}
+		})
 	}
 }
