@@ -1271,6 +1271,21 @@ type PlanStatus struct {
 	// Replace is the number of resources to replace (counted in add and destroy too).
 	// +optional
 	Replace int32 `json:"replace,omitempty"`
+	// Import is the number of resources the plan imports (import blocks).
+	// +optional
+	Import int32 `json:"import,omitempty"`
+	// Forget is the number of resources the plan removes from the state
+	// without destroying them (removed blocks, lifecycle destroy = false).
+	// +optional
+	Forget int32 `json:"forget,omitempty"`
+	// Move is the number of resources the plan moves to another address
+	// (moved blocks).
+	// +optional
+	Move int32 `json:"move,omitempty"`
+	// Actions is the number of action invocations the plan carries
+	// (Terraform 1.14 actions: side effects outside resource changes).
+	// +optional
+	Actions int32 `json:"actions,omitempty"`
 	// HasChanges is true when applying the plan would change anything.
 	HasChanges bool `json:"hasChanges"`
 	// Digest is the plan file's sha256 digest, "sha256:<hex>"; approvals name it.

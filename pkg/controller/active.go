@@ -200,6 +200,7 @@ func (r *TerraformRunReconciler) projectPlan(run *infrav1.TerraformRun, cur *inf
 func planStatus(p *engine.PlanResult, runID string) *infrav1.PlanStatus {
 	return &infrav1.PlanStatus{
 		Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace,
+		Import: p.Import, Forget: p.Forget, Move: p.Move, Actions: p.Actions,
 		HasChanges: p.HasChanges, Digest: p.Digest, Summary: p.Short(), RunID: runID,
 		TextDigest: p.TextDigest, JSONDigest: p.JSONDigest, SensitiveJSONDigest: p.SensitiveJSONDigest,
 	}

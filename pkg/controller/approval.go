@@ -561,7 +561,7 @@ func (r *TerraformRunReconciler) supersedePlanOnly(ctx context.Context, run *inf
 
 // shortPlan is a plan's counts for messages.
 func shortPlan(p *infrav1.PlanStatus) string {
-	return results.Short(p.Add, p.Change, p.Destroy)
+	return results.ShortAll(p.Add, p.Change, p.Destroy, p.Import, p.Forget, p.Move, p.Actions)
 }
 
 // recordPolicies records in t the combined policy that counts the plan,

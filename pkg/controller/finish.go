@@ -144,7 +144,8 @@ func planSummaryOrNone(run *infrav1.TerraformRun) string {
 	if !run.Status.Plan.HasChanges {
 		return "no changes"
 	}
-	return "applied " + results.Short(run.Status.Plan.Add, run.Status.Plan.Change, run.Status.Plan.Destroy)
+	p := run.Status.Plan
+	return "applied " + results.ShortAll(p.Add, p.Change, p.Destroy, p.Import, p.Forget, p.Move, p.Actions)
 }
 
 // childDeleted records an active run whose child was deleted by hand. It is

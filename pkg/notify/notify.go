@@ -36,6 +36,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/egress"
 	"github.com/opr8r/opr8r/pkg/receiver"
+	"github.com/opr8r/opr8r/pkg/results"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunnotifiers,verbs=get;list;watch
@@ -77,9 +78,16 @@ type Notice struct {
 
 // Plan is a plan's counts and digest.
 type Plan struct {
-	Add     int32  `json:"add"`
-	Change  int32  `json:"change"`
-	Destroy int32  `json:"destroy"`
+	Add     int32 `json:"add"`
+	Change  int32 `json:"change"`
+	Destroy int32 `json:"destroy"`
+	// Import, Forget, Move and Actions count what else the plan does to
+	// what is managed: imports, removals from the state, moves, action
+	// invocations.
+	Import  int32  `json:"import,omitempty"`
+	Forget  int32  `json:"forget,omitempty"`
+	Move    int32  `json:"move,omitempty"`
+	Actions int32  `json:"actions,omitempty"`
 	Digest  string `json:"digest,omitempty"`
 }
 
@@ -90,7 +98,7 @@ func NoticeOf(run *infrav1.TerraformRun, ev infrav1.NotifyEvent, msg string, now
 		n.RunID, n.Type, n.Trigger, n.Commit = cur.ID, string(cur.Type), string(cur.Trigger), cur.Commit
 	}
 	if p := run.Status.Plan; p != nil && ev != infrav1.NotifyDriftDetected {
-		n.Plan = &Plan{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Digest: p.Digest}
+		n.Plan = &Plan{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Import: p.Import, Forget: p.Forget, Move: p.Move, Actions: p.Actions, Digest: p.Digest}
 	}
 	switch ev {
 	case infrav1.NotifyApprovalRequired:
@@ -641,7 +649,7 @@ func slackBody(n Notice) map[string]any {
 		text += " run `" + n.RunID + "`"
 	}
 	if n.Plan != nil {
-		text += fmt.Sprintf(" (plan +%d ~%d -%d)", n.Plan.Add, n.Plan.Change, n.Plan.Destroy)
+		text += " (plan " + results.ShortAll(n.Plan.Add, n.Plan.Change, n.Plan.Destroy, n.Plan.Import, n.Plan.Forget, n.Plan.Move, n.Plan.Actions) + ")"
 	}
 	// The message may be terraform's error, which a pull request's author
 	// writes (a precondition's error_message): escaped as Slack asks (&, <,

@@ -550,7 +550,7 @@ func (p *PreviewReporter) body(ctx context.Context, run *infrav1.TerraformRun, t
 		fmt.Fprintf(&b, "**The plan failed** (run %s, engine %s):\n\n%s", id, eng, CodeBlock(cur.Message, MaxErrorRunes))
 	default:
 		pl := run.Status.Plan
-		fmt.Fprintf(&b, "**Plan: %d to add, %d to change, %d to destroy** (run %s, engine %s, plan %s)\n\n", pl.Add, pl.Change, pl.Destroy, id, eng, CodeSpan(short(strings.TrimPrefix(pl.Digest, "sha256:")), 20))
+		fmt.Fprintf(&b, "**Plan: %d to add, %d to change, %d to destroy%s** (run %s, engine %s, plan %s)\n\n", pl.Add, pl.Change, pl.Destroy, planExtras(pl), id, eng, CodeSpan(short(strings.TrimPrefix(pl.Digest, "sha256:")), 20))
 		b.WriteString(changesTable(p.changes(ctx, run)))
 	}
 	if link != "" {
@@ -606,4 +606,20 @@ func (p *PreviewReporter) changes(ctx context.Context, run *infrav1.TerraformRun
 		out = out[:50]
 	}
 	return out
+}
+
+// planExtras is what else a plan does to what is managed, as terraform
+// says it ("Plan: 0 to add, 0 to change, 0 to destroy, 2 to import"):
+// imports, removals from the state, moves, action invocations.
+func planExtras(pl *infrav1.PlanStatus) string {
+	var s string
+	for _, c := range []struct {
+		n    int32
+		what string
+	}{{pl.Import, "to import"}, {pl.Forget, "to forget"}, {pl.Move, "to move"}, {pl.Actions, "action(s) to invoke"}} {
+		if c.n > 0 {
+			s += fmt.Sprintf(", %d %s", c.n, c.what)
+		}
+	}
+	return s
 }

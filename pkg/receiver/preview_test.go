@@ -446,3 +446,21 @@ func TestPreviewClosedWhenTrackedRunDeleted(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanExtras: the pull-request comment says what else a plan does to
+// what is managed, as terraform's own summary line does; an import-only
+// plan read "0 to add, 0 to change, 0 to destroy".
+func TestPlanExtras(t *testing.T) {
+	for _, tc := range []struct {
+		pl   infrav1.PlanStatus
+		want string
+	}{
+		{infrav1.PlanStatus{Add: 1}, ""},
+		{infrav1.PlanStatus{Import: 2}, ", 2 to import"},
+		{infrav1.PlanStatus{Forget: 1, Move: 3, Actions: 1}, ", 1 to forget, 3 to move, 1 action(s) to invoke"},
+	} {
+		if got := planExtras(&tc.pl); got != tc.want {
+			t.Errorf("%+v: %q, want %q", tc.pl, got, tc.want)
+		}
+	}
+}

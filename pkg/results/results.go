@@ -43,6 +43,11 @@ const (
 // Plan is the plan step's result: what applying the plan would change.
 type Plan struct {
 	Add, Change, Destroy, Replace int32
+	// Import, Forget and Move count the resources the plan imports,
+	// removes from the state without destroying (removed blocks), and
+	// moves to another address; Actions the action invocations
+	// (Terraform 1.14).
+	Import, Forget, Move, Actions int32
 	// HasChanges is true when applying the plan would change anything.
 	HasChanges bool
 	// Digest is the plan file's digest, "sha256:<hex>".
@@ -64,13 +69,17 @@ type summary struct {
 	Change  int32 `json:"change"`
 	Destroy int32 `json:"destroy"`
 	Replace int32 `json:"replace"`
+	Import  int32 `json:"import,omitempty"`
+	Forget  int32 `json:"forget,omitempty"`
+	Move    int32 `json:"move,omitempty"`
+	Actions int32 `json:"actions,omitempty"`
 }
 
 // Values returns the plan step's results by name, as the step writes them.
 func (p Plan) Values() map[string]string {
-	b, err := json.Marshal(summary{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace})
+	b, err := json.Marshal(summary{Add: p.Add, Change: p.Change, Destroy: p.Destroy, Replace: p.Replace, Import: p.Import, Forget: p.Forget, Move: p.Move, Actions: p.Actions})
 	if err != nil {
-		panic(err) // four integers always marshal
+		panic(err) // integers always marshal
 	}
 	return map[string]string{
 		HasChanges:              fmt.Sprint(p.HasChanges),
@@ -94,6 +103,7 @@ func ParsePlan(get func(name string) string) (*Plan, error) {
 	}
 	return &Plan{
 		Add: s.Add, Change: s.Change, Destroy: s.Destroy, Replace: s.Replace,
+		Import: s.Import, Forget: s.Forget, Move: s.Move, Actions: s.Actions,
 		HasChanges:          strings.TrimSpace(get(HasChanges)) == "true",
 		Digest:              strings.TrimSpace(get(Digest)),
 		Inputs:              strings.TrimSpace(get(Inputs)),
@@ -108,5 +118,24 @@ func Short(add, change, destroy int32) string {
 	return fmt.Sprintf("+%d ~%d -%d", add, change, destroy)
 }
 
-// Short is the plan's counts as people read them: "+1 ~0 -0".
-func (p Plan) Short() string { return Short(p.Add, p.Change, p.Destroy) }
+// Short is the plan's counts as people read them: "+1 ~0 -0", then what
+// else it does to what is managed, when it does: "+0 ~0 -0, 2 imported,
+// 1 forgotten, 1 moved, 1 action invoked".
+func (p Plan) Short() string {
+	return ShortAll(p.Add, p.Change, p.Destroy, p.Import, p.Forget, p.Move, p.Actions)
+}
+
+// ShortAll is Short with the imports, forgets, moves and action
+// invocations a plan counts.
+func ShortAll(add, change, destroy, imp, forget, move, actions int32) string {
+	s := Short(add, change, destroy)
+	for _, c := range []struct {
+		n    int32
+		what string
+	}{{imp, "imported"}, {forget, "forgotten"}, {move, "moved"}, {actions, "action(s) invoked"}} {
+		if c.n > 0 {
+			s += fmt.Sprintf(", %d %s", c.n, c.what)
+		}
+	}
+	return s
+}

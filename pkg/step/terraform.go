@@ -170,6 +170,10 @@ type PlanSummary struct {
 	Change     int    `json:"change"`
 	Destroy    int    `json:"destroy"`
 	Replace    int    `json:"replace"`
+	Import     int    `json:"import,omitempty"`
+	Forget     int    `json:"forget,omitempty"`
+	Move       int    `json:"move,omitempty"`
+	Actions    int    `json:"actions,omitempty"`
 	HasChanges bool   `json:"hasChanges"`
 	Digest     string `json:"digest"`
 }
@@ -198,7 +202,8 @@ func (r *Runner) Plan(ctx context.Context, m Module, o PlanOptions) (*PlanSummar
 	if err != nil {
 		return nil, err
 	}
-	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs,
+	res := results.Plan{Add: int32(sum.Add), Change: int32(sum.Change), Destroy: int32(sum.Destroy), Replace: int32(sum.Replace),
+		Import: int32(sum.Import), Forget: int32(sum.Forget), Move: int32(sum.Move), Actions: int32(sum.Actions), HasChanges: sum.HasChanges, Digest: sum.Digest, Inputs: inputs,
 		TextDigest: stored.TextDigest, JSONDigest: stored.JSONDigest, SensitiveJSONDigest: stored.SensitiveJSONDigest}
 	for _, name := range []string{results.HasChanges, results.Digest, results.Summary, results.Inputs, results.PlanTextDigest, results.PlanJSONDigest, results.PlanSensitiveJSONDigest} {
 		if err := r.WriteResult(name, res.Values()[name]); err != nil {
@@ -423,11 +428,15 @@ func hasSensitive(deps []results.DependencyVar) bool {
 // and declares the root module's variables.
 type planJSON struct {
 	ResourceChanges []struct {
-		Change struct {
-			Actions []string `json:"actions"`
+		Address         string `json:"address"`
+		PreviousAddress string `json:"previous_address"`
+		Change          struct {
+			Actions   []string  `json:"actions"`
+			Importing *struct{} `json:"importing"`
 		} `json:"change"`
 	} `json:"resource_changes"`
-	Configuration struct {
+	ActionInvocations []json.RawMessage `json:"action_invocations"`
+	Configuration     struct {
 		RootModule struct {
 			Variables map[string]planVariable `json:"variables"`
 		} `json:"root_module"`
@@ -450,27 +459,50 @@ func (r *Runner) summarize(ctx context.Context, m Module, planFile string) (*Pla
 	if err != nil {
 		return nil, nil, nil, err
 	}
+	s, vars, err := countPlan(out)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	s.Digest = digest
+	return s, vars, out, nil
+}
+
+// countPlan counts the changes of a plan as terraform show -json prints
+// it, as the rules count them (planpolicy.FromJSON), and returns the root
+// module's declared variables.
+func countPlan(out []byte) (*PlanSummary, map[string]planVariable, error) {
 	var p planJSON
 	if err := json.Unmarshal(out, &p); err != nil {
-		return nil, nil, nil, fmt.Errorf("reading the plan: %w", err)
+		return nil, nil, fmt.Errorf("reading the plan: %w", err)
 	}
-	s := &PlanSummary{Digest: digest}
+	s := &PlanSummary{Actions: len(p.ActionInvocations)}
 	for _, rc := range p.ResourceChanges {
-		a := strings.Join(rc.Change.Actions, ",")
-		switch a {
-		case "create":
-			s.Add++
-		case "update":
-			s.Change++
-		case "delete":
-			s.Destroy++
-		case "delete,create", "create,delete":
+		// As the rules count them (planpolicy.FromJSON): a no-op that
+		// imports or moves a resource is a change of what is managed.
+		if rc.Change.Importing != nil {
+			s.Import++
+		}
+		if rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address {
+			s.Move++
+		}
+		acts := rc.Change.Actions
+		if slices.Contains(acts, "create") && slices.Contains(acts, "delete") {
 			s.Replace++
-			s.Add++
-			s.Destroy++
+		}
+		for _, act := range acts {
+			switch act {
+			case "create":
+				s.Add++
+			case "update":
+				s.Change++
+			case "delete":
+				s.Destroy++
+			case "forget":
+				s.Forget++
+			}
 		}
 	}
-	return s, p.Configuration.RootModule.Variables, out, nil
+	return s, p.Configuration.RootModule.Variables, nil
 }
 
 // BytesDigest is "sha256:<hex>" of b.

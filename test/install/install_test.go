@@ -187,6 +187,10 @@ func checkCommon(t *testing.T, objs []*unstructured.Unstructured, enabled []stri
 	wantRoles := userRoles(t) + 2
 	if scope == clusterWide {
 		wantRoles += 1 + len(enabled)
+	} else {
+		// The cluster policies' reader: a Role cannot grant a
+		// cluster-scoped kind.
+		wantRoles++
 	}
 	roles := byKind(objs, "ClusterRole")
 	if len(roles) != wantRoles {

@@ -112,6 +112,21 @@ func TestRBACAllowList(t *testing.T) {
 			// steps' tokens checked.
 			"coordination.k8s.io/leases:create", "coordination.k8s.io/leases:delete", "coordination.k8s.io/leases:get", "coordination.k8s.io/leases:update",
 			"authentication.k8s.io/tokenreviews:create",
+			// The approval policies that govern the runs (pkg/controller
+			// policies.go) and their status (pkg/governance); a
+			// namespace's labels, for a cluster policy's namespaceSelector
+			// (get by name, around the cache).
+			"infra.opr8r.io/terraformrunpolicies:get", "infra.opr8r.io/terraformrunpolicies:list", "infra.opr8r.io/terraformrunpolicies:watch",
+			"infra.opr8r.io/terraformrunpolicies/status:get", "infra.opr8r.io/terraformrunpolicies/status:patch", "infra.opr8r.io/terraformrunpolicies/status:update",
+			"infra.opr8r.io/clusterterraformrunpolicies:get", "infra.opr8r.io/clusterterraformrunpolicies:list", "infra.opr8r.io/clusterterraformrunpolicies:watch",
+			"infra.opr8r.io/clusterterraformrunpolicies/status:get", "infra.opr8r.io/clusterterraformrunpolicies/status:patch", "infra.opr8r.io/clusterterraformrunpolicies/status:update",
+			"/namespaces:get",
+		},
+		// The cluster policies in a namespaced install (a Role cannot
+		// grant a cluster-scoped kind): read, and their status.
+		"config/components/watch-namespace/cluster-policies.yaml": {
+			"infra.opr8r.io/clusterterraformrunpolicies:get", "infra.opr8r.io/clusterterraformrunpolicies:list", "infra.opr8r.io/clusterterraformrunpolicies:watch",
+			"infra.opr8r.io/clusterterraformrunpolicies/status:get", "infra.opr8r.io/clusterterraformrunpolicies/status:patch", "infra.opr8r.io/clusterterraformrunpolicies/status:update",
 		},
 		"config/rbac/argo/role.yaml": {
 			"argoproj.io/workflows:create", "argoproj.io/workflows:delete", "argoproj.io/workflows:get", "argoproj.io/workflows:list",
@@ -130,6 +145,8 @@ func TestRBACAllowList(t *testing.T) {
 			// tfrun plan, logs) without the right to read Secrets.
 			"infra.opr8r.io/terraformrunrecords:get", "infra.opr8r.io/terraformrunrecords:list", "infra.opr8r.io/terraformrunrecords:watch",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:watch",
+			// The namespace's policies, read (kubectl tfrun policy test).
+			"infra.opr8r.io/terraformrunpolicies:get", "infra.opr8r.io/terraformrunpolicies:list", "infra.opr8r.io/terraformrunpolicies:watch",
 		},
 		"config/rbac/users/editor.yaml": {
 			"infra.opr8r.io/terraformrunapprovals:get", "infra.opr8r.io/terraformrunapprovals:list", "infra.opr8r.io/terraformrunapprovals:watch",
@@ -144,6 +161,8 @@ func TestRBACAllowList(t *testing.T) {
 			"infra.opr8r.io/terraformrunnotifiers:list", "infra.opr8r.io/terraformrunnotifiers:patch", "infra.opr8r.io/terraformrunnotifiers:update", "infra.opr8r.io/terraformrunnotifiers:watch",
 			"infra.opr8r.io/terraformrunreceivers:create", "infra.opr8r.io/terraformrunreceivers:delete", "infra.opr8r.io/terraformrunreceivers:get",
 			"infra.opr8r.io/terraformrunreceivers:list", "infra.opr8r.io/terraformrunreceivers:patch", "infra.opr8r.io/terraformrunreceivers:update", "infra.opr8r.io/terraformrunreceivers:watch",
+			// The namespace's policies, read, never written.
+			"infra.opr8r.io/terraformrunpolicies:get", "infra.opr8r.io/terraformrunpolicies:list", "infra.opr8r.io/terraformrunpolicies:watch",
 		},
 		"config/rbac/job/role.yaml": {
 			"/persistentvolumeclaims:create", "/persistentvolumeclaims:delete", "/persistentvolumeclaims:get",
@@ -166,9 +185,15 @@ func TestRBACAllowList(t *testing.T) {
 			"infra.opr8r.io/terraformrunrecords:create", "infra.opr8r.io/terraformrunrecords:delete", "infra.opr8r.io/terraformrunrecords:get",
 			"infra.opr8r.io/terraformrunrecords:update",
 		},
-		// Loosening a run's approval policy: platform admins only.
+		// Loosening a run's approval policy, and writing the policies
+		// that govern every run of a namespace or of the namespaces a
+		// label picks: platform admins only.
 		"config/rbac/users/policy-admin.yaml": {
 			"infra.opr8r.io/terraformruns/approvalpolicy:update",
+			"infra.opr8r.io/terraformrunpolicies:create", "infra.opr8r.io/terraformrunpolicies:delete", "infra.opr8r.io/terraformrunpolicies:get", "infra.opr8r.io/terraformrunpolicies:list",
+			"infra.opr8r.io/terraformrunpolicies:patch", "infra.opr8r.io/terraformrunpolicies:update", "infra.opr8r.io/terraformrunpolicies:watch",
+			"infra.opr8r.io/clusterterraformrunpolicies:create", "infra.opr8r.io/clusterterraformrunpolicies:delete", "infra.opr8r.io/clusterterraformrunpolicies:get", "infra.opr8r.io/clusterterraformrunpolicies:list",
+			"infra.opr8r.io/clusterterraformrunpolicies:patch", "infra.opr8r.io/clusterterraformrunpolicies:update", "infra.opr8r.io/clusterterraformrunpolicies:watch",
 			"infra.opr8r.io/terraformruns:get", "infra.opr8r.io/terraformruns:list", "infra.opr8r.io/terraformruns:patch", "infra.opr8r.io/terraformruns:update", "infra.opr8r.io/terraformruns:watch",
 		},
 		// The manager's seal key and the state API's certificate, in its
@@ -342,6 +367,14 @@ func TestNamespacedInstallWithRealAuthorizer(t *testing.T) {
 				{"", "infra.opr8r.io", "terraformruns", "list", false},
 				{"", "authentication.k8s.io", "tokenreviews", "create", true},
 				{"", "authorization.k8s.io", "subjectaccessreviews", "create", true},
+				// The approval policies: the namespace's, the cluster's (a
+				// manager that cannot list them never syncs its cache), and
+				// the watched namespace's labels for their selectors.
+				{"team-a", "infra.opr8r.io", "terraformrunpolicies", "watch", true},
+				{"", "infra.opr8r.io", "clusterterraformrunpolicies", "list", true},
+				{"", "infra.opr8r.io", "clusterterraformrunpolicies", "watch", true},
+				{"team-a", "", "namespaces", "get", true},
+				{"team-b", "infra.opr8r.io", "terraformrunpolicies", "list", false},
 			}
 			checkAccess(t, may, cases)
 		})
@@ -415,6 +448,22 @@ func metricsAuthOnly(t *testing.T, objs []*unstructured.Unstructured, name strin
 	return false
 }
 
+// clusterPoliciesOnly says whether ClusterRole name grants reading
+// ClusterTerraformRunPolicies and writing their status, and nothing else:
+// what a namespaced install binds cluster-wide for them.
+func clusterPoliciesOnly(t *testing.T, objs []*unstructured.Unstructured, name string) bool {
+	t.Helper()
+	for _, o := range byKind(objs, "ClusterRole") {
+		if o.GetName() == name {
+			return cmp.Diff([]string{
+				"infra.opr8r.io/clusterterraformrunpolicies/status:get", "infra.opr8r.io/clusterterraformrunpolicies/status:patch", "infra.opr8r.io/clusterterraformrunpolicies/status:update",
+				"infra.opr8r.io/clusterterraformrunpolicies:get", "infra.opr8r.io/clusterterraformrunpolicies:list", "infra.opr8r.io/clusterterraformrunpolicies:watch",
+			}, grants(*convert[rbacv1.ClusterRole](t, o))) == ""
+		}
+	}
+	return false
+}
+
 // rights creates a rendering's RBAC in envtest and returns the real
 // authorizer's answer, as the manager's service account, to whether it
 // may do something.
@@ -475,7 +524,7 @@ func clusterBindings(t *testing.T, objs []*unstructured.Unstructured) {
 	for _, o := range byKind(objs, "ClusterRoleBinding") {
 		crb := convert[rbacv1.ClusterRoleBinding](t, o)
 		for _, sub := range crb.Subjects {
-			if sub.Kind == "ServiceAccount" && !metricsAuthOnly(t, objs, crb.RoleRef.Name) {
+			if sub.Kind == "ServiceAccount" && !metricsAuthOnly(t, objs, crb.RoleRef.Name) && !clusterPoliciesOnly(t, objs, crb.RoleRef.Name) {
 				t.Errorf("a namespaced install binds its service account cluster-wide to %s: ClusterRoleBinding %s", crb.RoleRef.Name, o.GetName())
 			}
 		}
