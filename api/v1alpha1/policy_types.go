@@ -173,6 +173,10 @@ type PolicyRef struct {
 	Name string `json:"name"`
 	// Generation is the policy's metadata.generation.
 	Generation int64 `json:"generation"`
+	// UID is the policy's metadata.uid: a policy deleted and made again
+	// under its name is another policy.
+	// +optional
+	UID string `json:"uid,omitempty"`
 }
 
 // EffectiveApproval is the approval policy that decided a plan's gate:
@@ -187,6 +191,11 @@ type EffectiveApproval struct {
 	// never loosens it.
 	// +optional
 	Policies []PolicyRef `json:"policies,omitempty"`
+	// Changed says how the policies changed while the plan waited, once
+	// they have: the plan stays held until it is planned again, whatever
+	// changes after (a policy put back as it was is still a change).
+	// +optional
+	Changed string `json:"changed,omitempty"`
 	// Mode is the combined mode (Manual when any says so).
 	Mode ApprovalMode `json:"mode"`
 	// RequiredApprovals is the most any requires.

@@ -28,8 +28,26 @@ type Governed struct {
 	// each policy's) apart: a plan applies only when every layer's windows
 	// let it, so one policy's Allow window never opens another's.
 	Windows [][]infrav1.ChangeWindow
+	// WindowsOf name each of Windows' layers by its prefix ("" for the
+	// run's own).
+	WindowsOf []string
 	// Refs name the policies, in the order given.
 	Refs []infrav1.PolicyRef
+	// Needs are the approvals each layer asks of people by itself, keyed
+	// by the prefix of its rules' names ("" for the run's own, Prefix for
+	// a policy's): an AutoApprove rule waives its own layer's, never
+	// another's (Waived).
+	Needs map[string]int32
+}
+
+// layerNeed is the approvals a layer asks of people when the combined
+// mode is Manual: its requiredApprovals (at least one when it says Manual
+// itself), none when it leaves both out.
+func layerNeed(mode infrav1.ApprovalMode, req int32) int32 {
+	if mode == infrav1.ApprovalManual || mode == "" && req > 0 {
+		return max(req, 1)
+	}
+	return req
 }
 
 // Combine combines a run's spec.approval with the policies that govern it;
@@ -49,9 +67,17 @@ type Governed struct {
 // With no policy, the result is spec.approval unchanged. Combine never
 // reads the per-plan decision fields of a policy: a policy has none.
 func Combine(run infrav1.ApprovalSpec, policies []Policy) Governed {
-	g := Governed{Approval: run}
+	g := Governed{Approval: run, Needs: map[string]int32{}}
 	if len(run.Windows) > 0 {
 		g.Windows = append(g.Windows, run.Windows)
+		g.WindowsOf = append(g.WindowsOf, "")
+	}
+	runMode := run.Mode
+	if runMode == "" {
+		runMode = infrav1.ApprovalManual // the CRD's default
+	}
+	if runMode == infrav1.ApprovalManual {
+		g.Needs[""] = max(run.RequiredApprovals, 1)
 	}
 	if len(policies) == 0 {
 		return g
@@ -78,6 +104,9 @@ func Combine(run infrav1.ApprovalSpec, policies []Policy) Governed {
 			ap.Timeout = &t
 		}
 		prefix := Prefix(p.Ref)
+		if n := layerNeed(pa.Mode, pa.RequiredApprovals); n > 0 {
+			g.Needs[prefix] = n
+		}
 		for _, r := range pa.Rules {
 			r = *r.DeepCopy()
 			r.Name = prefix + r.Name
@@ -91,9 +120,63 @@ func Combine(run infrav1.ApprovalSpec, policies []Policy) Governed {
 		if len(ws) > 0 {
 			ap.Windows = append(ap.Windows, ws...)
 			g.Windows = append(g.Windows, ws)
+			g.WindowsOf = append(g.WindowsOf, prefix)
 		}
 	}
 	return g
+}
+
+// Waived is the approvals people must still give a plan that AutoApprove
+// rules matched (approvedRules names them): the most any layer asks that
+// no matched rule waives. A rule waives the requirement of its own layer
+// and of the layers below it, never a peer's or one above: a cluster
+// policy's rule waives every layer; a namespace policy's its own and the
+// run's (whose Manual is the CRD's default, and which a policy admin may
+// loosen anyway), never another namespace policy's or a cluster policy's;
+// the run's own rule only the run's. So a namespace policy's "add-only
+// goes through" never waives a cluster policy's two approvals. Without a
+// Manual layer (mode Auto), nothing is needed.
+func Waived(g Governed, approvedRules []string) int32 {
+	if g.Approval.Mode != infrav1.ApprovalManual {
+		return 0
+	}
+	var need int32
+	for layer, n := range g.Needs {
+		waived := false
+		for _, name := range approvedRules {
+			from := RulePrefix(name)
+			if from == layer || rank(from) > rank(layer) {
+				waived = true
+				break
+			}
+		}
+		if !waived {
+			need = max(need, n)
+		}
+	}
+	return need
+}
+
+// ClusterLayer says whether a layer (by its prefix) is a cluster policy's,
+// whose change windows a namespace's policy admin may not override.
+func ClusterLayer(prefix string) bool { return rank(prefix) == 2 }
+
+// rank is a layer's authority: the run's own 0, a namespace policy's 1
+// ("<policy>/"), a cluster policy's 2 ("cluster/<policy>/": two slashes,
+// which no namespace policy's name can give, as names hold none; a
+// namespace policy named cluster is "cluster/").
+func rank(prefix string) int {
+	return strings.Count(prefix, "/")
+}
+
+// RulePrefix is the layer a combined rule's name comes from: "" for the
+// run's own, "<policy>/" or "cluster/<policy>/" for a policy's (rule names
+// are DNS labels, without "/").
+func RulePrefix(name string) string {
+	if i := strings.LastIndex(name, "/"); i >= 0 {
+		return name[:i+1]
+	}
+	return ""
 }
 
 // Prefix is what a policy's rules and windows are named with in a run's
@@ -193,7 +276,7 @@ func Select(ns []infrav1.TerraformRunPolicy, cl []infrav1.ClusterTerraformRunPol
 	slices.SortFunc(cl, func(a, b infrav1.ClusterTerraformRunPolicy) int { return strings.Compare(a.Name, b.Name) })
 	var out []Policy
 	for _, p := range ns {
-		out = append(out, Policy{Ref: infrav1.PolicyRef{Kind: KindNamespaced, Name: p.Name, Generation: p.Generation}, Approval: p.Spec.Approval})
+		out = append(out, Policy{Ref: infrav1.PolicyRef{Kind: KindNamespaced, Name: p.Name, Generation: p.Generation, UID: string(p.UID)}, Approval: p.Spec.Approval})
 	}
 	for _, p := range cl {
 		if sel := p.Spec.NamespaceSelector; sel != nil && nsLabels != nil {
@@ -201,7 +284,7 @@ func Select(ns []infrav1.TerraformRunPolicy, cl []infrav1.ClusterTerraformRunPol
 				continue
 			}
 		}
-		out = append(out, Policy{Ref: infrav1.PolicyRef{Kind: KindCluster, Name: p.Name, Generation: p.Generation}, Approval: p.Spec.Approval})
+		out = append(out, Policy{Ref: infrav1.PolicyRef{Kind: KindCluster, Name: p.Name, Generation: p.Generation, UID: string(p.UID)}, Approval: p.Spec.Approval})
 	}
 	return out
 }

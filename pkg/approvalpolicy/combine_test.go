@@ -158,6 +158,8 @@ func TestChanged(t *testing.T) {
 		{[]infrav1.PolicyRef{a1}, []infrav1.PolicyRef{a1, b}, true},
 		{[]infrav1.PolicyRef{a1, b}, []infrav1.PolicyRef{a1}, true},
 		{nil, []infrav1.PolicyRef{b}, true},
+		// Deleted and made again under its name, at generation 1 again.
+		{[]infrav1.PolicyRef{{Kind: KindNamespaced, Name: "a", Generation: 1, UID: "u1"}}, []infrav1.PolicyRef{{Kind: KindNamespaced, Name: "a", Generation: 1, UID: "u2"}}, true},
 	} {
 		if got := Changed(c.rec, c.now); got != c.want {
 			t.Errorf("Changed(%v, %v) = %v, want %v", c.rec, c.now, got, c.want)
@@ -174,5 +176,47 @@ func TestEffectiveRoundTrip(t *testing.T) {
 	}
 	if Why(ap, []string{"x"}, "x", nil, true) == "" || Why(ap, []string{"x"}, "y", nil, true) != "" || Why(ap, nil, "z", nil, true) == "" {
 		t.Fatal("the recorded policy counts votes differently from the combined one")
+	}
+}
+
+// TestWaivedByLayer: an AutoApprove rule waives its own layer's
+// requirement and the layers' below, never a peer's or a higher one's: a
+// namespace policy's add-only rule never waives a cluster policy's two
+// approvals (found by the attack review: it did).
+func TestWaivedByLayer(t *testing.T) {
+	cl := func(name string, ap infrav1.ApprovalPolicy) Policy {
+		return Policy{Ref: infrav1.PolicyRef{Kind: KindCluster, Name: name}, Approval: ap}
+	}
+	run := infrav1.ApprovalSpec{Mode: infrav1.ApprovalManual, RequiredApprovals: 1}
+	auto := infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto, RequiredApprovals: 1}
+	for _, c := range []struct {
+		name     string
+		run      infrav1.ApprovalSpec
+		policies []Policy
+		rules    []string
+		want     int32
+	}{
+		{"the run's own rule waives its Manual", run, nil, []string{"add-only"}, 0},
+		{"a namespace policy's rule waives the run's default Manual", run, []Policy{ns("team", infrav1.ApprovalPolicy{})}, []string{"team/add-only"}, 0},
+		{"a namespace policy's rule never waives a cluster policy's two approvals", run,
+			[]Policy{ns("team", infrav1.ApprovalPolicy{}), cl("platform", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual, RequiredApprovals: 2})}, []string{"team/add-only"}, 2},
+		{"a namespace policy named cluster is no cluster policy", run,
+			[]Policy{ns("cluster", infrav1.ApprovalPolicy{}), cl("platform", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual, RequiredApprovals: 2})}, []string{"cluster/add-only"}, 2},
+		{"nor another namespace policy's", run,
+			[]Policy{ns("a", infrav1.ApprovalPolicy{RequiredApprovals: 3}), ns("b", infrav1.ApprovalPolicy{})}, []string{"b/add-only"}, 3},
+		{"the run's own rule never waives a policy's", run, []Policy{ns("team", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual})}, []string{"add-only"}, 1},
+		{"a cluster policy's rule waives every layer", run,
+			[]Policy{ns("team", infrav1.ApprovalPolicy{RequiredApprovals: 2}), cl("platform", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual, RequiredApprovals: 2})}, []string{"cluster/platform/add-only"}, 0},
+		{"mode Auto everywhere needs nobody", auto, []Policy{ns("team", infrav1.ApprovalPolicy{})}, nil, 0},
+		{"a policy's requiredApprovals binds once a layer says Manual", auto,
+			[]Policy{ns("team", infrav1.ApprovalPolicy{RequiredApprovals: 2}), cl("platform", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual})}, []string{"cluster/platform/add-only"}, 0},
+		{"and is not waived by the run's rule", auto,
+			[]Policy{ns("team", infrav1.ApprovalPolicy{RequiredApprovals: 2}), cl("platform", infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual})}, []string{"add-only"}, 2},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if got := Waived(Combine(c.run, c.policies), c.rules); got != c.want {
+				t.Fatalf("Waived = %d, want %d", got, c.want)
+			}
+		})
 	}
 }

@@ -94,7 +94,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		return ctrl.Result{}, rerr
 	}
 	if rerr == nil {
-		applyRules(&t, rules, ap.Mode, votes)
+		applyRules(&t, rules, ap.Mode, st.gov, votes)
 	}
 	run.Status.Approvals = &t // the changes below show too
 	denied := rules != nil && rules.Decision == planpolicy.Deny
@@ -114,7 +114,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		err = r.timeOut(ctx, run, st, approver, timeout)
 	case changed:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPolicyChanged,
-			fmt.Sprintf("plan %s (%s) is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", prog.Plan.Short(), digest, policyChange(t.Policy.Policies, st.gov.Refs), run.Name))
+			fmt.Sprintf("plan %s (%s) is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", prog.Plan.Short(), digest, t.Policy.Changed, run.Name))
 	case unreadable != nil:
 		reason := infrav1.ReasonPlanUnreadable
 		if unreadable.rules != nil {
@@ -124,6 +124,10 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 			fmt.Sprintf("plan %s (%s) is held at the gate: %v; %s", prog.Plan.Short(), digest, unreadable, unreadable.advice()))
 	case t.Needed == 0:
 		src, msg := ruleApproval(rules, ap.Mode)
+		if rules != nil && rules.Decision == planpolicy.AutoApprove && t.Required > 0 {
+			// Another layer asked people too, and they approved.
+			src, msg = "", ""
+		}
 		if w := r.windowState(st, votes); w != nil {
 			t.ChangeWindow = w
 			if !w.Open {
@@ -391,7 +395,7 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
 	if recordPolicies(&t, run, st) {
 		run.Status.Approvals = &t
-		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+policyChange(t.Policy.Policies, st.gov.Refs))
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+t.Policy.Changed)
 	}
 	rules, err := r.planRules(ctx, run, st)
 	var unreadable *planUnreadable
@@ -402,7 +406,7 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	if err != nil {
 		return err
 	}
-	applyRules(&t, rules, st.eff.Spec.Approval.Mode, votes)
+	applyRules(&t, rules, st.eff.Spec.Approval.Mode, st.gov, votes)
 	run.Status.Approvals = &t
 	if rules != nil && rules.Decision == planpolicy.Deny {
 		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+rules.DenyMessage())
@@ -576,7 +580,11 @@ func recordPolicies(t *infrav1.ApprovalTally, run *infrav1.TerraformRun, st *pas
 		return false
 	}
 	t.Policy.Policies = prev.Policy.Policies
-	return approvalpolicy.Changed(prev.Policy.Policies, st.gov.Refs)
+	t.Policy.Changed = prev.Policy.Changed
+	if t.Policy.Changed == "" && approvalpolicy.Changed(prev.Policy.Policies, st.gov.Refs) {
+		t.Policy.Changed = policyChange(prev.Policy.Policies, st.gov.Refs)
+	}
+	return t.Policy.Changed != ""
 }
 
 // policyChange says how the policies that govern a run changed since its
@@ -588,6 +596,8 @@ func policyChange(recorded, now []infrav1.PolicyRef) string {
 		switch {
 		case i < 0:
 			parts = append(parts, fmt.Sprintf("%s %s was added", p.Kind, p.Name))
+		case recorded[i].UID != p.UID:
+			parts = append(parts, fmt.Sprintf("%s %s was deleted and made again", p.Kind, p.Name))
 		case recorded[i].Generation != p.Generation:
 			parts = append(parts, fmt.Sprintf("%s %s changed (generation %d, was %d)", p.Kind, p.Name, p.Generation, recorded[i].Generation))
 		}

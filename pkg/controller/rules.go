@@ -162,7 +162,21 @@ func (r *TerraformRunReconciler) windowState(st *passState, votes []vote) *infra
 	}
 	for _, v := range votes {
 		if v.override && v.approve && v.user != "" && !r.UntrustedIdentity {
-			return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.user + " (" + v.source + ")"}
+			// An override (a namespace's policy admin) opens the run's
+			// and the namespace's windows, never a cluster policy's: a
+			// cluster freeze holds until a cluster admin changes it.
+			var cluster [][]infrav1.ChangeWindow
+			for i, l := range layers {
+				if i < len(st.gov.WindowsOf) && approvalpolicy.ClusterLayer(st.gov.WindowsOf[i]) {
+					cluster = append(cluster, l)
+				}
+			}
+			copen, cwhy, cnext, _ := windowsState(cluster, r.now())
+			if copen {
+				return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.user + " (" + v.source + ")"}
+			}
+			why, next = cwhy+" (a ClusterTerraformRunPolicy's window, which an override does not open)", cnext
+			break
 		}
 	}
 	cw := &infrav1.ChangeWindowStatus{Message: why}
@@ -366,7 +380,7 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 // included (in mode Manual): a rule never lowers what the rest of
 // spec.approval asks; AutoApprove (and mode Auto where no rule matched)
 // needs none.
-func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, votes []vote) {
+func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, gov approvalpolicy.Governed, votes []vote) {
 	if o == nil {
 		// No rules: mode Auto approves what reaches the gate (a run in mode
 		// Auto stops there only for its change windows).
@@ -414,7 +428,18 @@ func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.Ap
 		}
 		t.Summary = fmt.Sprintf("%d/%d", t.Required-min(t.Needed, t.Required), t.Required)
 	case planpolicy.AutoApprove:
-		t.Needed = 0
+		// A layer's AutoApprove waives its own requirement only: what
+		// the other layers (a cluster policy, the run's own Manual) ask
+		// of people still holds (approvalpolicy.Waived).
+		var auto []string
+		for _, m := range o.Matched {
+			if m.Err == nil && m.Rule.Effect == infrav1.RuleAutoApprove {
+				auto = append(auto, m.Rule.Name)
+			}
+		}
+		t.Required = approvalpolicy.Waived(gov, auto)
+		t.Needed = max(t.Required-int32(len(t.ApprovedBy)), 0)
+		t.Summary = fmt.Sprintf("%d/%d", t.Required-t.Needed, t.Required)
 	case planpolicy.Default:
 		if mode == infrav1.ApprovalAuto {
 			t.Needed = 0

@@ -25,9 +25,11 @@ const governedNS = "e2e-governed"
 // governancePolicies are docs/policies.md's worked examples set once: the
 // rules of docs/examples/plan-rules.yaml as the namespace's
 // TerraformRunPolicy (its groups security and sre are e2e's approvers),
-// and a ClusterTerraformRunPolicy for the namespaces labelled governed:
-// every plan waits for people (mode Manual) and no author approves their
-// own change. The examples' Friday freeze is left out: a window that
+// and a ClusterTerraformRunPolicy for the namespaces labelled governed: no
+// author approves their own change, and no plan makes cluster roles. (A
+// cluster policy's mode Manual would hold even add-only plans: a
+// namespace policy's AutoApprove never waives a cluster policy's
+// requirement.) The examples' Friday freeze is left out: a window that
 // holds runs every Friday afternoon would make make e2e's result depend
 // on the day (windows are TestPlanRules' window scenario and pkg/controller's
 // TestWindowsStateEveryLayerMustBeOpen).
@@ -63,7 +65,10 @@ func governancePolicies(t *testing.T) (*infrav1.TerraformRunPolicy, *infrav1.Clu
 		Spec: infrav1.ClusterTerraformRunPolicySpec{
 			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"opr8r-e2e/governed": "true"}},
 			TerraformRunPolicySpec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{
-				Mode: infrav1.ApprovalManual, SelfApproval: infrav1.SelfApprovalForbidden,
+				SelfApproval: infrav1.SelfApprovalForbidden,
+				Rules: []infrav1.ApprovalRule{{Name: "no-cluster-roles", Effect: infrav1.RuleDeny,
+					Condition: "plan.resourceChanges.exists(r, r.type.startsWith('kubernetes_cluster_role'))",
+					Message:   "cluster-wide roles are the platform team's"}},
 			}},
 		},
 	}
@@ -159,7 +164,7 @@ func governedScenario(t *testing.T, e *env, engine string) {
 	p := run.Status.Approvals.Policy
 	if p == nil || p.Mode != infrav1.ApprovalManual || p.SelfApproval != infrav1.SelfApprovalForbidden || len(p.Policies) != 2 ||
 		p.Policies[0].Name != "platform" || p.Policies[1].Kind != "ClusterTerraformRunPolicy" || p.Policies[1].Name != "e2e-governed" {
-		t.Fatalf("%s: status.approvals.policy = %+v, want both policies, mode Manual, self-approval forbidden", name, p)
+		t.Fatalf("%s: status.approvals.policy = %+v, want both policies, mode Manual (the run's), self-approval forbidden (the cluster policy's)", name, p)
 	}
 	first := run.Status.Run.ID
 

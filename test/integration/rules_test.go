@@ -162,7 +162,9 @@ func planRules(g given) {
 		Expect(got.Rules[0].Name).To(Equal("platform/destroys-need-two"))
 		Expect(got.Rules[0].Approvers.Groups).To(Equal([]string{"r-security"}))
 		Expect(got.Policy).NotTo(BeNil())
-		Expect(got.Policy.Policies).To(Equal([]infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "platform", Generation: 1}}))
+		created := &infrav1.TerraformRunPolicy{}
+		Expect(k8sClient.Get(ctx, client.ObjectKeyFromObject(pol), created)).To(Succeed())
+		Expect(got.Policy.Policies).To(Equal([]infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "platform", Generation: 1, UID: string(created.UID)}}))
 
 		_, err := decide(as("r-sue"), ns, run.Name, digest, infrav1.DecisionApprove, "")
 		Expect(err).NotTo(HaveOccurred())
@@ -239,6 +241,81 @@ func planRules(g given) {
 		_, err := decide(as("r-sam"), other, free.Name, d, infrav1.DecisionApprove, "")
 		Expect(err).NotTo(HaveOccurred())
 		Eventually(gateState(sFree), timeout, interval).Should(Equal("Approved"))
+	})
+
+	It("keeps a plan held when its policy is deleted and made again, looser, under its name", func() {
+		ns := newNamespace()
+		grant(ns, "approver", "r-sam")
+		grant(ns, "policy-admin", "r-admin")
+		pol := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{RequiredApprovals: 2}}}
+		Expect(as("r-admin").Create(ctx, pol)).To(Succeed())
+		run := g.run("pol-recreate", ns).Obj()
+		digest := digestOf("pol-recreate")
+		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
+		_, err := decide(as("r-sam"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(func() string {
+			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
+				return c.Message
+			}
+			return ""
+		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Expect(as("r-admin").Delete(ctx, pol)).To(Succeed())
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("Unknown/PolicyChanged"))
+		looser := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{RequiredApprovals: 1}}}
+		Expect(as("r-admin").Create(ctx, looser)).To(Succeed())
+		Consistently(gateState(s), 3*time.Second, interval).Should(Equal("Pending"))
+		Expect(condReason(ns, run.Name, infrav1.ApprovedCondition)()).To(Equal("Unknown/PolicyChanged"))
+	})
+
+	It("lets a namespace policy's AutoApprove waive neither a cluster policy's approvals nor its freeze", func() {
+		ns := newNamespace()
+		nsObj := &corev1.Namespace{}
+		Expect(k8sClient.Get(ctx, client.ObjectKey{Name: ns}, nsObj)).To(Succeed())
+		nsObj.Labels = map[string]string{"opr8r-it-layer": ns}
+		Expect(k8sClient.Update(ctx, nsObj)).To(Succeed())
+		grant(ns, "approver", "r-sam")
+		grant(ns, "approver", "r-nsadmin")
+		grant(ns, "policy-admin", "r-nsadmin")
+		as("r-sam", "r-security")
+		cp := &infrav1.ClusterTerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "layers-" + ns},
+			Spec: infrav1.ClusterTerraformRunPolicySpec{
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"opr8r-it-layer": ns}},
+				TerraformRunPolicySpec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{
+					Mode: infrav1.ApprovalManual, Approvers: &infrav1.Approvers{Groups: []string{"r-security"}},
+					Windows: []infrav1.ChangeWindow{{Name: "freeze", Type: infrav1.WindowDeny, Schedule: "0 * * * *", Duration: metav1.Duration{Duration: 2 * time.Hour}}}}}}}
+		Expect(apierrors.IsForbidden(as("r-nsadmin").Create(ctx, cp.DeepCopy()))).To(BeTrue())
+		Expect(k8sClient.Create(ctx, cp)).To(Succeed())
+		DeferCleanup(func() { Expect(client.IgnoreNotFound(k8sClient.Delete(ctx, cp))).To(Succeed()) })
+		team := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "team", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{Rules: conformanceRules[:1]}}}
+		Expect(as("r-nsadmin").Create(ctx, team)).To(Succeed())
+
+		run := g.run("layers", ns).Obj()
+		digest := digestOf("layers")
+		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
+		Eventually(func() string {
+			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
+				return c.Message
+			}
+			return ""
+		}, timeout, interval).Should(ContainSubstring("0/1 approvals"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
+
+		// Security approves: the cluster's freeze holds it; the namespace's
+		// policy admin's override does not open a cluster policy's window.
+		_, err := decide(as("r-sam"), ns, run.Name, digest, infrav1.DecisionApprove, "")
+		Expect(err).NotTo(HaveOccurred())
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("Unknown/OutsideChangeWindow"))
+		a := &infrav1.TerraformRunApproval{ObjectMeta: metav1.ObjectMeta{GenerateName: run.Name + "-", Namespace: ns},
+			Spec: infrav1.TerraformRunApprovalSpec{RunName: run.Name, PlanDigest: digest, Decision: infrav1.DecisionApprove, OverrideChangeWindows: true}}
+		Expect(as("r-nsadmin", "r-security").Create(ctx, a)).To(Succeed())
+		Eventually(func() string {
+			return getRun(ns, run.Name).Status.Approvals.ChangeWindow.Message
+		}, timeout, interval).Should(ContainSubstring("which an override does not open"))
+		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 	})
 
 	It("never applies a plan a Deny rule matches, whoever approves it", func() {
