@@ -2,6 +2,8 @@ package controller
 
 import (
 	"context"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -13,6 +15,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/approvalpolicy"
+	"github.com/opr8r/opr8r/pkg/engine"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunpolicies;clusterterraformrunpolicies,verbs=get;list;watch
@@ -96,3 +99,41 @@ func (r *TerraformRunReconciler) policyRuns(ctx context.Context, o client.Object
 // policyChanged passes the policy events that matter to its runs:
 // creation, deletion and a spec change.
 var policyChanged = predicate.GenerationChangedPredicate{}
+
+// reconcileUngated stops an apply whose child was built without an
+// approval gate (mode Auto, no rules, no windows) when the policies that
+// govern the run now need one (a Manual policy created while it planned),
+// before its apply starts: its plan would otherwise apply with nobody's
+// approval. The run ends stopped, saying so; a rerun plans again, gated.
+// It runs before reconcileDrive, which would start the Job engine's apply.
+func (r *TerraformRunReconciler) reconcileUngated(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
+	cur := run.Status.Run
+	if !st.active || st.child == nil || cur == nil || st.progress.Finished || cur.Type != infrav1.RunApply ||
+		cur.ApprovalMode != infrav1.ApprovalAuto || approvalMode(st.eff, cur.Type) != infrav1.ApprovalManual || applyStarted(st.progress.Steps) {
+		return ctrl.Result{}, nil
+	}
+	c, ok := st.engine.(engine.Canceller)
+	if !ok {
+		return ctrl.Result{}, nil
+	}
+	why := "the policies that govern the run now need an approval its run " + cur.ID + " was built without (" + policyNames(st.gov.Refs) + ")"
+	if err := c.Cancel(ctx, r.Client, st.child, why+"; stopped before its apply: kubectl tfrun rerun "+run.Name+" plans again, gated"); err != nil {
+		return ctrl.Result{}, generic("StopUngated", err, "stopping run %s, which has no approval gate", cur.ID)
+	}
+	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was not applied: "+why)
+	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" before its apply: "+why)
+	st.stop = true
+	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
+}
+
+// policyNames names policies for messages.
+func policyNames(refs []infrav1.PolicyRef) string {
+	var out []string
+	for _, p := range refs {
+		out = append(out, p.Kind+" "+p.Name)
+	}
+	if len(out) == 0 {
+		return "spec.approval"
+	}
+	return strings.Join(out, ", ")
+}

@@ -156,6 +156,7 @@ func (r *TerraformRunReconciler) applyFlow() []subReconciler {
 	return []subReconciler{
 		r.reconcilePolicies,
 		r.reconcileActive,
+		r.reconcileUngated,
 		r.reconcileDrive,
 		r.reconcileDependencies,
 		r.reconcileSupersede,

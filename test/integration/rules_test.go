@@ -318,6 +318,26 @@ func planRules(g given) {
 		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 	})
 
+	It("stops a run built without a gate before its apply when a Manual policy comes while it plans", func() {
+		ns := newNamespace()
+		run := g.run("late-pol", ns).Auto().Obj()
+		Expect(k8sClient.Create(ctx, run)).To(Succeed())
+		s := g.active(ns, run.Name)
+		s.Start()
+		Eventually(func() infrav1.ApprovalMode {
+			if r := getRun(ns, run.Name); r.Status.Run != nil {
+				return r.Status.Run.ApprovalMode
+			}
+			return ""
+		}, timeout, interval).Should(Equal(infrav1.ApprovalAuto))
+		pol := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "manual", Namespace: ns},
+			Spec: infrav1.TerraformRunPolicySpec{Approval: infrav1.ApprovalPolicy{Mode: infrav1.ApprovalManual, RequiredApprovals: 2}}}
+		Expect(k8sClient.Create(ctx, pol)).To(Succeed())
+		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("False/Superseded"))
+		Expect(cond(getRun(ns, run.Name), infrav1.ApprovedCondition).Message).To(ContainSubstring("TerraformRunPolicy manual"))
+		Consistently(condReason(ns, run.Name, infrav1.AppliedCondition), 2*time.Second, interval).ShouldNot(Equal("True/Applied"))
+	})
+
 	It("never applies a plan a Deny rule matches, whoever approves it", func() {
 		ns := newNamespace()
 		grant(ns, "approver", "r-sam")
