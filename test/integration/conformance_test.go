@@ -56,6 +56,16 @@ func condReason(ns, name, t string) func() string {
 	}
 }
 
+// condMessage is the message of a run's condition t ("" while it has none).
+func condMessage(ns, name, t string) func() string {
+	return func() string {
+		if c := cond(getRun(ns, name), t); c != nil {
+			return c.Message
+		}
+		return ""
+	}
+}
+
 func patchRun(ns, name string, fn func(*infrav1.TerraformRun)) {
 	run := getRun(ns, name)
 	patch := client.MergeFrom(run.DeepCopy())

@@ -96,12 +96,7 @@ func planRules(g given) {
 			_, err := decide(as(u), ns, run.Name, digest, infrav1.DecisionApprove, "")
 			Expect(err).NotTo(HaveOccurred())
 		}
-		Eventually(func() string {
-			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
-				return c.Message
-			}
-			return ""
-		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Eventually(condMessage(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(ContainSubstring("1/2 approvals"))
 		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 		rt := getRun(ns, run.Name).Status.Approvals.Rules
 		Expect(rt).To(HaveLen(1))
@@ -150,12 +145,7 @@ func planRules(g given) {
 			_, err := decide(as(u), ns, run.Name, digest, infrav1.DecisionApprove, "")
 			Expect(err).NotTo(HaveOccurred())
 		}
-		Eventually(func() string {
-			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
-				return c.Message
-			}
-			return ""
-		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Eventually(condMessage(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(ContainSubstring("1/2 approvals"))
 		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 		got := getRun(ns, run.Name).Status.Approvals
 		Expect(got.Rules).To(HaveLen(1))
@@ -191,12 +181,7 @@ func planRules(g given) {
 		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
 		_, err = decide(as("r-sam"), ns, run.Name, digest, infrav1.DecisionApprove, "")
 		Expect(err).NotTo(HaveOccurred())
-		Eventually(func() string {
-			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
-				return c.Message
-			}
-			return ""
-		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Eventually(condMessage(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(ContainSubstring("1/2 approvals"))
 
 		// The policy admin loosens it while the plan waits: the plan is
 		// held, not approved by the one approval it has.
@@ -255,12 +240,7 @@ func planRules(g given) {
 		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
 		_, err := decide(as("r-sam"), ns, run.Name, digest, infrav1.DecisionApprove, "")
 		Expect(err).NotTo(HaveOccurred())
-		Eventually(func() string {
-			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
-				return c.Message
-			}
-			return ""
-		}, timeout, interval).Should(ContainSubstring("1/2 approvals"))
+		Eventually(condMessage(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(ContainSubstring("1/2 approvals"))
 		Expect(as("r-admin").Delete(ctx, pol)).To(Succeed())
 		Eventually(condReason(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(Equal("Unknown/PolicyChanged"))
 		looser := &infrav1.TerraformRunPolicy{ObjectMeta: metav1.ObjectMeta{Name: "two", Namespace: ns},
@@ -296,12 +276,7 @@ func planRules(g given) {
 		run := g.run("layers", ns).Obj()
 		digest := digestOf("layers")
 		s := g.plannedWithJSON(ns, run, digest, rulesAddOnly)
-		Eventually(func() string {
-			if c := cond(getRun(ns, run.Name), infrav1.ApprovedCondition); c != nil {
-				return c.Message
-			}
-			return ""
-		}, timeout, interval).Should(ContainSubstring("0/1 approvals"))
+		Eventually(condMessage(ns, run.Name, infrav1.ApprovedCondition), timeout, interval).Should(ContainSubstring("0/1 approvals"))
 		Consistently(gateState(s), 2*time.Second, interval).Should(Equal("Pending"))
 
 		// Security approves: the cluster's freeze holds it; the namespace's
