@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -15,10 +14,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/pipeline"
-	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -59,135 +57,112 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 	return ctrl.Result{}, nil
 }
 
-// decideGate counts the decisions about the plan waiting at the gate under
-// spec.approval's policy (tally), records the count in status.approvals,
-// and approves, rejects or times out the gate, or reports that it waits;
-// it requeues for the approval timeout.
+// decideGate gathers what the gate decides from (gateInput), asks the
+// gate (gate.Decide), records its count in status.approvals and acts: it
+// publishes who may still pass the gate in the engine, and approves,
+// rejects or times out the gate, or reports why the plan waits or is
+// held; it requeues for the approval timeout or the change windows.
 func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	prog, ap := st.progress, st.eff.Spec.Approval
+	prog := st.progress
 	digest := prog.Plan.Digest
 	approver, ok := st.engine.(engine.Approver)
 	if !ok {
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval, "engine "+string(st.engine.Name())+" can only be approved in its own UI")
 		return ctrl.Result{}, nil
 	}
-	var deadline time.Time
-	timeout := r.approvalTimeout(ap)
-	if timeout > 0 && prog.Gate.Since != nil {
-		deadline = prog.Gate.Since.Add(timeout)
-	}
-	votes, err := r.votes(ctx, run, ap, digest)
+	timeout := r.approvalTimeout(st.eff.Spec.Approval)
+	in, pol, err := r.gateInput(ctx, run, st)
 	if err != nil {
-		return ctrl.Result{}, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
+		return ctrl.Result{}, err
 	}
-	timedOut := !deadline.IsZero() && !r.now().Before(deadline)
-	if timedOut {
-		votes = dropLateApprovals(votes, deadline)
+	if timeout > 0 && prog.Gate.Since != nil {
+		in.Deadline = prog.Gate.Since.Add(timeout)
 	}
-	t, rejection := tally(ap, r.runAuthors(run), digest, votes)
-	changed := recordPolicies(&t, run, st)
-	rules, rerr := r.planRules(ctx, run, st)
+	d := gate.Decide(in)
 	var unreadable *planUnreadable
-	if rerr != nil && !errors.As(rerr, &unreadable) && rejection == nil && !timedOut {
-		// Only an approval needs the rules: a rejection or the timeout
-		// is acted on though the plan could not be read (below).
-		return ctrl.Result{}, rerr
+	if d.Effect == gate.HoldUnreadable && !errors.As(in.Unreadable, &unreadable) {
+		return ctrl.Result{}, in.Unreadable // the records could not be read: retry
 	}
-	if rerr == nil {
-		applyRules(&t, rules, ap.Mode, st.gov, votes)
-	}
+	t := d.Tally
+	t.Policy = pol
 	run.Status.Approvals = &t // the changes below show too
-	denied := rules != nil && rules.Decision == planpolicy.Deny
-	if pub, ok := st.engine.(engine.GatePublisher); ok && rerr == nil && rejection == nil && !denied && !changed && t.Needed > 0 {
-		gp := gatePolicy(ap, r.runAuthors(run), t)
-		ruleGatePolicy(&gp, ap, rules, t)
-		if err := pub.PublishGate(ctx, r.Client, st.child, gp); err != nil {
+	if pub, ok := st.engine.(engine.GatePublisher); ok && d.Publish != nil {
+		if err := pub.PublishGate(ctx, r.Client, st.child, engine.GatePolicy(*d.Publish)); err != nil {
 			return gateErr(err)
 		}
 	}
-	switch {
-	case denied:
-		err = r.denyByRule(ctx, run, st, approver, rules.DenyMessage())
-	case rejection != nil:
-		err = r.reject(ctx, run, st, approver, *rejection, t)
-	case (rerr != nil || changed) && timedOut:
+	plan := fmt.Sprintf("plan %s (%s)", prog.Plan.Short(), digest)
+	switch d.Effect {
+	case gate.Deny:
+		err = r.denyByRule(ctx, run, st, approver, d.Why)
+	case gate.Reject:
+		err = r.reject(ctx, run, st, approver, *d.Rejection, t)
+	case gate.TimeOut:
 		err = r.timeOut(ctx, run, st, approver, timeout)
-	case changed:
+	case gate.HoldChanged:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPolicyChanged,
-			fmt.Sprintf("plan %s (%s) is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", prog.Plan.Short(), digest, t.Policy.Changed, run.Name))
-	case unreadable != nil:
+			fmt.Sprintf("%s is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", plan, d.Why, run.Name))
+	case gate.HoldUnreadable:
 		reason := infrav1.ReasonPlanUnreadable
 		if unreadable.rules != nil {
 			reason = infrav1.ReasonRulesInvalid
 		}
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, reason,
-			fmt.Sprintf("plan %s (%s) is held at the gate: %v; %s", prog.Plan.Short(), digest, unreadable, unreadable.advice()))
-	case t.Needed == 0:
-		src, msg := ruleApproval(rules, ap.Mode)
-		if rules != nil && rules.Decision == planpolicy.AutoApprove && t.Required > 0 {
-			// Another layer asked people too, and they approved.
-			src, msg = "", ""
-		}
-		if w := r.windowState(st, votes); w != nil {
-			t.ChangeWindow = w
-			if !w.Open {
-				how := msg
-				if how == "" {
-					how = tallyMessage(t)
-				}
-				r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonOutsideChangeWindow,
-					fmt.Sprintf("plan %s (%s) is approved (%s) and %s", prog.Plan.Short(), digest, how, windowHeld(w)))
-				return ctrl.Result{RequeueAfter: windowWait(w, r.now())}, nil
-			}
-		}
+			fmt.Sprintf("%s is held at the gate: %v; %s", plan, unreadable, unreadable.advice()))
+	case gate.HoldWindow:
+		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonOutsideChangeWindow,
+			fmt.Sprintf("%s is approved (%s) and %s", plan, d.Why, windowHeld(d.Window)))
+		return ctrl.Result{RequeueAfter: max(d.Recheck.Sub(r.now()), time.Second)}, nil
+	case gate.Approve:
 		if ok, wait := r.slotForApply(run); !ok {
 			st.report(progressing, infrav1.ReasonQueued, fmt.Sprintf("plan %s is approved; its apply is queued: %s", digest, wait))
 			return ctrl.Result{RequeueAfter: queueRetry}, nil
 		}
-		err = r.approve(ctx, run, st, approver, votes, t, src, msg)
-		if w := t.ChangeWindow; err == nil && w != nil && w.OverriddenBy != "" {
+		err = r.approve(ctx, run, st, approver, in.Votes, t, d.Source, d.How)
+		if w := d.Window; err == nil && w != nil && w.OverriddenBy != "" {
 			run.Status.Approval.ChangeWindowOverriddenBy = w.OverriddenBy
 			r.event(run, "Warning", "ChangeWindowOverridden", "Approved", fmt.Sprintf("plan %s applies outside its change windows (%s): overridden by %s", digest, w.Message, w.OverriddenBy))
 		}
-	case timedOut:
-		err = r.timeOut(ctx, run, st, approver, timeout)
-	case ap.ApprovedPlan != "" && ap.ApprovedPlan != digest:
+	case gate.Stale:
 		r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonStaleApproval,
-			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(ap.ApprovedPlan), digest, prog.Plan.Short()))
+			fmt.Sprintf("refused: spec.approval.approvedPlan is %s, but the plan waiting for approval is %s (%s); review it and approve that digest", shortDigest(st.eff.Spec.Approval.ApprovedPlan), digest, prog.Plan.Short()))
 	default:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval,
-			fmt.Sprintf("plan %s (%s) waits for approval, %s: %s", prog.Plan.Short(), digest, tallyMessage(t), r.approvalHint(run, st)))
+			fmt.Sprintf("%s waits for approval, %s: %s", plan, d.Why, r.approvalHint(run, st)))
 	}
 	if err != nil {
 		return gateErr(err)
 	}
-	if left := deadline.Sub(r.now()); !deadline.IsZero() && left > 0 {
-		return ctrl.Result{RequeueAfter: left}, nil
+	if !d.Recheck.IsZero() {
+		return ctrl.Result{RequeueAfter: d.Recheck.Sub(r.now())}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// gateInput gathers what the gate decides the plan waiting from: the
+// combined policy, the authors, the votes (and extra ones, the engine's),
+// the rules' outcome (or why the plan could not be read), whether the
+// policies changed since it reached the gate, and the time. It returns
+// the policy to record with the count.
+func (r *TerraformRunReconciler) gateInput(ctx context.Context, run *infrav1.TerraformRun, st *passState, extra ...gate.Vote) (gate.Input, *infrav1.EffectiveApproval, error) {
+	digest := st.progress.Plan.Digest
+	votes, err := r.votes(ctx, run, st.eff.Spec.Approval, digest)
+	if err != nil {
+		return gate.Input{}, nil, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
+	}
+	gov := st.gov
+	gov.Approval = st.eff.Spec.Approval // the same, but in unit tests that build no policies
+	in := gate.Input{Policy: gov, Digest: digest, Authors: r.runAuthors(run), Votes: append(votes, extra...), Now: r.now()}
+	pol, changed := recordedPolicies(run, st, digest)
+	in.Changed = changed
+	in.Rules, in.Unreadable = r.planRules(ctx, run, st)
+	return in, pol, nil
 }
 
 // autoWithoutGate says whether a run's plans are approved as they are
 // made: mode Auto, and no spec.approval.rules (which need the gate).
 func autoWithoutGate(eff *infrav1.TerraformRun) bool {
 	return !pipeline.ApprovalNeedsGate(eff.Spec.Approval)
-}
-
-// dropLateApprovals keeps the votes that still count once the approval
-// deadline passed: every rejection, whenever it was cast, and the
-// approvals known to be cast before the deadline. The deadline bounds
-// approvals only: a plan approved in time and held past it by a change
-// window must still be stopped by a rejection until it is applied. An
-// approval in the TerraformRun's spec (approvedPlan) has no time of its
-// own; made in time, it was counted when the spec changed.
-func dropLateApprovals(votes []vote, deadline time.Time) []vote {
-	var out []vote
-	for _, v := range votes {
-		if !v.approve || (!v.at.IsZero() && !v.at.After(deadline)) {
-			out = append(out, v)
-		}
-	}
-	return out
 }
 
 // slotForApply takes a slot for the apply of an approved plan before
@@ -205,31 +180,11 @@ func (r *TerraformRunReconciler) approvalTimeout(ap infrav1.ApprovalSpec) time.D
 	return r.DefaultApprovalTimeout
 }
 
-// gatePolicy is who may still pass the gate in the engine: spec.approval's
-// approvers, less the authors (selfApproval Forbidden) and those who have
-// approved this plan already, and how many approvals it still needs.
-func gatePolicy(ap infrav1.ApprovalSpec, authors []string, t infrav1.ApprovalTally) engine.GatePolicy {
-	p := engine.GatePolicy{Digest: t.Digest, Needed: t.Needed, Barred: append([]string{}, t.ApprovedBy...)}
-	if ap.Approvers != nil {
-		p.Users = append([]string{}, ap.Approvers.Users...)
-		p.Groups = append([]string{}, ap.Approvers.Groups...)
-	}
-	if ap.SelfApproval == infrav1.SelfApprovalForbidden {
-		for _, a := range authors {
-			if !slices.Contains(p.Barred, a) {
-				p.Barred = append(p.Barred, a)
-			}
-		}
-	}
-	sort.Strings(p.Barred)
-	return p
-}
-
 // approvalSource is TerraformRunApproval when any approval came from one,
 // else TerraformRun (spec.approval.approvedPlan).
-func approvalSource(votes []vote) infrav1.ApprovalSource {
+func approvalSource(votes []gate.Vote) infrav1.ApprovalSource {
 	for _, v := range votes {
-		if v.approve && strings.HasPrefix(v.source, "TerraformRunApproval/") {
+		if v.Approve && strings.HasPrefix(v.Source, "TerraformRunApproval/") {
 			return infrav1.ApprovedByApproval
 		}
 	}
@@ -244,7 +199,7 @@ func (r *TerraformRunReconciler) runAuthors(run *infrav1.TerraformRun) []string 
 		return nil
 	}
 	if run.Status.Run != nil {
-		return approvalpolicy.Authors(run)
+		return gate.Authors(run)
 	}
 	return authors(run)
 }
@@ -260,7 +215,7 @@ func (r *TerraformRunReconciler) approvalHint(run *infrav1.TerraformRun, st *pas
 
 // approve passes the gate. src and msg, when set, say how a plan that
 // needed no person's approval was approved (ruleApproval).
-func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []vote, t infrav1.ApprovalTally, src infrav1.ApprovalSource, msg string) error {
+func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, votes []gate.Vote, t infrav1.ApprovalTally, src infrav1.ApprovalSource, msg string) error {
 	digest := st.progress.Plan.Digest
 	by := strings.Join(t.ApprovedBy, ", ")
 	if src != "" {
@@ -290,11 +245,11 @@ func (r *TerraformRunReconciler) approve(ctx context.Context, run *infrav1.Terra
 	return nil
 }
 
-func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, v vote, t infrav1.ApprovalTally) error {
+func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.TerraformRun, st *passState, a engine.Approver, v gate.Vote, t infrav1.ApprovalTally) error {
 	digest := st.progress.Plan.Digest
-	reason := v.reason
+	reason := v.Reason
 	if reason == "" {
-		reason = "rejected through " + v.source
+		reason = "rejected through " + v.Source
 	}
 	by := strings.Join(t.RejectedBy, ", ")
 	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelRejected); err != nil {
@@ -304,7 +259,7 @@ func (r *TerraformRunReconciler) reject(ctx context.Context, run *infrav1.Terraf
 		return err
 	}
 	src := infrav1.ApprovedBySpec
-	if strings.HasPrefix(v.source, "TerraformRunApproval/") {
+	if strings.HasPrefix(v.Source, "TerraformRunApproval/") {
 		src = infrav1.ApprovedByApproval
 	}
 	msg := "plan " + digest + " rejected"
@@ -384,47 +339,43 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		r.setEngineRejection(run, a, g, digest)
 		return nil
 	}
-	votes, err := r.votes(ctx, run, st.eff.Spec.Approval, digest)
-	if err != nil {
-		return generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
-	}
 	stamped := g.Stamped && !r.UntrustedIdentity && g.By != ""
+	var extra []gate.Vote
 	if stamped {
-		votes = append(votes, vote{user: g.By, groups: g.ByGroups, approve: true, source: "engine", at: at.Time})
+		extra = append(extra, gate.Vote{User: g.By, Groups: g.ByGroups, Approve: true, Source: "engine", At: at.Time})
 	}
-	t, _ := tally(st.eff.Spec.Approval, r.runAuthors(run), digest, votes)
-	if recordPolicies(&t, run, st) {
-		run.Status.Approvals = &t
-		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+t.Policy.Changed)
-	}
-	rules, err := r.planRules(ctx, run, st)
-	var unreadable *planUnreadable
-	if errors.As(err, &unreadable) {
-		run.Status.Approvals = &t
-		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+unreadable.Error())
-	}
+	in, pol, err := r.gateInput(ctx, run, st, extra...)
 	if err != nil {
 		return err
 	}
-	applyRules(&t, rules, st.eff.Spec.Approval.Mode, st.gov, votes)
+	d := gate.Decide(in) // no deadline: a timeout is opr8r's own rejection
+	var unreadable *planUnreadable
+	if d.Effect == gate.HoldUnreadable && !errors.As(in.Unreadable, &unreadable) {
+		return in.Unreadable
+	}
+	t := d.Tally
+	t.Policy = pol
 	run.Status.Approvals = &t
-	if rules != nil && rules.Decision == planpolicy.Deny {
-		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+rules.DenyMessage())
-	}
-	if w := r.windowState(st, votes); t.Needed == 0 && w != nil {
-		t.ChangeWindow = w
-		if !w.Open {
-			return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine while the plan "+windowHeld(w))
+	switch d.Effect {
+	case gate.Approve:
+		a.ChangeWindowOverriddenBy = ""
+		if d.Window != nil {
+			a.ChangeWindowOverriddenBy = d.Window.OverriddenBy
 		}
-		a.ChangeWindowOverriddenBy = w.OverriddenBy
-	}
-	if t.Needed == 0 {
 		a.By = strings.Join(t.ApprovedBy, ", ")
 		if !stamped {
-			a.Source = approvalSource(votes)
+			a.Source = approvalSource(in.Votes)
 		}
 		r.setApproval(run, a, "plan "+digest+" approved by "+a.By)
 		return nil
+	case gate.HoldChanged, gate.HoldUnreadable:
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but "+d.Why)
+	case gate.Deny:
+		return r.refuseEngineApproval(ctx, run, st, a, "the engine shows the plan approved, but "+d.Why)
+	case gate.Reject:
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but rejected by "+strings.Join(t.RejectedBy, ", "))
+	case gate.HoldWindow:
+		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine while the plan "+windowHeld(d.Window))
 	}
 	return r.refuseEngineApproval(ctx, run, st, a, engineApprovalFault(g, stamped, t))
 }
@@ -436,9 +387,9 @@ func engineApprovalFault(g engine.Gate, stamped bool, t infrav1.ApprovalTally) s
 		who = g.By
 	}
 	if !stamped {
-		return "the engine shows the plan approved by " + who + ", but no approval of it was stamped at admission (only opr8r's own decisions and a person's resume that opr8r's admission policy judged count; whoever can write the engine's objects cannot approve): " + tallyMessage(t)
+		return "the engine shows the plan approved by " + who + ", but no approval of it was stamped at admission (only opr8r's own decisions and a person's resume that opr8r's admission policy judged count; whoever can write the engine's objects cannot approve): " + gate.TallyMessage(t)
 	}
-	return "approved in the engine by " + who + ", which spec.approval does not count: " + tallyMessage(t)
+	return "approved in the engine by " + who + ", which spec.approval does not count: " + gate.TallyMessage(t)
 }
 
 // refuseEngineApproval stops a child whose engine let through a plan
@@ -568,23 +519,23 @@ func shortPlan(p *infrav1.PlanStatus) string {
 	return results.ShortAll(p.Add, p.Change, p.Destroy, p.Import, p.Forget, p.Move, p.Actions)
 }
 
-// recordPolicies records in t the combined policy that counts the plan,
-// and the policies that governed it when it reached the gate (kept from
-// the tally of the same plan); it says whether those have changed since:
-// one added, changed or deleted, which holds the plan (a change under a
-// waiting plan never loosens it).
-func recordPolicies(t *infrav1.ApprovalTally, run *infrav1.TerraformRun, st *passState) bool {
-	t.Policy = approvalpolicy.Effective(st.gov)
+// recordedPolicies is the combined policy that counts the plan digest,
+// with the policies that governed it when it reached the gate (kept from
+// the tally of the same plan), and how those have changed since ("" when
+// they have not): one added, changed or deleted holds the plan (a change
+// under a waiting plan never loosens it).
+func recordedPolicies(run *infrav1.TerraformRun, st *passState, digest string) (*infrav1.EffectiveApproval, string) {
+	pol := gate.Effective(st.gov)
 	prev := run.Status.Approvals
-	if prev == nil || prev.Digest != t.Digest || prev.Policy == nil {
-		return false
+	if prev == nil || prev.Digest != digest || prev.Policy == nil {
+		return pol, ""
 	}
-	t.Policy.Policies = prev.Policy.Policies
-	t.Policy.Changed = prev.Policy.Changed
-	if t.Policy.Changed == "" && approvalpolicy.Changed(prev.Policy.Policies, st.gov.Refs) {
-		t.Policy.Changed = policyChange(prev.Policy.Policies, st.gov.Refs)
+	pol.Policies = prev.Policy.Policies
+	pol.Changed = prev.Policy.Changed
+	if pol.Changed == "" && gate.Changed(prev.Policy.Policies, st.gov.Refs) {
+		pol.Changed = policyChange(prev.Policy.Policies, st.gov.Refs)
 	}
-	return t.Policy.Changed != ""
+	return pol, pol.Changed
 }
 
 // policyChange says how the policies that govern a run changed since its

@@ -14,8 +14,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gate"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunpolicies;clusterterraformrunpolicies,verbs=get;list;watch
@@ -32,14 +32,14 @@ func (r *TerraformRunReconciler) reconcilePolicies(ctx context.Context, run *inf
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	st.gov = approvalpolicy.Combine(st.eff.Spec.Approval, ps)
+	st.gov = gate.Combine(st.eff.Spec.Approval, ps)
 	st.eff.Spec.Approval = st.gov.Approval
 	return ctrl.Result{}, nil
 }
 
 // governing lists the policies that govern the runs of namespace ns
-// (approvalpolicy.Select).
-func (r *TerraformRunReconciler) governing(ctx context.Context, ns string) ([]approvalpolicy.Policy, error) {
+// (gate.Select).
+func (r *TerraformRunReconciler) governing(ctx context.Context, ns string) ([]gate.Policy, error) {
 	var nsList infrav1.TerraformRunPolicyList
 	if err := r.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
 		return nil, generic("ListPolicies", err, "listing the TerraformRunPolicies of namespace %s", ns)
@@ -49,14 +49,14 @@ func (r *TerraformRunReconciler) governing(ctx context.Context, ns string) ([]ap
 		return nil, generic("ListPolicies", err, "listing the ClusterTerraformRunPolicies")
 	}
 	nsLabels := labels.Set{}
-	if approvalpolicy.NeedsLabels(clList.Items) {
+	if gate.NeedsLabels(clList.Items) {
 		l, err := r.namespaceLabels(ctx, ns)
 		if err != nil {
 			return nil, err
 		}
 		nsLabels = l
 	}
-	return approvalpolicy.Select(nsList.Items, clList.Items, nsLabels), nil
+	return gate.Select(nsList.Items, clList.Items, nsLabels), nil
 }
 
 // namespaceLabels reads namespace ns's labels around the cache (a manager

@@ -8,12 +8,8 @@ import (
 	"sync"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
-	"github.com/opr8r/opr8r/pkg/changewindow"
-	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/names"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 	"github.com/opr8r/opr8r/pkg/records"
@@ -132,102 +128,10 @@ func (r *TerraformRunReconciler) checkRules(eff *infrav1.TerraformRun) error {
 			return stalling(infrav1.ReasonInvalidSpec, "%w; fix the condition (docs/policies.md lists what it can read), or test it with kubectl tfrun policy test", err)
 		}
 	}
-	if _, err := changewindow.Compile(eff.Spec.Approval.Windows); err != nil {
+	if _, err := gate.Compile(eff.Spec.Approval.Windows); err != nil {
 		return stalling(infrav1.ReasonInvalidSpec, "%w (docs/policies.md)", err)
 	}
 	return nil
-}
-
-// windowState says whether the change windows let the plan approved by
-// votes apply now (nil without windows): open, overridden by a policy
-// admin's approval, or held until a time. The windows of each layer (the
-// run's spec.approval, each policy's) are judged apart, and all must let
-// the plan apply: one policy's Allow window never opens another's.
-func (r *TerraformRunReconciler) windowState(st *passState, votes []vote) *infrav1.ChangeWindowStatus {
-	layers := st.gov.Windows
-	if layers == nil && len(st.eff.Spec.Approval.Windows) > 0 {
-		layers = [][]infrav1.ChangeWindow{st.eff.Spec.Approval.Windows}
-	}
-	if len(layers) == 0 {
-		return nil
-	}
-	open, why, next, err := windowsState(layers, r.now())
-	if err != nil {
-		// checkRules stalled the run before it started; a spec or policy
-		// changed since holds the plan (fail closed).
-		return &infrav1.ChangeWindowStatus{Message: err.Error()}
-	}
-	if open {
-		return &infrav1.ChangeWindowStatus{Open: true}
-	}
-	for _, v := range votes {
-		if v.override && v.approve && v.user != "" && !r.UntrustedIdentity {
-			// An override (a namespace's policy admin) opens the run's
-			// and the namespace's windows, never a cluster policy's: a
-			// cluster freeze holds until a cluster admin changes it.
-			var cluster [][]infrav1.ChangeWindow
-			for i, l := range layers {
-				if i < len(st.gov.WindowsOf) && approvalpolicy.ClusterLayer(st.gov.WindowsOf[i]) {
-					cluster = append(cluster, l)
-				}
-			}
-			copen, cwhy, cnext, _ := windowsState(cluster, r.now())
-			if copen {
-				return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.user + " (" + v.source + ")"}
-			}
-			why, next = cwhy+" (a ClusterTerraformRunPolicy's window, which an override does not open)", cnext
-			break
-		}
-	}
-	cw := &infrav1.ChangeWindowStatus{Message: why}
-	if !next.IsZero() {
-		at := metav1.NewTime(next)
-		cw.OpensAt = &at
-	}
-	return cw
-}
-
-// windowsState judges each layer's windows at now: open when all are;
-// otherwise why the first closed one is, and the latest time one of the
-// closed layers opens (zero when one never does), when the plan looks
-// again (another layer may have closed by then, which that look sees).
-func windowsState(layers [][]infrav1.ChangeWindow, now time.Time) (bool, string, time.Time, error) {
-	open, why := true, ""
-	var next time.Time
-	never := false
-	for _, l := range layers {
-		ws, err := changewindow.Compile(l)
-		if err != nil {
-			return false, "", time.Time{}, err
-		}
-		o, w, n := ws.State(now)
-		if o {
-			continue
-		}
-		if open {
-			why = w
-		}
-		open = false
-		if n.IsZero() {
-			never = true
-		} else if n.After(next) {
-			next = n
-		}
-	}
-	if never {
-		next = time.Time{}
-	}
-	return open, why, next, nil
-}
-
-// windowWait is how long a plan held by its change windows waits before
-// its next look: until they open (an hour when they do not within a
-// year, in case the spec changes).
-func windowWait(w *infrav1.ChangeWindowStatus, now time.Time) time.Duration {
-	if w.OpensAt == nil {
-		return time.Hour
-	}
-	return max(w.OpensAt.Sub(now), time.Second)
 }
 
 // windowHeld says why a plan waits for its change window.
@@ -371,130 +275,4 @@ func (r *TerraformRunReconciler) rulePlan(ctx context.Context, run *infrav1.Terr
 	}
 	r.rules.keep(p.JSONDigest, plan)
 	return plan, nil
-}
-
-// applyRules puts what the rules decided into the tally t of votes:
-// every matched rule is listed; Require rules add to requiredApprovals,
-// each counting the approvals that also meet its approvers, and the plan
-// needs what the furthest from met still needs, requiredApprovals
-// included (in mode Manual): a rule never lowers what the rest of
-// spec.approval asks; AutoApprove (and mode Auto where no rule matched)
-// needs none.
-func applyRules(t *infrav1.ApprovalTally, o *planpolicy.Outcome, mode infrav1.ApprovalMode, gov approvalpolicy.Governed, votes []vote) {
-	if o == nil {
-		// No rules: mode Auto approves what reaches the gate (a run in mode
-		// Auto stops there only for its change windows).
-		if mode == infrav1.ApprovalAuto {
-			t.Needed = 0
-		}
-		return
-	}
-	groups := map[string][]string{}
-	for _, v := range votes {
-		if v.approve {
-			groups[v.user] = v.groups
-		}
-	}
-	for _, m := range o.Matched {
-		rt := infrav1.RuleTally{Name: m.Rule.Name, Effect: m.Rule.Effect, Message: m.Rule.Message}
-		if m.Err != nil {
-			rt.Effect, rt.Message = infrav1.RuleDeny, "could not be evaluated, so it denies: "+m.Err.Error()
-			if rt.Name == "" {
-				rt.Name = "(rules)"
-			}
-		}
-		t.Rules = append(t.Rules, rt)
-	}
-	switch o.Decision {
-	case planpolicy.Require:
-		// The strictest binds: a Require rule of one does not lower a
-		// requiredApprovals of two. Mode Auto asks for none of its own.
-		if mode == infrav1.ApprovalAuto {
-			t.Required, t.Needed = 0, 0
-		}
-		for _, rule := range o.Require {
-			i := indexRule(t.Rules, rule.Name)
-			rt := &t.Rules[i]
-			rt.Required = rule.Require.Approvals
-			rt.Approvers = rule.Require.Approvers.DeepCopy()
-			for _, u := range t.ApprovedBy {
-				if approvalpolicy.Allowed(rule.Require.Approvers, u, groups[u]) {
-					rt.ApprovedBy = append(rt.ApprovedBy, u)
-				}
-			}
-			rt.Needed = max(rt.Required-int32(len(rt.ApprovedBy)), 0)
-			t.Required = max(t.Required, rt.Required)
-			t.Needed = max(t.Needed, rt.Needed)
-		}
-		t.Summary = fmt.Sprintf("%d/%d", t.Required-min(t.Needed, t.Required), t.Required)
-	case planpolicy.AutoApprove:
-		// A layer's AutoApprove waives its own requirement only: what
-		// the other layers (a cluster policy, the run's own Manual) ask
-		// of people still holds (approvalpolicy.Waived).
-		var auto []string
-		for _, m := range o.Matched {
-			if m.Err == nil && m.Rule.Effect == infrav1.RuleAutoApprove {
-				auto = append(auto, m.Rule.Name)
-			}
-		}
-		t.Required = approvalpolicy.Waived(gov, auto)
-		t.Needed = max(t.Required-int32(len(t.ApprovedBy)), 0)
-		t.Summary = fmt.Sprintf("%d/%d", t.Required-t.Needed, t.Required)
-	case planpolicy.Default:
-		if mode == infrav1.ApprovalAuto {
-			t.Needed = 0
-		}
-	}
-}
-
-func indexRule(rules []infrav1.RuleTally, name string) int {
-	for i, r := range rules {
-		if r.Name == name {
-			return i
-		}
-	}
-	return -1
-}
-
-// ruleApproval says how a plan the tally lets through was approved when
-// no person's approval was needed: by an AutoApprove rule, or by mode
-// Auto where no rule matched ("" when people approved it).
-func ruleApproval(o *planpolicy.Outcome, mode infrav1.ApprovalMode) (infrav1.ApprovalSource, string) {
-	switch {
-	case o == nil && mode == infrav1.ApprovalAuto:
-		return infrav1.ApprovedAutomatically, "approved automatically (approval mode Auto)"
-	case o == nil:
-		return "", ""
-	case o.Decision == planpolicy.AutoApprove:
-		return infrav1.ApprovedByRule, "approved automatically by rule " + o.AutoApprove.Name
-	case o.Decision == planpolicy.Default && mode == infrav1.ApprovalAuto:
-		return infrav1.ApprovedAutomatically, "approved automatically (approval mode Auto; no rule of spec.approval.rules matched)"
-	}
-	return "", ""
-}
-
-// ruleGatePolicy narrows who may pass the gate in the engine to those
-// whose resume would count for every Require rule still unmet. A resume is
-// one approval, and admission lets one through only when the plan needs
-// one more (GatePolicy.Needed), so it must meet each unmet rule's
-// approvers as well as spec.approval's: their intersection
-// (approvalpolicy.Intersect, which leaves out a user one names and another
-// admits by group: refused at admission, never a resume that opr8r would
-// then refuse, stopping the run and losing its plan).
-func ruleGatePolicy(p *engine.GatePolicy, ap infrav1.ApprovalSpec, o *planpolicy.Outcome, t infrav1.ApprovalTally) {
-	if o == nil || o.Decision != planpolicy.Require {
-		return
-	}
-	who := ap.Approvers
-	narrowed := false
-	for _, rule := range o.Require {
-		if i := indexRule(t.Rules, rule.Name); i >= 0 && t.Rules[i].Needed > 0 && rule.Require.Approvers != nil {
-			who = approvalpolicy.Intersect(who, rule.Require.Approvers)
-			narrowed = true
-		}
-	}
-	if narrowed {
-		p.Users = append([]string{}, who.Users...)
-		p.Groups = append([]string{}, who.Groups...)
-	}
 }

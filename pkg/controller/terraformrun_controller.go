@@ -32,8 +32,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/records"
 )
@@ -362,7 +362,7 @@ type passState struct {
 	// combined with the policies that govern it (reconcilePolicies).
 	eff *infrav1.TerraformRun
 	// gov is that combination: the policies, and each one's windows.
-	gov approvalpolicy.Governed
+	gov gate.Governed
 	// hash is the hash of what the current spec runs.
 	hash string
 	// active is true while the current run (status.run) has not finished.

@@ -18,7 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/changewindow"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 )
 
@@ -32,7 +32,7 @@ func Check(ap infrav1.ApprovalPolicy) error {
 			return fmt.Errorf("spec.approval.rules: %w", err)
 		}
 	}
-	if _, err := changewindow.Compile(ap.Windows); err != nil {
+	if _, err := gate.Compile(ap.Windows); err != nil {
 		return fmt.Errorf("spec.approval.windows: %w", err)
 	}
 	return nil

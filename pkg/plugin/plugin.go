@@ -35,8 +35,8 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/records"
 )
 
@@ -579,14 +579,14 @@ func (o *Options) approve(ctx context.Context, name, pin string, override bool) 
 		ap := run.Spec.Approval
 		t := run.Status.Approvals
 		if t != nil && t.Digest == digest && t.Policy != nil {
-			ap = approvalpolicy.FromEffective(t.Policy)
+			ap = gate.FromEffective(t.Policy)
 		}
-		why := approvalpolicy.Why(ap, approvalpolicy.Authors(run), user, groups, true)
+		why := gate.Why(ap, gate.Authors(run), user, groups, true)
 		if why == "" {
 			// The Require rules that matched the plan, as the manager
 			// tallied it (status.approvals, for this plan only).
 			if t != nil && t.Digest == digest {
-				if ok, w := approvalpolicy.Helps(ap, t, user, groups); !ok {
+				if ok, w := gate.Helps(ap, t, user, groups); !ok {
 					why = w
 				}
 			}
@@ -679,7 +679,7 @@ func who(a *infrav1.TerraformRunApproval) string {
 // requiredApprovals.
 func policyNote(run *infrav1.TerraformRun) string {
 	if t := run.Status.Approvals; t != nil && run.Status.Plan != nil && t.Digest == run.Status.Plan.Digest {
-		if rem := approvalpolicy.Remaining(t); rem != "" {
+		if rem := gate.Remaining(t); rem != "" {
 			return "; before this approval, " + rem + " (kubectl tfrun list shows the count)"
 		}
 		return ""

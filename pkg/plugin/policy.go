@@ -14,7 +14,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/approvalpolicy"
+	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 )
 
@@ -127,7 +127,7 @@ func (o *Options) policyRules(ctx context.Context, p policyTest) ([]infrav1.Appr
 		if err != nil {
 			return nil, err
 		}
-		rules := approvalpolicy.Combine(run.Spec.Approval, ps).Approval.Rules
+		rules := gate.Combine(run.Spec.Approval, ps).Approval.Rules
 		if len(rules) == 0 {
 			return nil, fmt.Errorf("TerraformRun %s/%s has no spec.approval.rules, and no policy that governs it has rules", ns, p.runName)
 		}
@@ -169,12 +169,12 @@ func (o *Options) policyRules(ctx context.Context, p policyTest) ([]infrav1.Appr
 }
 
 // governing reads the policies that govern the runs of namespace ns, as
-// the manager combines them (approvalpolicy.Select). The namespace's
+// the manager combines them (gate.Select). The namespace's
 // TerraformRunPolicies must be readable; cluster policies and the
 // namespace's labels are read when the user may, and a warning says what
 // could not be (without the labels every cluster policy is tested, which
 // can only add rules).
-func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]approvalpolicy.Policy, error) {
+func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]gate.Policy, error) {
 	var nsList infrav1.TerraformRunPolicyList
 	if err := c.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
 		return nil, fmt.Errorf("reading the TerraformRunPolicies of namespace %s, which govern its runs: %w", ns, err)
@@ -184,7 +184,7 @@ func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]
 		fmt.Fprintf(o.ErrOut, "warning: cannot read the ClusterTerraformRunPolicies (%v): testing without them\n", err)
 	}
 	var nsLabels labels.Set
-	if approvalpolicy.NeedsLabels(clList.Items) {
+	if gate.NeedsLabels(clList.Items) {
 		n := &corev1.Namespace{}
 		if err := c.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil {
 			fmt.Fprintf(o.ErrOut, "warning: cannot read namespace %s's labels (%v): testing every ClusterTerraformRunPolicy, selected or not\n", ns, err)
@@ -195,5 +195,5 @@ func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]
 			}
 		}
 	}
-	return approvalpolicy.Select(nsList.Items, clList.Items, nsLabels), nil
+	return gate.Select(nsList.Items, clList.Items, nsLabels), nil
 }

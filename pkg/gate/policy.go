@@ -1,8 +1,8 @@
-// Package approvalpolicy says whether spec.approval counts one user's
-// decision about a plan. The manager tallies decisions with it, and
-// kubectl tfrun approve asks it before recording one that would not count,
-// so both say the same.
-package approvalpolicy
+package gate
+
+// This file says whether a policy counts one user's decision about a
+// plan. The manager tallies decisions with it, and kubectl tfrun approve
+// asks it before recording one that would not count, so both say the same.
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package approvalpolicy
+package gate
 
 import (
 	"testing"

@@ -1,7 +1,8 @@
-// Package changewindow says whether an approved plan may apply now under
+package gate
+
+// This file says whether an approved plan may apply now under
 // spec.approval.windows, and when it may if not. The manager holds a plan
 // at the approval gate outside its windows; kubectl tfrun shows the same.
-package changewindow
 
 import (
 	"fmt"

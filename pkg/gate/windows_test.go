@@ -1,4 +1,4 @@
-package changewindow
+package gate
 
 import (
 	"os"
