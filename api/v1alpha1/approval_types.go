@@ -173,6 +173,11 @@ type ApprovalTally struct {
 	// ClusterTerraformRunPolicy), combined.
 	// +optional
 	Policy *EffectiveApproval `json:"policy,omitempty"`
+	// Deadline is when the plan's wait for approval times out (the
+	// policy's timeout from when it reached the gate); approvals made
+	// after it do not count.
+	// +optional
+	Deadline *metav1.Time `json:"deadline,omitempty"`
 }
 
 // ChangeWindowStatus is where spec.approval.windows stand for a plan.

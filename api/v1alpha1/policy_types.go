@@ -207,6 +207,29 @@ type EffectiveApproval struct {
 	// SelfApproval is Forbidden when any forbids it.
 	// +optional
 	SelfApproval SelfApproval `json:"selfApproval,omitempty"`
+	// Rejection is Any when any says so.
+	// +optional
+	Rejection RejectionRule `json:"rejection,omitempty"`
+	// Layers are the approvals each layer asks of people by itself: the
+	// run's own spec.approval (layer ""), each policy's ("<policy>/",
+	// "cluster/<policy>/"). An AutoApprove rule waives its own layer's and
+	// those below it, never another's; kubectl tfrun approve reads them
+	// to say whether a vote will count, as the manager counts it.
+	// +optional
+	// +listType=map
+	// +listMapKey=layer
+	Layers []LayerApprovals `json:"layers,omitempty"`
+}
+
+// LayerApprovals is the approvals one layer of a run's combined policy
+// asks of people by itself.
+type LayerApprovals struct {
+	// Layer is "" for the run's own spec.approval, "<policy>/" for a
+	// TerraformRunPolicy's, "cluster/<policy>/" for a
+	// ClusterTerraformRunPolicy's (the prefix of its rules' names).
+	Layer string `json:"layer"`
+	// Approvals is how many it asks.
+	Approvals int32 `json:"approvals"`
 }
 
 func init() {

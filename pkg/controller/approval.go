@@ -64,7 +64,6 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 // held; it requeues for the approval timeout or the change windows.
 func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
 	prog := st.progress
-	digest := prog.Plan.Digest
 	approver, ok := st.engine.(engine.Approver)
 	if !ok {
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval, "engine "+string(st.engine.Name())+" can only be approved in its own UI")
@@ -91,7 +90,18 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 			return gateErr(err)
 		}
 	}
+	return r.actOnGate(ctx, run, st, approver, in, d, timeout)
+}
+
+// actOnGate does what the gate decided about the plan waiting: approves
+// (once it holds a slot for the apply), rejects or times out the gate in
+// the engine, or says why the plan waits or is held.
+func (r *TerraformRunReconciler) actOnGate(ctx context.Context, run *infrav1.TerraformRun, st *passState, approver engine.Approver, in gate.Input, d gate.Decision, timeout time.Duration) (ctrl.Result, error) {
+	prog := st.progress
+	digest := prog.Plan.Digest
+	t := *run.Status.Approvals
 	plan := fmt.Sprintf("plan %s (%s)", prog.Plan.Short(), digest)
+	var err error
 	switch d.Effect {
 	case gate.Deny:
 		err = r.denyByRule(ctx, run, st, approver, d.Why)
@@ -103,12 +113,7 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonPolicyChanged,
 			fmt.Sprintf("%s is held at the gate: %s; plan again to decide it under them (kubectl tfrun rerun %s), or reject it", plan, d.Why, run.Name))
 	case gate.HoldUnreadable:
-		reason := infrav1.ReasonPlanUnreadable
-		if unreadable.rules != nil {
-			reason = infrav1.ReasonRulesInvalid
-		}
-		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, reason,
-			fmt.Sprintf("%s is held at the gate: %v; %s", plan, unreadable, unreadable.advice()))
+		r.holdUnreadable(run, plan, in.Unreadable)
 	case gate.HoldWindow:
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonOutsideChangeWindow,
 			fmt.Sprintf("%s is approved (%s) and %s", plan, d.Why, windowHeld(d.Window)))
@@ -139,6 +144,21 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	return ctrl.Result{}, nil
 }
 
+// holdUnreadable says why the rules could not judge the plan (a plan
+// too large to read, or a rule that no longer compiles) and how to go on.
+func (r *TerraformRunReconciler) holdUnreadable(run *infrav1.TerraformRun, plan string, err error) {
+	var unreadable *planUnreadable
+	if !errors.As(err, &unreadable) {
+		return
+	}
+	reason := infrav1.ReasonPlanUnreadable
+	if unreadable.rules != nil {
+		reason = infrav1.ReasonRulesInvalid
+	}
+	r.transition(run, infrav1.ApprovedCondition, metav1Unknown, reason,
+		fmt.Sprintf("%s is held at the gate: %v; %s", plan, unreadable, unreadable.advice()))
+}
+
 // gateInput gathers what the gate decides the plan waiting from: the
 // combined policy, the authors, the votes (and extra ones, the engine's),
 // the rules' outcome (or why the plan could not be read), whether the
@@ -146,14 +166,16 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 // the policy to record with the count.
 func (r *TerraformRunReconciler) gateInput(ctx context.Context, run *infrav1.TerraformRun, st *passState, extra ...gate.Vote) (gate.Input, *infrav1.EffectiveApproval, error) {
 	digest := st.progress.Plan.Digest
-	votes, err := r.votes(ctx, run, st.eff.Spec.Approval, digest)
+	votes, err := r.votes(ctx, run, digest)
 	if err != nil {
 		return gate.Input{}, nil, generic("ListApprovals", err, "listing the TerraformRunApprovals of %s", run.Name)
 	}
 	gov := st.gov
-	gov.Approval = st.eff.Spec.Approval // the same, but in unit tests that build no policies
+	if gov.Needs == nil {
+		gov = gate.Combine(st.eff.Spec.Approval, nil) // a pass that combined no policies (unit tests)
+	}
 	in := gate.Input{Policy: gov, Digest: digest, Authors: r.runAuthors(run), Votes: append(votes, extra...), Now: r.now()}
-	pol, changed := recordedPolicies(run, st, digest)
+	pol, changed := recordedPolicies(run, gov, digest)
 	in.Changed = changed
 	in.Rules, in.Unreadable = r.planRules(ctx, run, st)
 	return in, pol, nil
@@ -448,72 +470,6 @@ func (r *TerraformRunReconciler) setApproval(run *infrav1.TerraformRun, a infrav
 	}
 }
 
-// reconcileSupersede stops an active run whose plan waits for approval when
-// the spec changed, a rerun was requested or a dependency's outputs changed:
-// the new inputs need a new plan.
-// The run's cleanup still runs; the next run starts once it has stopped.
-// Sets Approved False (Superseded) and Reconciling (Superseded), and ends
-// the pass.
-func (r *TerraformRunReconciler) reconcileSupersede(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	if !st.active || st.child == nil || run.Status.Run == nil {
-		return ctrl.Result{}, nil
-	}
-	if run.Status.Run.Type == infrav1.RunPlan && !st.progress.Finished {
-		return r.supersedePlanOnly(ctx, run, st)
-	}
-	if st.progress.Gate.State != engine.GatePending {
-		return ctrl.Result{}, nil
-	}
-	trigger, detail, want := r.wantRun(run, st)
-	if !want {
-		return ctrl.Result{}, nil
-	}
-	c, ok := st.engine.(engine.Canceller)
-	if !ok {
-		return ctrl.Result{}, nil
-	}
-	cur := run.Status.Run
-	why := "a spec change"
-	if trigger == infrav1.TriggerDependencyChange || trigger == infrav1.TriggerSourceChange {
-		why = detail
-	}
-	if err := r.labelGate(ctx, st.child, infrav1.ApprovalLabelSuperseded); err != nil {
-		return gateErr(err)
-	}
-	if err := c.Cancel(ctx, r.Client, st.child, "superseded by "+why); err != nil {
-		return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
-	}
-	r.transition(run, infrav1.ApprovedCondition, metav1False, infrav1.ReasonSuperseded, "plan of run "+cur.ID+" was superseded by "+why+" before approval")
-	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded); a new run starts when it has stopped")
-	st.stop = true
-	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
-}
-
-// supersedePlanOnly stops a planOnly run (a preview) still planning when a
-// newer source or spec calls for a new plan (a push to a pull request
-// moves its preview): nothing is applied, so its plan is of no use. The
-// next run starts once it has stopped.
-func (r *TerraformRunReconciler) supersedePlanOnly(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	trigger, detail, want := r.wantRun(run, st)
-	c, ok := st.engine.(engine.Canceller)
-	if !want || !ok {
-		return ctrl.Result{}, nil
-	}
-	cur := run.Status.Run
-	why := "a spec change"
-	if trigger == infrav1.TriggerDependencyChange || trigger == infrav1.TriggerSourceChange || trigger == infrav1.TriggerRerunRequest {
-		why = string(trigger) + " (" + detail + ")"
-	}
-	if st.child.GetAnnotations()[engine.CancelledAnnotation] == "" {
-		if err := c.Cancel(ctx, r.Client, st.child, "superseded by "+why); err != nil {
-			return ctrl.Result{}, generic("Supersede", err, "stopping superseded run %s", cur.ID)
-		}
-	}
-	st.report(progressing, infrav1.ReasonSuperseded, "stopping run "+cur.ID+" (superseded by "+why+"); a new run starts when it has stopped")
-	st.stop = true
-	return ctrl.Result{RequeueAfter: 5 * time.Second}, nil
-}
-
 // shortPlan is a plan's counts for messages.
 func shortPlan(p *infrav1.PlanStatus) string {
 	return results.ShortAll(p.Add, p.Change, p.Destroy, p.Import, p.Forget, p.Move, p.Actions)
@@ -524,16 +480,16 @@ func shortPlan(p *infrav1.PlanStatus) string {
 // the tally of the same plan), and how those have changed since ("" when
 // they have not): one added, changed or deleted holds the plan (a change
 // under a waiting plan never loosens it).
-func recordedPolicies(run *infrav1.TerraformRun, st *passState, digest string) (*infrav1.EffectiveApproval, string) {
-	pol := gate.Effective(st.gov)
+func recordedPolicies(run *infrav1.TerraformRun, gov gate.Governed, digest string) (*infrav1.EffectiveApproval, string) {
+	pol := gate.Effective(gov)
 	prev := run.Status.Approvals
 	if prev == nil || prev.Digest != digest || prev.Policy == nil {
 		return pol, ""
 	}
 	pol.Policies = prev.Policy.Policies
 	pol.Changed = prev.Policy.Changed
-	if pol.Changed == "" && gate.Changed(prev.Policy.Policies, st.gov.Refs) {
-		pol.Changed = policyChange(prev.Policy.Policies, st.gov.Refs)
+	if pol.Changed == "" && gate.Changed(prev.Policy.Policies, gov.Refs) {
+		pol.Changed = policyChange(prev.Policy.Policies, gov.Refs)
 	}
 	return pol, pol.Changed
 }
@@ -559,4 +515,24 @@ func policyChange(recorded, now []infrav1.PolicyRef) string {
 		}
 	}
 	return "the policies that govern the run changed while the plan waited (" + strings.Join(parts, "; ") + ")"
+}
+
+// ApprovalRunIndex indexes TerraformRunApprovals by spec.runName.
+const ApprovalRunIndex = "spec.runName"
+
+// votes gathers the decisions about digest (gate.VotesOf): the run's
+// TerraformRunApprovals for that plan and spec.approval's approvedPlan or
+// rejectedPlan. Without trusted identities, no vote names a user.
+func (r *TerraformRunReconciler) votes(ctx context.Context, run *infrav1.TerraformRun, digest string) ([]gate.Vote, error) {
+	list := &infrav1.TerraformRunApprovalList{}
+	if err := r.List(ctx, list, client.InNamespace(run.Namespace), client.MatchingFields{ApprovalRunIndex: run.Name}); err != nil {
+		return nil, err
+	}
+	out := gate.VotesOf(run, list.Items, digest)
+	if r.UntrustedIdentity {
+		for i := range out {
+			out[i].User, out[i].Groups = "", nil
+		}
+	}
+	return out, nil
 }

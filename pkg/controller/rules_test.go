@@ -507,11 +507,11 @@ func TestUnreadablePlanIsHeld(t *testing.T) {
 	}
 }
 
-// kubectl tfrun approve asks gate.Helps, before it records a
-// vote, whether the vote will count; the manager then counts it in
-// applyRules. They agree: for each case, Helps on the tally the manager
-// made says yes exactly when adding the vote raises what the manager
-// counts toward a requirement still open.
+// kubectl tfrun approve asks gate.Counts, before it records a vote,
+// whether the vote will count, on the input rebuilt from what the manager
+// recorded (gate.Recorded); the manager then counts it. They agree: for
+// each case, Counts says yes exactly when adding the vote raises what the
+// manager counts toward a requirement still open.
 func TestApproveAgreesWithTheGate(t *testing.T) {
 	const digest = "sha256:aa"
 	since := metav1.NewTime(t0.Add(-time.Minute))
@@ -535,6 +535,7 @@ func TestApproveAgreesWithTheGate(t *testing.T) {
 	}{
 		{"someone from security, none yet", infrav1.ApprovalSpec{Rules: rules}, nil, voter{"ann", []string{"security"}}, true},
 		{"a developer: no rule counts them, requiredApprovals 1 met by no one yet", infrav1.ApprovalSpec{Rules: rules}, nil, voter{"dev", []string{"devs"}}, true},
+		{"a developer, once requiredApprovals is met", infrav1.ApprovalSpec{Rules: rules}, []voter{{"dev", []string{"devs"}}}, voter{"dan", []string{"devs"}}, false},
 		{"a developer after security's first: no rule counts them", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}}, voter{"dev", []string{"devs"}}, false},
 		{"sam (sre) after security's first", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}}, voter{"sam", nil}, true},
 		{"a developer with requiredApprovals 3 still unmet", infrav1.ApprovalSpec{Rules: rules, RequiredApprovals: 3}, []voter{{"ann", []string{"security"}}, {"sam", nil}}, voter{"dev", []string{"devs"}}, true},
@@ -542,7 +543,7 @@ func TestApproveAgreesWithTheGate(t *testing.T) {
 		{"sam again", infrav1.ApprovalSpec{Rules: rules}, []voter{{"ann", []string{"security"}}, {"sam", nil}}, voter{"sam", nil}, false},
 		{"mode Auto: a developer", infrav1.ApprovalSpec{Mode: infrav1.ApprovalAuto, Rules: rules}, nil, voter{"dev", nil}, false},
 	}
-	tally := func(t *testing.T, spec infrav1.ApprovalSpec, voters []voter) *infrav1.ApprovalTally {
+	tally := func(t *testing.T, spec infrav1.ApprovalSpec, voters []voter) *infrav1.TerraformRun {
 		t.Helper()
 		f := &fakeEngine{progress: map[string]engine.Progress{}}
 		run := aRun("a")
@@ -570,13 +571,22 @@ func TestApproveAgreesWithTheGate(t *testing.T) {
 		if run.Status.Approvals == nil {
 			t.Fatal("no tally")
 		}
-		return run.Status.Approvals
+		return run
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			before := tally(t, tc.spec, tc.before)
-			helps, why := gate.Helps(tc.spec, before, tc.next.user, tc.next.groups)
-			after := tally(t, tc.spec, append(append([]voter{}, tc.before...), tc.next))
+			beforeRun := tally(t, tc.spec, tc.before)
+			var votes []gate.Vote
+			for i, v := range tc.before {
+				votes = append(votes, gate.Vote{User: v.user, Groups: v.groups, Approve: true, Source: fmt.Sprint("TerraformRunApproval/x", i)})
+			}
+			in, recorded := gate.Recorded(beforeRun, digest, votes, t0)
+			if !recorded {
+				t.Fatal("the manager recorded no policy for the plan")
+			}
+			helps, why := gate.Counts(in, gate.Vote{User: tc.next.user, Groups: tc.next.groups, Approve: true, Source: "kubectl tfrun approve", At: t0})
+			before := beforeRun.Status.Approvals
+			after := tally(t, tc.spec, append(append([]voter{}, tc.before...), tc.next)).Status.Approvals
 			// What the manager counts toward each requirement still open:
 			// requiredApprovals (mode Manual) and each matched Require rule.
 			progress := func(t *infrav1.ApprovalTally) int32 {
@@ -607,4 +617,3 @@ func TestPolicyChangeSaysWhat(t *testing.T) {
 		}
 	}
 }
-

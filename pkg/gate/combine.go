@@ -228,13 +228,19 @@ func Nobody(a *infrav1.Approvers) bool {
 // records it for kubectl tfrun approve.
 func Effective(g Governed) *infrav1.EffectiveApproval {
 	ap := g.Approval
-	return &infrav1.EffectiveApproval{
+	e := &infrav1.EffectiveApproval{
 		Policies:          g.Refs,
 		Mode:              ap.Mode,
 		RequiredApprovals: Required(ap),
 		Approvers:         ap.Approvers.DeepCopy(),
 		SelfApproval:      ap.SelfApproval,
+		Rejection:         ap.Rejection,
 	}
+	for layer, n := range g.Needs {
+		e.Layers = append(e.Layers, infrav1.LayerApprovals{Layer: layer, Approvals: n})
+	}
+	slices.SortFunc(e.Layers, func(a, b infrav1.LayerApprovals) int { return strings.Compare(a.Layer, b.Layer) })
+	return e
 }
 
 // FromEffective is the policy a vote is counted under, from what the
@@ -245,6 +251,7 @@ func FromEffective(e *infrav1.EffectiveApproval) infrav1.ApprovalSpec {
 		RequiredApprovals: e.RequiredApprovals,
 		Approvers:         e.Approvers.DeepCopy(),
 		SelfApproval:      e.SelfApproval,
+		Rejection:         e.Rejection,
 	}
 }
 

@@ -149,12 +149,13 @@ func Decide(in Input) Decision {
 	} else {
 		applyRules(&t, rules, in.Policy, votes)
 	}
+	if !in.Deadline.IsZero() {
+		dl := metav1.NewTime(in.Deadline)
+		t.Deadline = &dl
+	}
 	d := Decision{Tally: t, Recheck: in.Deadline}
 	denied := rules != nil && rules.Decision == planpolicy.Deny
 	held := in.Unreadable != nil || in.Changed != ""
-	if !denied && rejection == nil && !held && t.Needed > 0 {
-		d.Publish = publish(ap, in.Authors, rules, t)
-	}
 	switch {
 	case denied:
 		d.Effect, d.Why = Deny, rules.DenyMessage()
@@ -174,6 +175,9 @@ func Decide(in Input) Decision {
 		d.Effect = Stale
 	default:
 		d.Effect, d.Why = Wait, TallyMessage(d.Tally)
+	}
+	if d.Effect == Wait || d.Effect == Stale {
+		d.Publish = publish(ap, in.Authors, rules, d.Tally)
 	}
 	if d.Effect != HoldWindow && !in.Deadline.After(in.Now) {
 		d.Recheck = time.Time{}
@@ -210,23 +214,27 @@ func approved(d *Decision, in Input, rules *planpolicy.Outcome, votes []Vote) {
 }
 
 // Counts says whether a vote by user (in groups) would count toward the
-// plan in, and why not: it is decided with and without the vote, and the
-// vote counts when the policy does not ignore it and it moves the plan
-// closer to applying (fewer approvals needed, or approved).
+// plan in, and why not. The plan is decided with and without the vote:
+// an approval counts when the policy does not ignore it and it adds to a
+// requirement still open (the policy's requiredApprovals, or a matched
+// Require rule whose approvers it meets); an override also when it opens
+// the change windows of a plan otherwise approved; a rejection when the
+// policy does not ignore it.
 func Counts(in Input, v Vote) (bool, string) {
+	if why := Ignored(in, v); why != "" {
+		return false, why
+	}
 	before := Decide(in)
 	in.Votes = append(slices.Clone(in.Votes), v)
 	after := Decide(in)
-	for _, ig := range after.Tally.Ignored {
-		if ig.User == v.User {
-			return false, ig.Reason
-		}
-	}
 	if !v.Approve {
 		return true, ""
 	}
 	switch before.Effect {
 	case Approve, HoldWindow:
+		if v.Override {
+			return true, "" // it opens the change windows
+		}
 		return false, "the plan needs no more approvals"
 	case Deny, Reject:
 		return false, "the plan is rejected"
@@ -235,11 +243,11 @@ func Counts(in Input, v Vote) (bool, string) {
 	case HoldChanged, HoldUnreadable:
 		return false, "the plan is held: " + before.Why
 	}
-	if slices.Contains(before.Tally.ApprovedBy, v.User) {
-		return false, v.User + " approved it already"
-	}
-	if after.Tally.Needed < before.Tally.Needed || after.Effect == Approve || after.Effect == HoldWindow {
+	if progress(in, after) > progress(in, before) {
 		return true, ""
+	}
+	if slices.Contains(before.Tally.ApprovedBy, v.User) {
+		return false, v.User + " has approved this plan already"
 	}
 	var unmet []string
 	for _, rt := range before.Tally.Rules {
@@ -250,7 +258,34 @@ func Counts(in Input, v Vote) (bool, string) {
 	if len(unmet) > 0 {
 		return false, "it meets none of the Require rules the plan still needs (" + strings.Join(unmet, "; ") + ")"
 	}
-	return false, "it does not lower what the plan needs (" + Remaining(&before.Tally) + ")"
+	return false, "it does not add to what the plan needs (" + Remaining(&before.Tally) + ")"
+}
+
+// progress is how many of the approvals the plan asks for d counts: the
+// policy's own (requiredApprovals in mode Manual, or what the layers an
+// AutoApprove rule did not waive ask), and each matched Require rule's.
+func progress(in Input, d Decision) int32 {
+	t := d.Tally
+	base := t.Required
+	var rules int32
+	for _, rt := range t.Rules {
+		if rt.Effect == infrav1.RuleRequire {
+			base = Required(in.Policy.Approval)
+			rules += min(int32(len(rt.ApprovedBy)), rt.Required)
+		}
+	}
+	if in.Policy.Approval.Mode == infrav1.ApprovalAuto {
+		base = 0 // mode Auto asks nothing of its own
+	}
+	return min(int32(len(t.ApprovedBy)), base) + rules
+}
+
+// Ignored says why the policy of in would ignore the vote v ("" when it
+// counts it at all): v's user is not among the approvers, is an author
+// under selfApproval Forbidden, or is not known where the policy needs
+// to know.
+func Ignored(in Input, v Vote) string {
+	return Why(in.Policy.Approval, in.Authors, v.User, v.Groups, v.Approve)
 }
 
 // dropLateApprovals keeps the votes that still count once the approval

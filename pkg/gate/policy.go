@@ -73,45 +73,6 @@ func Authors(run *infrav1.TerraformRun) []string {
 	return nil
 }
 
-// Helps says whether an approval by user (in groups), which the rest of
-// spec.approval counts (Why is ""), brings the plan nearer to approval
-// under the Require rules that matched it; when not, why. t is the
-// manager's tally of the waiting plan (status.approvals), which lists the
-// matched rules; the manager counts a vote for a rule with Allowed on the
-// rule's approvers (applyRules), as Helps does, so kubectl tfrun approve
-// and the manager agree.
-//
-// A vote helps when requiredApprovals still wants approvals (mode Manual),
-// or when it meets the approvers of a Require rule that still needs some.
-func Helps(ap infrav1.ApprovalSpec, t *infrav1.ApprovalTally, user string, groups []string) (bool, string) {
-	if t == nil {
-		return true, ""
-	}
-	if ap.Mode != infrav1.ApprovalAuto && int(Required(ap)) > len(t.ApprovedBy) && !slices.Contains(t.ApprovedBy, user) {
-		return true, ""
-	}
-	var unmet []string
-	for _, rt := range t.Rules {
-		if rt.Effect != infrav1.RuleRequire || rt.Needed == 0 || slices.Contains(rt.ApprovedBy, user) {
-			continue
-		}
-		// The manager records whom each rule counts (rt.Approvers); a
-		// tally recorded before it did names the rule only.
-		a := rt.Approvers
-		if i := slices.IndexFunc(ap.Rules, func(r infrav1.ApprovalRule) bool { return r.Name == rt.Name }); a == nil && i >= 0 && ap.Rules[i].Require != nil {
-			a = ap.Rules[i].Require.Approvers
-		}
-		if Allowed(a, user, groups) {
-			return true, ""
-		}
-		unmet = append(unmet, fmt.Sprintf("rule %s needs %d more from %s", rt.Name, rt.Needed, Describe(a)))
-	}
-	if len(unmet) == 0 {
-		return true, ""
-	}
-	return false, "it meets none of the Require rules the plan still needs (" + strings.Join(unmet, "; ") + ")"
-}
-
 // Describe names who approvers are ("anyone" when nil).
 func Describe(a *infrav1.Approvers) string {
 	if a == nil {

@@ -560,6 +560,28 @@ func waiting(run *infrav1.TerraformRun) (string, error) {
 	return run.Status.Plan.Digest, nil
 }
 
+// wouldNotCount says why the manager would not count v, a vote about the
+// plan digest ("" when it would, or when the votes cannot be read: the
+// manager decides then). It asks the gate the manager asks (gate.Counts),
+// with the input the manager recorded for the plan (gate.Recorded): the
+// combined policy, each layer's approvals and the rules that matched.
+func wouldNotCount(ctx context.Context, c client.Client, run *infrav1.TerraformRun, digest string, v gate.Vote) string {
+	list := &infrav1.TerraformRunApprovalList{}
+	if err := c.List(ctx, list, client.InNamespace(run.Namespace)); err != nil {
+		return ""
+	}
+	in, recorded := gate.Recorded(run, digest, gate.VotesOf(run, list.Items, digest), v.At)
+	if !recorded {
+		// The manager has not counted the plan yet: only the policy's
+		// own bar (approvers, self-approval) is known.
+		return gate.Ignored(in, v)
+	}
+	if ok, why := gate.Counts(in, v); !ok {
+		return why
+	}
+	return ""
+}
+
 func (o *Options) approve(ctx context.Context, name, pin string, override bool) error {
 	run, c, cs, err := o.get(ctx, name)
 	if err != nil {
@@ -573,25 +595,7 @@ func (o *Options) approve(ctx context.Context, name, pin string, override bool) 
 		return fmt.Errorf("wrong digest: you approved %s, but the plan waiting is %s (%s); review it with kubectl tfrun plan %s", pin, digest, run.Status.Plan.Summary, name)
 	}
 	if user, groups := whoAmI(ctx, cs); user != "" {
-		// The policy that counts the vote: as the manager combined
-		// spec.approval with the policies that govern the run, for this
-		// plan (status.approvals.policy), else spec.approval alone.
-		ap := run.Spec.Approval
-		t := run.Status.Approvals
-		if t != nil && t.Digest == digest && t.Policy != nil {
-			ap = gate.FromEffective(t.Policy)
-		}
-		why := gate.Why(ap, gate.Authors(run), user, groups, true)
-		if why == "" {
-			// The Require rules that matched the plan, as the manager
-			// tallied it (status.approvals, for this plan only).
-			if t != nil && t.Digest == digest {
-				if ok, w := gate.Helps(ap, t, user, groups); !ok {
-					why = w
-				}
-			}
-		}
-		if why != "" {
+		if why := wouldNotCount(ctx, c, run, digest, gate.Vote{User: user, Groups: groups, Approve: true, Source: "kubectl tfrun approve", At: time.Now(), Override: override}); why != "" {
 			return fmt.Errorf("%w: an approval of plan %s of TerraformRun %s by %s would not count: %s; nothing was recorded (kubectl tfrun list shows who has approved)",
 				ErrNotCounted, digest, name, user, why)
 		}

@@ -329,6 +329,19 @@ func TestPluginCommands(t *testing.T) {
 		if err := k8s.Status().Update(ctx, g); err != nil {
 			t.Fatal(err)
 		}
+		// ann's approval, which the tally counted (admission stamps her).
+		cfg := rest.CopyConfig(restConfig)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: "ann", Groups: []string{"system:masters"}}
+		asAnn, err := client.New(cfg, client.Options{Scheme: k8s.Scheme()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ann := &infrav1.TerraformRunApproval{ObjectMeta: metav1.ObjectMeta{Name: "ruled-ann", Namespace: ns},
+			Spec: infrav1.TerraformRunApprovalSpec{RunName: "ruled", PlanDigest: digest, Decision: infrav1.DecisionApprove}}
+		if err := asAnn.Create(ctx, ann); err != nil {
+			t.Fatal(err)
+		}
+		defer k8s.Delete(ctx, ann)
 		before := len(decisions(t, ns))
 		out, _, err := tfrun(ns, "approve", "ruled")
 		if !errors.Is(err, plugin.ErrNotCounted) || !strings.Contains(err.Error(), "it meets none of the Require rules the plan still needs (rule iam-needs-sam needs 1 more from users sam)") || strings.Contains(out, "approved plan") {

@@ -1,11 +1,13 @@
 package plugin
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -55,10 +57,11 @@ is terraform show -json of a saved plan, or what kubectl tfrun plan NAME
 }
 
 func (o *Options) policyTest(ctx context.Context, p policyTest) error {
-	rules, err := o.policyRules(ctx, p)
+	gov, err := o.policyRules(ctx, p)
 	if err != nil {
 		return err
 	}
+	rules := gov.Approval.Rules
 	b, err := os.ReadFile(p.planFile)
 	if err != nil {
 		return fmt.Errorf("--plan: %w", err)
@@ -76,7 +79,12 @@ func (o *Options) policyTest(ctx context.Context, p policyTest) error {
 		run.Authors = []string{run.Author}
 	}
 	out := pol.Evaluate(ctx, plan, run)
-	if done, err := o.print(map[string]any{"plan": plan, "rules": out.Describe(rules), "decision": out.Decision, "message": decisionText(out)}); done {
+	// What the gate does with the plan before anyone decides: the same
+	// call the manager makes (gate.Decide), with no votes yet.
+	d := gate.Decide(gate.Input{Policy: gov, Digest: "(offline)", Authors: run.Authors, Rules: &out, Now: time.Now()})
+	verdict := gateText(d)
+	if done, err := o.print(map[string]any{"plan": plan, "rules": out.Describe(rules), "decision": out.Decision, "message": decisionText(out),
+		"gate": map[string]any{"effect": d.Effect, "required": d.Tally.Required, "needed": d.Tally.Needed, "message": verdict}}); done {
 		return err
 	}
 	fmt.Fprintf(o.Out, "plan: +%d ~%d -%d (%d replaced), %d imported, %d forgotten, %d moved, %d actions invoked, %d programs run, %d resource changes, %d output changes; run: type %s, trigger %s, author %q\n",
@@ -89,7 +97,21 @@ func (o *Options) policyTest(ctx context.Context, p policyTest) error {
 		fmt.Fprintln(o.Out, "  "+line)
 	}
 	fmt.Fprintf(o.Out, "decision: %s\n", decisionText(out))
+	fmt.Fprintf(o.Out, "gate: %s\n", verdict)
 	return nil
+}
+
+// gateText says what the gate does with a plan nobody has decided yet.
+func gateText(d gate.Decision) string {
+	switch d.Effect {
+	case gate.Wait:
+		return "Wait: " + d.Why
+	case gate.Approve:
+		return "Approve: " + cmp.Or(d.How, "approved")
+	case gate.HoldWindow:
+		return "HoldWindow: approved (" + d.Why + "), and held now: " + d.Window.Message
+	}
+	return string(d.Effect) + ": " + d.Why
 }
 
 // decisionText says what the rules decide together.
@@ -110,62 +132,65 @@ func decisionText(o planpolicy.Outcome) string {
 }
 
 // policyRules reads the rules to test.
-func (o *Options) policyRules(ctx context.Context, p policyTest) ([]infrav1.ApprovalRule, error) {
+func (o *Options) policyRules(ctx context.Context, p policyTest) (gate.Governed, error) {
 	switch {
 	case p.runName != "" && p.rulesFile != "":
-		return nil, fmt.Errorf("give the rules with -f or --run, not both")
+		return gate.Governed{}, fmt.Errorf("give the rules with -f or --run, not both")
 	case p.runName != "":
 		c, _, ns, err := o.clients()
 		if err != nil {
-			return nil, err
+			return gate.Governed{}, err
 		}
 		run := &infrav1.TerraformRun{}
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: p.runName}, run); err != nil {
-			return nil, err
+			return gate.Governed{}, err
 		}
 		ps, err := o.governing(ctx, c, ns)
 		if err != nil {
-			return nil, err
+			return gate.Governed{}, err
 		}
-		rules := gate.Combine(run.Spec.Approval, ps).Approval.Rules
-		if len(rules) == 0 {
-			return nil, fmt.Errorf("TerraformRun %s/%s has no spec.approval.rules, and no policy that governs it has rules", ns, p.runName)
+		gov := gate.Combine(run.Spec.Approval, ps)
+		if len(gov.Approval.Rules) == 0 {
+			return gate.Governed{}, fmt.Errorf("TerraformRun %s/%s has no spec.approval.rules, and no policy that governs it has rules", ns, p.runName)
 		}
-		return rules, nil
+		return gov, nil
 	case p.rulesFile == "":
-		return nil, fmt.Errorf("give the rules with -f FILE (a TerraformRun manifest or a list of rules) or --run NAME")
+		return gate.Governed{}, fmt.Errorf("give the rules with -f FILE (a TerraformRun manifest or a list of rules) or --run NAME")
 	}
 	b, err := os.ReadFile(p.rulesFile)
 	if err != nil {
-		return nil, fmt.Errorf("-f: %w", err)
+		return gate.Governed{}, fmt.Errorf("-f: %w", err)
 	}
 	j, err := yaml.YAMLToJSON(b)
 	if err != nil {
-		return nil, fmt.Errorf("-f %s: %w", p.rulesFile, err)
+		return gate.Governed{}, fmt.Errorf("-f %s: %w", p.rulesFile, err)
 	}
 	var rules []infrav1.ApprovalRule
+	var ap infrav1.ApprovalSpec
 	if strings.HasPrefix(strings.TrimSpace(string(j)), "[") {
 		err = json.Unmarshal(j, &rules)
 	} else {
 		run := &infrav1.TerraformRun{}
 		err = json.Unmarshal(j, run)
-		rules = run.Spec.Approval.Rules
+		ap = run.Spec.Approval
+		rules = ap.Rules
 	}
 	if err != nil {
-		return nil, fmt.Errorf("-f %s: %w", p.rulesFile, err)
+		return gate.Governed{}, fmt.Errorf("-f %s: %w", p.rulesFile, err)
 	}
 	if len(rules) == 0 {
-		return nil, fmt.Errorf("-f %s holds no rules (spec.approval.rules of a TerraformRun, or a list of rules)", p.rulesFile)
+		return gate.Governed{}, fmt.Errorf("-f %s holds no rules (spec.approval.rules of a TerraformRun, or a list of rules)", p.rulesFile)
 	}
 	for i, r := range rules {
 		if r.Name == "" || r.Condition == "" {
-			return nil, fmt.Errorf("-f %s: rule %d needs a name and a condition", p.rulesFile, i)
+			return gate.Governed{}, fmt.Errorf("-f %s: rule %d needs a name and a condition", p.rulesFile, i)
 		}
 		if r.Effect == infrav1.RuleRequire && r.Require == nil {
-			return nil, fmt.Errorf("-f %s: rule %s: effect Require needs require.approvals", p.rulesFile, r.Name)
+			return gate.Governed{}, fmt.Errorf("-f %s: rule %s: effect Require needs require.approvals", p.rulesFile, r.Name)
 		}
 	}
-	return rules, nil
+	ap.Rules = rules
+	return gate.Combine(ap, nil), nil
 }
 
 // governing reads the policies that govern the runs of namespace ns, as

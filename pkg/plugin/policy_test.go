@@ -47,14 +47,37 @@ func TestPolicyTest(t *testing.T) {
 		"  destroys-need-two: matched, Require 2 approvals\n",
 		"  protected-resources: matched, Deny: protected resources are removed by hand, after a backup\n",
 		"decision: Deny: denied by rule protected-resources",
+		"gate: Deny: denied by rule protected-resources: protected resources are removed by hand",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("kubectl tfrun policy test printed\n%s\nwant it to contain %q", out, want)
 		}
 	}
 	out, err = offline("policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", plan, "-o", "json")
-	if err != nil || !strings.Contains(out, `"decision": "Deny"`) || !strings.Contains(out, `"address": "aws_s3_bucket.state"`) {
+	if err != nil || !strings.Contains(out, `"decision": "Deny"`) || !strings.Contains(out, `"address": "aws_s3_bucket.state"`) || !strings.Contains(out, `"effect": "Deny"`) {
 		t.Errorf("-o json: %v\n%s", err, out)
+	}
+
+	// What the gate does with the plan (gate.Decide, as the manager):
+	// an add-only plan goes through by rule, unless the Friday freeze
+	// of the same file holds it now; a destroy waits for two approvals.
+	add := filepath.Join(dir, "add.json")
+	if err := os.WriteFile(add, []byte(`{"resource_changes":[
+	  {"address":"aws_s3_bucket.new","mode":"managed","type":"aws_s3_bucket","name":"new","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["create"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = offline("policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", add)
+	if err != nil || !strings.Contains(out, "gate: Approve: approved automatically by rule add-only") && !strings.Contains(out, "gate: HoldWindow: approved (approved automatically by rule add-only)") {
+		t.Errorf("an add-only plan: %v\n%s\nwant the gate to approve it by rule add-only", err, out)
+	}
+	del := filepath.Join(dir, "del.json")
+	if err := os.WriteFile(del, []byte(`{"resource_changes":[
+	  {"address":"aws_s3_bucket.old","mode":"managed","type":"aws_s3_bucket","name":"old","provider_name":"registry.terraform.io/hashicorp/aws","change":{"actions":["delete"]}}]}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err = offline("policy", "test", "-f", "../../docs/examples/plan-rules.yaml", "--plan", del)
+	if err != nil || !strings.Contains(out, "gate: Wait: 0/2 approvals, 2 more needed (rule destroys-need-two: 0/2)") {
+		t.Errorf("a destroy: %v\n%s\nwant the gate to wait for two approvals", err, out)
 	}
 
 	rules := filepath.Join(dir, "rules.yaml")
