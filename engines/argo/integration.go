@@ -95,7 +95,7 @@ func slimNode(n wfv1.NodeStatus) wfv1.NodeStatus {
 // container of its pod: each container is named after its step. A check
 // and cleanup run alone, in "main".
 func (Engine) StepLogs(child, step string) (string, string) {
-	sel := "workflows.argoproj.io/workflow=" + child + "," + infrav1.StepLabel
+	sel := LabelWorkflow + "=" + child + "," + infrav1.StepLabel
 	switch step {
 	case names.StepClone, names.StepInit, names.StepPlan:
 		return sel + "=" + names.StepPlan, ContainerName(step)

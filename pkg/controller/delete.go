@@ -16,6 +16,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/tenancy"
 )
 
 // reconcileRelease removes the finalizer without destroying anything when
@@ -206,7 +207,7 @@ func (r *TerraformRunReconciler) removeFinalizer(ctx context.Context, run *infra
 	r.Limiter.ReleaseRun(client.ObjectKeyFromObject(run))
 	driftDetected.DeleteLabelValues(run.Namespace, run.Name)
 	r.forgetRecords(ctx, run)
-	if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return childOfRun(run.Name, n) }); err != nil {
+	if err := r.unguardChildren(ctx, run.Namespace, func(n string) bool { return tenancy.ChildOfRun(run.Name, n) }); err != nil {
 		return err
 	}
 	patch := client.MergeFrom(run.DeepCopy())

@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
+	"github.com/opr8r/opr8r/pkg/tenancy"
 )
 
 func TestGuardList(t *testing.T) {
@@ -24,10 +25,10 @@ func TestGuardList(t *testing.T) {
 	r.Config.RunnerServiceAccounts = []string{"deployer"}
 	list := func() string {
 		cm := &corev1.ConfigMap{}
-		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm); err != nil {
 			t.Fatal(err)
 		}
-		return cm.Data[GuardChildrenKey]
+		return cm.Data[tenancy.GuardChildrenKey]
 	}
 	for _, child := range []string{"web-2", "net-1", "web-2", "net-destroy-3", "netapp-1"} {
 		// A name the install does not list (a tenant's choice) never joins
@@ -40,20 +41,20 @@ func TestGuardList(t *testing.T) {
 		t.Fatalf("guard list %q, want %q (sorted, each once)", got, want)
 	}
 	cm := &corev1.ConfigMap{}
-	_ = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm)
-	if got, want := cm.Data[GuardRunnersKey], "deployer\nopr8r-check\nopr8r-runner"; got != want {
+	_ = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm)
+	if got, want := cm.Data[tenancy.GuardRunnersKey], "deployer\nopr8r-check\nopr8r-runner"; got != want {
 		t.Fatalf("runner service accounts %q, want %q (the children's the install lists, the default runner's, the checks'; never mallory-sa)", got, want)
 	}
 	if err := r.unguardChildren(ctx(), "ns", func(n string) bool { return n == "web-2" }); err != nil {
 		t.Fatal(err)
 	}
-	if err := r.unguardChildren(ctx(), "ns", func(n string) bool { return childOfRun("net", n) }); err != nil {
+	if err := r.unguardChildren(ctx(), "ns", func(n string) bool { return tenancy.ChildOfRun("net", n) }); err != nil {
 		t.Fatal(err)
 	}
 	if got := list(); got != "netapp-1" {
 		t.Fatalf("guard list %q after dropping web-2 and net's children, want netapp-1", got)
 	}
-	_ = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm)
+	_ = c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm)
 	if cm.Labels[infrav1.ManagedByLabel] != infrav1.ManagedByValue {
 		t.Errorf("the guard list is not labelled as opr8r's: %v", cm.Labels)
 	}
@@ -64,8 +65,8 @@ func TestChildOfRun(t *testing.T) {
 		"net-1": true, "net-destroy-12": true, "net-drift-3": true, "net-plan-4": true,
 		"net-a-1": false, "netapp-1": false, "net-": false, "net-1-plan": false, "other-1": false,
 	} {
-		if got := childOfRun("net", name); got != want {
-			t.Errorf("childOfRun(net, %s) = %v, want %v", name, got, want)
+		if got := tenancy.ChildOfRun("net", name); got != want {
+			t.Errorf("tenancy.ChildOfRun(net, %s) = %v, want %v", name, got, want)
 		}
 	}
 }
@@ -79,11 +80,11 @@ func TestGuardListCreatedBesideIt(t *testing.T) {
 	raced := false
 	r.Client = interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 		Create: func(ctx context.Context, cl client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == GuardConfigMapName && !raced {
+			if cm, ok := obj.(*corev1.ConfigMap); ok && cm.Name == tenancy.GuardConfigMap && !raced {
 				// the other pass's create lands first
 				raced = true
-				other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: GuardConfigMapName},
-					Data: map[string]string{GuardChildrenKey: "other-1", GuardRunnersKey: "opr8r-runner"}}
+				other := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cm.Namespace, Name: tenancy.GuardConfigMap},
+					Data: map[string]string{tenancy.GuardChildrenKey: "other-1", tenancy.GuardRunnersKey: "opr8r-runner"}}
 				if err := cl.Create(ctx, other); err != nil {
 					return err
 				}
@@ -95,10 +96,10 @@ func TestGuardListCreatedBesideIt(t *testing.T) {
 		t.Fatalf("the pass failed when another created the guard list first: %v", err)
 	}
 	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := cm.Data[GuardChildrenKey], "other-1\nweb-1"; !raced || got != want {
+	if got, want := cm.Data[tenancy.GuardChildrenKey], "other-1\nweb-1"; !raced || got != want {
 		t.Fatalf("guard list %q (raced %v), want %q: both passes' children", got, raced, want)
 	}
 }
@@ -115,7 +116,7 @@ func TestGuardEditsShareWrites(t *testing.T) {
 	var conflicts, updates, gets atomic.Int32
 	cl := interceptor.NewClient(c.(client.WithWatch), interceptor.Funcs{
 		Get: func(ctx context.Context, cl client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			if key.Name == GuardConfigMapName {
+			if key.Name == tenancy.GuardConfigMap {
 				gets.Add(1)
 			}
 			return cl.Get(ctx, key, obj, opts...)
@@ -153,10 +154,10 @@ func TestGuardEditsShareWrites(t *testing.T) {
 		}
 	}
 	cm := &corev1.ConfigMap{}
-	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+	if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm); err != nil {
 		t.Fatal(err)
 	}
-	listed := splitGuard(cm.Data[GuardChildrenKey])
+	listed := tenancy.SplitList(cm.Data[tenancy.GuardChildrenKey])
 	if len(listed) != passes+1 {
 		t.Errorf("%d children listed, want %d: %v", len(listed), passes+1, listed)
 	}
@@ -179,7 +180,7 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 	r, c := newReconciler(t, &fakeEngine{})
 	get := func() *corev1.ConfigMap {
 		cm := &corev1.ConfigMap{}
-		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, cm); err != nil {
+		if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, cm); err != nil {
 			t.Fatal(err)
 		}
 		return cm
@@ -188,14 +189,14 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := get()
-	other.Data[GuardChildrenKey] += "\nshard-1"
+	other.Data[tenancy.GuardChildrenKey] += "\nshard-1"
 	if err := c.Update(ctx(), other); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.guardChild(ctx(), "ns", "web-2"); err != nil {
 		t.Fatalf("a stale kept list failed the pass: %v", err)
 	}
-	if got, want := get().Data[GuardChildrenKey], "shard-1\nweb-1\nweb-2"; got != want {
+	if got, want := get().Data[tenancy.GuardChildrenKey], "shard-1\nweb-1\nweb-2"; got != want {
 		t.Fatalf("guard list %q, want %q: the other manager's child and both of this one's", got, want)
 	}
 	if err := c.Delete(ctx(), get()); err != nil {
@@ -204,7 +205,7 @@ func TestGuardReadsAgainAfterAnotherWrite(t *testing.T) {
 	if err := r.guardChild(ctx(), "ns", "web-3"); err != nil {
 		t.Fatalf("a deleted list failed the pass: %v", err)
 	}
-	if got := get().Data[GuardChildrenKey]; got != "web-3" {
+	if got := get().Data[tenancy.GuardChildrenKey]; got != "web-3" {
 		t.Fatalf("guard list %q after it was deleted, want web-3 (made again)", got)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/records"
+	"github.com/opr8r/opr8r/pkg/tenancy"
 )
 
 func TestReconcileStart(t *testing.T) {
@@ -102,7 +103,7 @@ func TestReconcileStart(t *testing.T) {
 					t.Errorf("child %s: %v, controlled by the run: %v", tc.wantID, err, err == nil && metav1.IsControlledBy(got, run))
 				}
 				guard := &corev1.ConfigMap{}
-				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: GuardConfigMapName}, guard); tc.wantCreated && (err != nil || !slices.Contains(splitGuard(guard.Data[GuardChildrenKey]), tc.wantID)) {
+				if err := c.Get(ctx(), client.ObjectKey{Namespace: "ns", Name: tenancy.GuardConfigMap}, guard); tc.wantCreated && (err != nil || !slices.Contains(tenancy.SplitList(guard.Data[tenancy.GuardChildrenKey]), tc.wantID)) {
 					t.Errorf("the new child %s is not in the namespace's guard list (%v): %+v", tc.wantID, err, guard.Data)
 				}
 			}

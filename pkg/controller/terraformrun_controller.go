@@ -36,6 +36,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/records"
+	"github.com/opr8r/opr8r/pkg/tenancy"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformruns,verbs=get;list;watch;update;patch
@@ -112,10 +113,11 @@ type TerraformRunReconciler struct {
 	// writes are the manager's own last writes of each TerraformRun: a
 	// pass waits for the cache to show them (ownwrites.go).
 	writes ownWrites
-	// guardBatches holds a *guardBatch per namespace: this manager's
-	// passes write a namespace's guard list one at a time, each write
-	// carrying every edit that waited for it (guard.go).
-	guardBatches sync.Map
+	// guards writes the guard lists (tenancy.Guard: this manager's
+	// passes write a namespace's list one at a time, each write carrying
+	// every edit that waited for it), made at first use (guard.go).
+	guards    *tenancy.Guard
+	guardOnce sync.Once
 	// rules keeps compiled spec.approval.rules and the plans they read
 	// (rules.go).
 	rules ruleCache

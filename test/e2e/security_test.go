@@ -24,7 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
-	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/tenancy"
 )
 
 // The people of the tenant scenario (test/e2e/cluster.sh makes their
@@ -170,11 +170,11 @@ func (e *env) refused(t *testing.T, engine, what, user, stdin string, wants []st
 // children when an attack was not refused as it should have been.
 func (e *env) guardState() string {
 	cm := &corev1.ConfigMap{}
-	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: controller.GuardConfigMapName}, cm); err != nil {
-		return "ConfigMap " + controller.GuardConfigMapName + ": " + err.Error()
+	if err := e.c.Get(context.Background(), types.NamespacedName{Namespace: ns, Name: tenancy.GuardConfigMap}, cm); err != nil {
+		return "ConfigMap " + tenancy.GuardConfigMap + ": " + err.Error()
 	}
-	return fmt.Sprintf("ConfigMap %s (resourceVersion %s): %s %q, %s %q", controller.GuardConfigMapName, cm.ResourceVersion,
-		controller.GuardChildrenKey, cm.Data[controller.GuardChildrenKey], controller.GuardRunnersKey, cm.Data[controller.GuardRunnersKey])
+	return fmt.Sprintf("ConfigMap %s (resourceVersion %s): %s %q, %s %q", tenancy.GuardConfigMap, cm.ResourceVersion,
+		tenancy.GuardChildrenKey, cm.Data[tenancy.GuardChildrenKey], tenancy.GuardRunnersKey, cm.Data[tenancy.GuardRunnersKey])
 }
 
 // admissionReason is the refusal's own words, without kubectl's preamble.
