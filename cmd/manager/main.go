@@ -38,6 +38,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/notify"
 	"github.com/opr8r/opr8r/pkg/pipeline"
 	"github.com/opr8r/opr8r/pkg/providers"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records/s3"
 	"github.com/opr8r/opr8r/pkg/stateapi"
@@ -237,6 +238,7 @@ func run(s settings) error {
 		ctrl.Log.WithName("setup").Info("handling one shard of the TerraformRuns", "shard", sh, "label", infrav1.ShardLabel)
 	}
 	controller.RegisterMetrics()
+	queue.RegisterMetrics()
 	objectStore, err := newObjectStore(s)
 	if err != nil {
 		return err
@@ -289,7 +291,7 @@ func (s *settings) complete() error {
 		return err
 	}
 	if s.maxActiveRunsPerNS < 0 {
-		s.maxActiveRunsPerNS = controller.DefaultNamespaceShare(s.maxActiveRuns)
+		s.maxActiveRunsPerNS = queue.DefaultNamespaceShare(s.maxActiveRuns)
 	}
 	if s.notifyParallel < 1 || s.notifyPerNS < 1 || s.notifyQueue < 1 {
 		return fmt.Errorf("--notifications-parallel, --notifications-per-namespace and --notifications-queue-size must be at least 1")

@@ -17,6 +17,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/pkg/results"
 )
 
@@ -189,7 +190,7 @@ func autoWithoutGate(eff *infrav1.TerraformRun) bool {
 
 // slotForApply takes a slot for the apply of an approved plan before
 // opr8r passes the gate: the plan gave its slot back while it waited.
-func (r *TerraformRunReconciler) slotForApply(run *infrav1.TerraformRun) (bool, Wait) {
+func (r *TerraformRunReconciler) slotForApply(run *infrav1.TerraformRun) (bool, queue.Wait) {
 	return r.Limiter.Claim(client.ObjectKeyFromObject(run), run.Status.Run.ID, prioRun)
 }
 

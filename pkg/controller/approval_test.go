@@ -12,6 +12,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/queue"
 )
 
 func TestReconcileApproval(t *testing.T) {
@@ -313,7 +314,7 @@ func TestAWaitingPlanHoldsNoSlot(t *testing.T) {
 	run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
 	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
 	r, _ = newReconciler(t, f, child)
-	r.Limiter = NewLimiter(1, 0, nil)
+	r.Limiter = queue.NewLimiter(1, 0, nil)
 	r.Limiter.Warm()
 	key := client.ObjectKeyFromObject(run)
 	if ok, _ := r.Limiter.Claim(key, run.Status.Run.ID, prioRun); !ok {

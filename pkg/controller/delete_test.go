@@ -17,6 +17,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/queue"
 )
 
 func TestDeleteFlow(t *testing.T) {
@@ -132,7 +133,7 @@ func TestDeleteFlow(t *testing.T) {
 			now := metav1.NewTime(t0)
 			run.DeletionTimestamp = &now
 			r, c := newReconciler(t, f, append(objs, run.DeepCopy())...)
-			r.Limiter = NewLimiter(1, 0, nil)
+			r.Limiter = queue.NewLimiter(1, 0, nil)
 			r.Limiter.Warm()
 			if tc.run != "" && !isTerminal(tc.phase) {
 				r.Limiter.Hold(client.ObjectKeyFromObject(run), run.Status.Run.ID)

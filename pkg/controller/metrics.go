@@ -27,23 +27,6 @@ var (
 		Name: "opr8r_drift_detected_total",
 		Help: "Checks that found drift, by namespace and TerraformRun (the series goes with the TerraformRun).",
 	}, []string{"namespace", "name"})
-	activeRuns = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "opr8r_active_runs",
-		Help: "Children holding one of the --max-active-runs slots.",
-	})
-	queuedRuns = prometheus.NewGaugeVec(prometheus.GaugeOpts{
-		Name: "opr8r_queued_runs",
-		Help: "Runs waiting for a --max-active-runs slot, by kind (run, check).",
-	}, []string{"kind"})
-	shareHeldRuns = prometheus.NewGauge(prometheus.GaugeOpts{
-		Name: "opr8r_share_held_runs",
-		Help: "Runs waiting because their namespace holds its --max-active-runs-per-namespace share of the slots.",
-	})
-	queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
-		Name:    "opr8r_queue_wait_seconds",
-		Help:    "Time runs waited for a --max-active-runs slot, by kind (run, check).",
-		Buckets: prometheus.ExponentialBuckets(0.1, 3, 12),
-	}, []string{"kind"})
 	ownWriteWaits = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "opr8r_stale_cache_waits_total",
 		Help: "Passes put off because the cached TerraformRun was older than the manager's own last write of it (a pass from it would be refused with 409).",
@@ -53,5 +36,5 @@ var (
 // RegisterMetrics adds opr8r's metrics to controller-runtime's registry,
 // which the manager serves on its metrics endpoint.
 func RegisterMetrics() {
-	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, activeRuns, queuedRuns, shareHeldRuns, queueWait, ownWriteWaits)
+	ctrlmetrics.Registry.MustRegister(runsStarted, runsFinished, approvalWait, checksFinished, driftDetected, ownWriteWaits)
 }

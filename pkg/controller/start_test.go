@@ -14,6 +14,7 @@ import (
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/tenancy"
 )
@@ -218,7 +219,7 @@ func TestPreviewsQueueBehindRuns(t *testing.T) {
 	if runPriority(run) != prioCheck {
 		t.Error("a preview is queued with the runs people asked for")
 	}
-	l := NewLimiter(1, 0, nil)
+	l := queue.NewLimiter(1, 0, nil)
 	l.Warm()
 	if ok, _ := l.Claim(client.ObjectKey{Namespace: "a", Name: "busy"}, "busy-1", prioRun); !ok {
 		t.Fatal("the first claim of an empty limiter failed")

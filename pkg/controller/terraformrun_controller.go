@@ -35,6 +35,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/gate"
 	"github.com/opr8r/opr8r/pkg/pipeline"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/tenancy"
 )
@@ -84,7 +85,7 @@ type TerraformRunReconciler struct {
 	ProgressTimeout time.Duration
 	// Limiter caps the children active at once (--max-active-runs); nil
 	// means no cap.
-	Limiter *Limiter
+	Limiter *queue.Limiter
 	// MinCheckInterval is the shortest spec.interval honoured.
 	MinCheckInterval time.Duration
 	// AllowCrossNamespaceDependencies lets spec.dependsOn name TerraformRuns

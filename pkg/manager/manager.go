@@ -30,6 +30,7 @@ import (
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/governance"
 	"github.com/opr8r/opr8r/pkg/notify"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/pkg/receiver"
 	"github.com/opr8r/opr8r/pkg/records"
 	"github.com/opr8r/opr8r/pkg/records/s3"
@@ -54,7 +55,7 @@ type Options struct {
 	MaxActiveRuns int
 	// MaxActiveRunsPerNamespace caps those of one namespace, its share of
 	// MaxActiveRuns; 0 means no share (the flag's default is
-	// controller.DefaultNamespaceShare of MaxActiveRuns).
+	// queue.DefaultNamespaceShare of MaxActiveRuns).
 	MaxActiveRunsPerNamespace int
 	// MinCheckInterval is the shortest spec.interval honoured.
 	MinCheckInterval time.Duration
@@ -483,7 +484,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	// The limiter wakes runs whose slot came free; it never blocks on this
 	// channel, so it is buffered.
 	freed := make(chan event.GenericEvent, 1024)
-	r.Limiter = controller.NewLimiter(o.MaxActiveRuns, o.MaxActiveRunsPerNamespace, freed)
+	r.Limiter = queue.NewLimiter(o.MaxActiveRuns, o.MaxActiveRunsPerNamespace, freed)
 	c, err := r.SetupWithManager(metadataSecretsManager{Manager: mgr, cache: metadataSecrets{mgr.GetCache()}}, maxConc, wake, freed)
 	if err != nil {
 		return nil, err

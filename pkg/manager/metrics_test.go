@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/opr8r/opr8r/pkg/controller"
+	"github.com/opr8r/opr8r/pkg/queue"
 	"github.com/opr8r/opr8r/test/envtestutil"
 )
 
@@ -151,6 +152,7 @@ func TestMetricsNeedAReaderToken(t *testing.T) {
 	asManager := rest.CopyConfig(cfg)
 	asManager.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:" + ns + ":opr8r-manager"}
 	controller.RegisterMetrics()
+	queue.RegisterMetrics()
 
 	secure := startMetrics(t, asManager, MetricsOptions{BindAddress: freeAddress(t), Secure: true})
 	plain := startMetrics(t, asManager, MetricsOptions{BindAddress: freeAddress(t)})

@@ -1,4 +1,4 @@
-package controller
+package queue
 
 import (
 	"fmt"
@@ -18,7 +18,7 @@ func TestLimiter(t *testing.T) {
 	l := NewLimiter(1, 0, wake)
 	l.now = func() time.Time { return now }
 
-	if ok, _, _ := l.Acquire(a, "a-1", prioRun); ok {
+	if ok, _, _ := l.Acquire(a, "a-1", PrioRun); ok {
 		t.Fatal("a slot was given before the limiter was warm")
 	}
 	l.Warm()
@@ -26,33 +26,33 @@ func TestLimiter(t *testing.T) {
 		t.Fatalf("warming woke %d runs, want the one waiting", got)
 	}
 	<-wake
-	if ok, _, _ := l.Acquire(a, "a-1", prioRun); !ok {
+	if ok, _, _ := l.Acquire(a, "a-1", PrioRun); !ok {
 		t.Fatal("no slot once warm")
 	}
 	now = now.Add(time.Second)
-	if ok, pos, total := l.Acquire(c, "c-drift-2", prioCheck); ok || pos != 1 || total != 1 {
+	if ok, pos, total := l.Acquire(c, "c-drift-2", PrioCheck); ok || pos != 1 || total != 1 {
 		t.Fatalf("a check got %v, position %d of %d; want to wait first of 1", ok, pos, total)
 	}
 	now = now.Add(time.Second)
-	if ok, pos, total := l.Acquire(b, "b-1", prioRun); ok || pos != 1 || total != 2 {
+	if ok, pos, total := l.Acquire(b, "b-1", PrioRun); ok || pos != 1 || total != 2 {
 		t.Fatalf("a run got %v, position %d of %d; want to wait ahead of the check", ok, pos, total)
 	}
-	if ok, _, _ := l.Acquire(a, "a-1", prioRun); !ok {
+	if ok, _, _ := l.Acquire(a, "a-1", PrioRun); !ok {
 		t.Fatal("a slot already held is not held again")
 	}
 	l.Release("ns", "a-1")
 	if ev := <-wake; ev.Object.GetName() != "b" {
 		t.Fatalf("the freed slot woke %s, want the run b before the check", ev.Object.GetName())
 	}
-	if ok, _, _ := l.Acquire(c, "c-drift-2", prioCheck); ok {
+	if ok, _, _ := l.Acquire(c, "c-drift-2", PrioCheck); ok {
 		t.Fatal("the check took the slot the run b is owed")
 	}
-	if ok, _, _ := l.Acquire(b, "b-1", prioRun); !ok {
+	if ok, _, _ := l.Acquire(b, "b-1", PrioRun); !ok {
 		t.Fatal("the run b got no slot")
 	}
 	l.Release("ns", "b-1")
 	<-wake
-	if ok, _, _ := l.Acquire(c, "c-drift-2", prioCheck); !ok {
+	if ok, _, _ := l.Acquire(c, "c-drift-2", PrioCheck); !ok {
 		t.Fatal("the check got no slot once free")
 	}
 	if l.Active() != 1 {
@@ -62,10 +62,10 @@ func TestLimiter(t *testing.T) {
 	By := func(string) {}
 	By("a waiter that stops asking leaves the queue")
 	now = now.Add(time.Second)
-	l.Acquire(a, "a-2", prioRun)
+	l.Acquire(a, "a-2", PrioRun)
 	now = now.Add(staleWaiter + time.Second)
 	l.Release("ns", "c-drift-2")
-	if ok, _, _ := l.Acquire(c, "c-drift-3", prioCheck); !ok {
+	if ok, _, _ := l.Acquire(c, "c-drift-3", PrioCheck); !ok {
 		t.Fatal("a stale waiter kept the slot from the check")
 	}
 }
@@ -73,13 +73,13 @@ func TestLimiter(t *testing.T) {
 func TestLimiterAfterAQueuedStart(t *testing.T) {
 	run := types.NamespacedName{Namespace: "ns", Name: "checked"}
 	l := NewLimiter(1, 0, make(chan event.GenericEvent, 10))
-	l.Acquire(run, "checked-1", prioRun)
+	l.Acquire(run, "checked-1", PrioRun)
 	l.Warm()
-	if ok, _, _ := l.Acquire(run, "checked-1", prioRun); !ok {
+	if ok, _, _ := l.Acquire(run, "checked-1", PrioRun); !ok {
 		t.Fatal("no slot")
 	}
 	l.Release("ns", "checked-1")
-	if ok, pos, total := l.Acquire(run, "checked-drift-2", prioCheck); !ok {
+	if ok, pos, total := l.Acquire(run, "checked-drift-2", PrioCheck); !ok {
 		t.Fatalf("the run's check waits (%d of %d) with every slot free", pos, total)
 	}
 }
@@ -87,7 +87,7 @@ func TestLimiterAfterAQueuedStart(t *testing.T) {
 func TestNoLimit(t *testing.T) {
 	var nilLimiter *Limiter
 	for _, l := range []*Limiter{nilLimiter, NewLimiter(0, 0, nil)} {
-		if ok, _, _ := l.Acquire(types.NamespacedName{Name: "a"}, "a-1", prioCheck); !ok {
+		if ok, _, _ := l.Acquire(types.NamespacedName{Name: "a"}, "a-1", PrioCheck); !ok {
 			t.Fatal("a limiter without a cap held a run back")
 		}
 		l.Release("", "a-1")
@@ -157,11 +157,11 @@ func TestLimiterNamespaceShare(t *testing.T) {
 		"runs people asked for still go before checks": {
 			max: 2, share: 1, steps: []limiterStep{
 				{claim: "a/1", wantOK: true}, {claim: "b/1", wantOK: true},
-				{claim: "c/check", prio: prioCheck, wantWhy: "position 1 of 1"},
+				{claim: "c/check", prio: PrioCheck, wantWhy: "position 1 of 1"},
 				{claim: "a/2", wantWhy: "namespace a holds its share of the slots (--max-active-runs-per-namespace=1: 1 active)"},
 				{claim: "d/1", wantWhy: "position 1 of 3"},
 				{release: "a/1", wantWoken: []string{"a/2"}},
-				{claim: "c/check", prio: prioCheck, wantWhy: "position 3 of 3"},
+				{claim: "c/check", prio: PrioCheck, wantWhy: "position 3 of 3"},
 				{claim: "a/2", wantOK: true},
 				{claim: "d/1", wantWhy: "position 1 of 2"},
 			},
@@ -248,3 +248,5 @@ func TestDefaultNamespaceShare(t *testing.T) {
 		}
 	}
 }
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
