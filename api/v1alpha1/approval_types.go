@@ -194,6 +194,12 @@ type ChangeWindowStatus struct {
 	// who let the plan apply outside its windows.
 	// +optional
 	OverriddenBy string `json:"overriddenBy,omitempty"`
+	// Overridable says, of windows that hold the plan, whether a policy
+	// admin's approval with overrideChangeWindows would open them now:
+	// every closed one is the run's or a namespace policy's (a
+	// ClusterTerraformRunPolicy's window no override opens).
+	// +optional
+	Overridable bool `json:"overridable,omitempty"`
 }
 
 // RuleTally is one rule that matched a plan.

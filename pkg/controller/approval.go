@@ -64,7 +64,6 @@ func (r *TerraformRunReconciler) reconcileApproval(ctx context.Context, run *inf
 // rejects or times out the gate, or reports why the plan waits or is
 // held; it requeues for the approval timeout or the change windows.
 func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.TerraformRun, st *passState) (ctrl.Result, error) {
-	prog := st.progress
 	approver, ok := st.engine.(engine.Approver)
 	if !ok {
 		r.transition(run, infrav1.ApprovedCondition, metav1Unknown, infrav1.ReasonAwaitingApproval, "engine "+string(st.engine.Name())+" can only be approved in its own UI")
@@ -74,9 +73,6 @@ func (r *TerraformRunReconciler) decideGate(ctx context.Context, run *infrav1.Te
 	in, pol, err := r.gateInput(ctx, run, st)
 	if err != nil {
 		return ctrl.Result{}, err
-	}
-	if timeout > 0 && prog.Gate.Since != nil {
-		in.Deadline = prog.Gate.Since.Add(timeout)
 	}
 	d := gate.Decide(in)
 	var unreadable *planUnreadable
@@ -176,6 +172,9 @@ func (r *TerraformRunReconciler) gateInput(ctx context.Context, run *infrav1.Ter
 		gov = gate.Combine(st.eff.Spec.Approval, nil) // a pass that combined no policies (unit tests)
 	}
 	in := gate.Input{Policy: gov, Digest: digest, Authors: r.runAuthors(run), Votes: append(votes, extra...), Now: r.now()}
+	if timeout := r.approvalTimeout(st.eff.Spec.Approval); timeout > 0 && st.progress.Gate.Since != nil {
+		in.Deadline = st.progress.Gate.Since.Add(timeout)
+	}
 	pol, changed := recordedPolicies(run, gov, digest)
 	in.Changed = changed
 	in.Rules, in.Unreadable = r.planRules(ctx, run, st)
@@ -371,7 +370,7 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 	if err != nil {
 		return err
 	}
-	d := gate.Decide(in) // no deadline: a timeout is opr8r's own rejection
+	d := gate.Decide(in) // a resume after the deadline does not count: the plan timed out
 	var unreadable *planUnreadable
 	if d.Effect == gate.HoldUnreadable && !errors.As(in.Unreadable, &unreadable) {
 		return in.Unreadable
@@ -399,6 +398,8 @@ func (r *TerraformRunReconciler) setEngineDecision(ctx context.Context, run *inf
 		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine, but rejected by "+strings.Join(t.RejectedBy, ", "))
 	case gate.HoldWindow:
 		return r.refuseEngineApproval(ctx, run, st, a, "approved in the engine while the plan "+windowHeld(d.Window))
+	case gate.TimeOut:
+		return r.refuseEngineApproval(ctx, run, st, a, fmt.Sprintf("approved in the engine after the plan's wait for approval timed out (at %s)", in.Deadline.UTC().Format(time.RFC3339)))
 	}
 	return r.refuseEngineApproval(ctx, run, st, a, engineApprovalFault(g, stamped, t))
 }

@@ -478,3 +478,54 @@ func TestRecordedEngineDecisionWakesTheDriver(t *testing.T) {
 		}
 	}
 }
+
+// An Argo resume made after the approval deadline (the manager had not
+// yet acted on the timeout) does not count, as a TerraformRunApproval made
+// at the same instant would not: the plan timed out (attack review).
+func TestEngineResumeAfterTheDeadlineIsRefused(t *testing.T) {
+	const digest = "sha256:aa"
+	since := metav1.NewTime(t0.Add(-10 * time.Minute)) // deadline t0-5m
+	late := metav1.NewTime(t0.Add(-time.Minute))       // after the deadline
+	f := &fakeEngine{progress: map[string]engine.Progress{}}
+	run := aRun("a")
+	run.Spec.Approval = infrav1.ApprovalSpec{Timeout: &metav1.Duration{Duration: 5 * time.Minute}}
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	r, _ = newReconciler(t, f, []client.Object{child}...)
+	st := r.newPassState(run)
+	st.engine, st.child = f, child
+	st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval,
+		Gate: engine.Gate{State: engine.GateApproved, Since: &since, By: "alice", Stamped: true, DecidedAt: &late},
+		Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest}}
+	if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Status.Approval; a == nil || a.Approved || !strings.Contains(a.Reason, "timed out") {
+		t.Errorf("a resume cast %s after the deadline was accepted: %+v (condition %s)", late.Sub(since.Add(5*time.Minute)), a, condOf(run, infrav1.ApprovedCondition))
+	}
+}
+
+// A resume while a counted rejection is pending is refused: the plan is
+// rejected (the code before pkg/gate dropped the rejection here).
+func TestEngineResumeOverARejectionIsRefused(t *testing.T) {
+	const digest = "sha256:aa"
+	decided := metav1.NewTime(t0.Add(-time.Minute))
+	f := &fakeEngine{progress: map[string]engine.Progress{}}
+	run := aRun("a")
+	r, _ := newReconciler(t, f)
+	run = withRun(r, run, 1, infrav1.RunAwaitingApproval, infrav1.RunApply)
+	child := childOf(t, run, infrav1.RunApply, 1, run.Status.Run.SpecHash)
+	r, _ = newReconciler(t, f, child, castAt(approval("x", "a", digest, "bob", false), t0.Add(-3*time.Minute)))
+	st := r.newPassState(run)
+	st.engine, st.child = f, child
+	st.progress = engine.Progress{Phase: infrav1.RunAwaitingApproval,
+		Gate: engine.Gate{State: engine.GateApproved, By: "alice", Stamped: true, DecidedAt: &decided},
+		Plan: &engine.PlanResult{Add: 1, HasChanges: true, Digest: digest}}
+	if _, err := r.reconcileApproval(ctx(), run, st); err != nil {
+		t.Fatal(err)
+	}
+	if a := run.Status.Approval; a == nil || a.Approved || !strings.Contains(a.Reason, "rejected by bob") {
+		t.Errorf("resume accepted over bob's rejection: %+v", a)
+	}
+}

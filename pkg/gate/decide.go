@@ -64,6 +64,10 @@ type Input struct {
 	Deadline time.Time
 	// Now is the time of the decision.
 	Now time.Time
+	// Held is the change windows' state as the manager recorded it, for
+	// an input rebuilt from the record (Recorded), which does not know the
+	// windows themselves.
+	Held *infrav1.ChangeWindowStatus
 }
 
 // Effect is what the gate does with the plan.
@@ -194,7 +198,7 @@ func approved(d *Decision, in Input, rules *planpolicy.Outcome, votes []Vote) {
 		d.Source, d.How = "", ""
 	}
 	d.Effect = Approve
-	w := WindowState(in.Policy, votes, in.Now)
+	w := WindowState(in.Policy, in.Authors, votes, in.Now)
 	if w == nil {
 		return
 	}
@@ -233,7 +237,7 @@ func Counts(in Input, v Vote) (bool, string) {
 	switch before.Effect {
 	case Approve, HoldWindow:
 		if v.Override {
-			return true, "" // it opens the change windows
+			return overrides(in, after)
 		}
 		return false, "the plan needs no more approvals"
 	case Deny, Reject:
@@ -259,6 +263,23 @@ func Counts(in Input, v Vote) (bool, string) {
 		return false, "it meets none of the Require rules the plan still needs (" + strings.Join(unmet, "; ") + ")"
 	}
 	return false, "it does not add to what the plan needs (" + Remaining(&before.Tally) + ")"
+}
+
+// overrides says whether an override opens the change windows of a plan
+// otherwise approved: after is the decision with it; an input rebuilt
+// from the record knows the windows' state only (Input.Held).
+func overrides(in Input, after Decision) (bool, string) {
+	w := after.Window
+	if w == nil {
+		w = in.Held
+	}
+	switch {
+	case w == nil || w.Open && w.OverriddenBy == "":
+		return false, "the plan needs no more approvals, and no change window holds it"
+	case w.OverriddenBy != "" || w.Overridable:
+		return true, ""
+	}
+	return false, "the plan is held by a ClusterTerraformRunPolicy's change window, which no override opens"
 }
 
 // progress is how many of the approvals the plan asks for d counts: the
@@ -537,7 +558,7 @@ func publish(ap infrav1.ApprovalSpec, authors []string, o *planpolicy.Outcome, t
 // admin's approval, or held until a time. The windows of each layer (the
 // run's spec.approval, each policy's) are judged apart, and all must let
 // the plan apply: one policy's Allow window never opens another's.
-func WindowState(g Governed, votes []Vote, now time.Time) *infrav1.ChangeWindowStatus {
+func WindowState(g Governed, authors []string, votes []Vote, now time.Time) *infrav1.ChangeWindowStatus {
 	layers := g.Windows
 	if layers == nil && len(g.Approval.Windows) > 0 {
 		layers = [][]infrav1.ChangeWindow{g.Approval.Windows}
@@ -554,18 +575,20 @@ func WindowState(g Governed, votes []Vote, now time.Time) *infrav1.ChangeWindowS
 	if open {
 		return &infrav1.ChangeWindowStatus{Open: true}
 	}
+	// An override (a namespace's policy admin) opens the run's and the
+	// namespace's windows, never a cluster policy's: a cluster freeze
+	// holds until a cluster admin changes it. It is an approval, and
+	// counts only as one the policy counts (not by an author under
+	// selfApproval Forbidden, nor by someone outside the approvers).
+	var cluster [][]infrav1.ChangeWindow
+	for i, l := range layers {
+		if i < len(g.WindowsOf) && ClusterLayer(g.WindowsOf[i]) {
+			cluster = append(cluster, l)
+		}
+	}
+	copen, cwhy, cnext, _ := windowsState(cluster, now)
 	for _, v := range votes {
-		if v.Override && v.Approve && v.User != "" {
-			// An override (a namespace's policy admin) opens the run's
-			// and the namespace's windows, never a cluster policy's: a
-			// cluster freeze holds until a cluster admin changes it.
-			var cluster [][]infrav1.ChangeWindow
-			for i, l := range layers {
-				if i < len(g.WindowsOf) && ClusterLayer(g.WindowsOf[i]) {
-					cluster = append(cluster, l)
-				}
-			}
-			copen, cwhy, cnext, _ := windowsState(cluster, now)
+		if v.Override && v.Approve && v.User != "" && Why(g.Approval, authors, v.User, v.Groups, true) == "" {
 			if copen {
 				return &infrav1.ChangeWindowStatus{Open: true, Message: why, OverriddenBy: v.User + " (" + v.Source + ")"}
 			}
@@ -573,7 +596,7 @@ func WindowState(g Governed, votes []Vote, now time.Time) *infrav1.ChangeWindowS
 			break
 		}
 	}
-	cw := &infrav1.ChangeWindowStatus{Message: why}
+	cw := &infrav1.ChangeWindowStatus{Message: why, Overridable: copen}
 	if !next.IsZero() {
 		at := metav1.NewTime(next)
 		cw.OpensAt = &at

@@ -341,6 +341,7 @@ func TestCountsAgreesWithTheRecord(t *testing.T) {
 	voters := []Vote{
 		yes("alice", 50), yes("bob", 50), yes("ann", 50, "security"), yes("sue", 50, "security"),
 		yes("sam", 50), yes("dev", 50, "devs"), yes("", 50), no("mallory", 50),
+		overrideBy("polly"), overrideBy("alice"),
 	}
 	for _, c := range decideCases() {
 		d := Decide(c.in)
@@ -391,5 +392,51 @@ func TestCounts(t *testing.T) {
 		if got != tc.want || !strings.Contains(why, tc.why) {
 			t.Errorf("%s, %s: Counts = %v (%q), want %v (%q)", tc.caseName, tc.v.User, got, why, tc.want, tc.why)
 		}
+	}
+}
+
+var laterToday = infrav1.ChangeWindow{Name: "noon", Type: infrav1.WindowAllow, Schedule: "0 15 * * *", Duration: metav1.Duration{Duration: 2 * time.Hour}}
+
+func overrideBy(u string) Vote { v := yes(u, 5); v.Override = true; return v }
+
+// kubectl tfrun approve --override-change-windows says an override does
+// not count for a plan held by a ClusterTerraformRunPolicy's window, which
+// no override opens, and that it does where it opens the windows
+// (attack review).
+func TestCountsAnOverrideOnlyWhereItOpens(t *testing.T) {
+	cl := Policy{Ref: infrav1.PolicyRef{Kind: KindCluster, Name: "freeze", Generation: 1}, Approval: infrav1.ApprovalPolicy{Windows: []infrav1.ChangeWindow{laterToday}}}
+	in := Input{Policy: Combine(manual(1), []Policy{cl}), Digest: "sha256:p", Votes: []Vote{yes("alice", 1)}, Now: t0.Add(time.Hour)}
+	if d := Decide(in); d.Effect != HoldWindow {
+		t.Fatalf("setup: %s", d.Effect)
+	}
+	ok, why := Counts(in, overrideBy("polly"))
+	in.Votes = append(in.Votes, overrideBy("polly"))
+	after := Decide(in)
+	if ok || after.Effect != HoldWindow || !strings.Contains(why, "ClusterTerraformRunPolicy") {
+		t.Errorf("Counts = %v (%q), the plan is %s: want an override refused where a cluster window holds", ok, why, after.Effect)
+	}
+	ns := Policy{Ref: infrav1.PolicyRef{Kind: KindNamespaced, Name: "team", Generation: 1}, Approval: infrav1.ApprovalPolicy{Windows: []infrav1.ChangeWindow{laterToday}}}
+	in = Input{Policy: Combine(manual(1), []Policy{ns}), Digest: "sha256:p", Votes: []Vote{yes("alice", 1)}, Now: t0.Add(time.Hour)}
+	if ok, why := Counts(in, overrideBy("polly")); !ok {
+		t.Errorf("an override of a namespace policy's window: Counts = false (%q)", why)
+	}
+}
+
+// Under selfApproval Forbidden, the author (a namespace policy admin) does
+// not open the windows of their own change with an override: it is an
+// approval the policy ignores (attack review).
+func TestAnAuthorsOverrideOpensNoWindow(t *testing.T) {
+	ap := manual(1)
+	ap.SelfApproval = infrav1.SelfApprovalForbidden
+	ns := Policy{Ref: infrav1.PolicyRef{Kind: KindNamespaced, Name: "team", Generation: 1}, Approval: infrav1.ApprovalPolicy{Windows: []infrav1.ChangeWindow{laterToday}}}
+	in := Input{Policy: Combine(ap, []Policy{ns}), Digest: "sha256:p", Authors: []string{"alice"}, Votes: []Vote{yes("bob", 1)}, Now: t0.Add(time.Hour)}
+	if d := Decide(in); d.Effect != HoldWindow {
+		t.Fatalf("setup: %s", d.Effect)
+	}
+	ok, why := Counts(in, overrideBy("alice"))
+	in.Votes = append(in.Votes, overrideBy("alice"))
+	d := Decide(in)
+	if d.Effect != HoldWindow || ok {
+		t.Errorf("the author's own override (ignored: %v) opened the window: %s, overridden by %q; Counts said %v (%q)", d.Tally.Ignored, d.Effect, d.Window.OverriddenBy, ok, why)
 	}
 }

@@ -49,9 +49,9 @@ func VotesOf(run *infrav1.TerraformRun, approvals []infrav1.TerraformRunApproval
 // with votes and the run's authors. ok is false when the manager has not
 // counted that plan yet: the input is then the run's own spec.approval,
 // without rules.
-// The change windows are left out: they decide when an approved plan
-// applies, never whether a vote counts (an override is recorded for what
-// it opens).
+// The change windows are known by their recorded state only (Held): they
+// decide when an approved plan applies, and whether an override opens
+// them, never whether an approval counts.
 func Recorded(run *infrav1.TerraformRun, digest string, votes []Vote, now time.Time) (in Input, ok bool) {
 	in = Input{Digest: digest, Authors: Authors(run), Votes: votes, Now: now}
 	t := run.Status.Approvals
@@ -72,6 +72,7 @@ func Recorded(run *infrav1.TerraformRun, digest string, votes []Vote, now time.T
 		in.Deadline = t.Deadline.Time
 	}
 	in.Rules = outcomeOf(t.Rules, run.Spec.Approval.Rules)
+	in.Held = t.ChangeWindow
 	if c := meta.FindStatusCondition(run.Status.Conditions, infrav1.ApprovedCondition); c != nil && c.Status == "Unknown" &&
 		(c.Reason == infrav1.ReasonPlanUnreadable || c.Reason == infrav1.ReasonRulesInvalid) {
 		in.Unreadable = errors.New(c.Message)
