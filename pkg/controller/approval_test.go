@@ -427,7 +427,7 @@ func TestReconcileSupersede(t *testing.T) {
 // EngineUnavailable; once it has looked, a missing engine is.
 func TestEngineForBeforeTheFirstLook(t *testing.T) {
 	r, _ := newReconciler(t, &fakeEngine{})
-	r.Available = NewAvailability()
+	r.Available = engine.NewAvailability()
 	if _, err := r.engineFor(fakeName); !errors.Is(err, errEnginesUnknown) {
 		t.Fatalf("before the first look: err = %v, want errEnginesUnknown", err)
 	}

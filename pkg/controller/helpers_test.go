@@ -124,7 +124,7 @@ func newReconciler(t *testing.T, e engine.Engine, objs ...client.Object) (*Terra
 	if err != nil {
 		t.Fatal(err)
 	}
-	avail := NewAvailability()
+	avail := engine.NewAvailability()
 	avail.MarkChecked()
 	avail.Set(e.Name(), true)
 	return &TerraformRunReconciler{

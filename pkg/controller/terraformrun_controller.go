@@ -73,7 +73,7 @@ type TerraformRunReconciler struct {
 	// Engines are the enabled engines.
 	Engines *engine.Registry
 	// Available says which engines' CRDs are served.
-	Available *Availability
+	Available *engine.Availability
 	// DefaultEngine is used when spec.engine is empty.
 	DefaultEngine infrav1.EngineName
 	// Config is passed to engines when building children.

@@ -489,7 +489,7 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 	if err != nil {
 		return nil, err
 	}
-	w := &controller.EngineWatcher{
+	w := &engine.Watcher{
 		Manager: mgr, Cache: mgr.GetCache(), Mapper: mgr.GetRESTMapper(), Client: mgr.GetClient(),
 		Controller: c, Engines: r.Engines, Available: r.Available, Period: o.EnginePollPeriod, Wake: wake,
 	}
@@ -530,7 +530,7 @@ func newReconciler(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconci
 		Settled:                         settled,
 		Recorder:                        mgr.GetEventRecorder("opr8r"),
 		Engines:                         reg,
-		Available:                       controller.NewAvailability(),
+		Available:                       engine.NewAvailability(),
 		DefaultEngine:                   o.DefaultEngine,
 		Config:                          o.Engine,
 		DestroyTimeout:                  o.DestroyTimeout,
