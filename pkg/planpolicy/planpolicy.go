@@ -365,30 +365,36 @@ func evalOne(ctx context.Context, prg cel.Program, vars map[string]any) (ref.Val
 // tfPlan is the part of terraform's JSON plan (terraform show -json) the
 // rules read.
 type tfPlan struct {
-	ResourceChanges []struct {
-		Address         string `json:"address"`
-		PreviousAddress string `json:"previous_address"`
-		ModuleAddress   string `json:"module_address"`
-		Mode            string `json:"mode"`
-		Type            string `json:"type"`
-		Name            string `json:"name"`
-		ProviderName    string `json:"provider_name"`
-		Change          struct {
-			Actions   []string `json:"actions"`
-			Importing *struct {
-				ID string `json:"id"`
-			} `json:"importing"`
-		} `json:"change"`
-	} `json:"resource_changes"`
-	OutputChanges map[string]struct {
-		Actions []string `json:"actions"`
-	} `json:"output_changes"`
+	ResourceChanges []tfResourceChange        `json:"resource_changes"`
+	OutputChanges   map[string]tfOutputChange `json:"output_changes"`
 	// ActionInvocations: Terraform 1.14's plan JSON lists the actions a
 	// plan invokes; only their number is read.
 	ActionInvocations []json.RawMessage `json:"action_invocations"`
 	Configuration     struct {
 		RootModule tfModule `json:"root_module"`
 	} `json:"configuration"`
+}
+
+// tfResourceChange is one of the plan's resource_changes.
+type tfResourceChange struct {
+	Address         string `json:"address"`
+	PreviousAddress string `json:"previous_address"`
+	ModuleAddress   string `json:"module_address"`
+	Mode            string `json:"mode"`
+	Type            string `json:"type"`
+	Name            string `json:"name"`
+	ProviderName    string `json:"provider_name"`
+	Change          struct {
+		Actions   []string `json:"actions"`
+		Importing *struct {
+			ID string `json:"id"`
+		} `json:"importing"`
+	} `json:"change"`
+}
+
+// tfOutputChange is one of the plan's output_changes.
+type tfOutputChange struct {
+	Actions []string `json:"actions"`
 }
 
 // tfModule is a module of the plan's configuration.
@@ -468,55 +474,74 @@ func FromJSON(b []byte) (Plan, error) {
 	}
 	var p Plan
 	for _, rc := range tp.ResourceChanges {
-		acts := rc.Change.Actions
-		importing := rc.Change.Importing != nil
-		moved := rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address
-		if len(acts) == 0 || slices.Equal(acts, []string{"read"}) || (slices.Equal(acts, []string{"no-op"}) && !importing && !moved) {
-			continue
-		}
-		c := ResourceChange{Address: rc.Address, Module: rc.ModuleAddress, Mode: rc.Mode, Type: rc.Type, Name: rc.Name,
-			Provider: rc.ProviderName, Actions: acts, Replace: slices.Contains(acts, "create") && slices.Contains(acts, "delete"),
-			Importing: importing}
-		if importing {
-			c.ImportID = rc.Change.Importing.ID
-			p.Imports++
-		}
-		if moved {
-			c.PreviousAddress = rc.PreviousAddress
-			p.Moves++
-		}
-		p.ResourceChanges = append(p.ResourceChanges, c)
-		if c.Replace {
-			p.Replace++
-		}
-		for _, a := range acts {
-			switch a {
-			case "create":
-				p.Add++
-			case "update":
-				p.Change++
-			case "delete":
-				p.Destroy++
-			case "forget":
-				p.Forgets++
-			}
+		p.addResourceChange(rc)
+	}
+	p.outputChanges(tp.OutputChanges)
+	p.ActionInvocations = int64(len(tp.ActionInvocations))
+	p.runsCode(tp.Configuration.RootModule)
+	p.HasChanges = len(p.ResourceChanges) > 0 || len(p.OutputChanges) > 0 || p.ActionInvocations > 0
+	return p, nil
+}
+
+// addResourceChange counts one resource change of the plan JSON: reads
+// and no-ops are left out, unless the no-op imports or moves a resource.
+func (p *Plan) addResourceChange(rc tfResourceChange) {
+	acts := rc.Change.Actions
+	importing := rc.Change.Importing != nil
+	moved := rc.PreviousAddress != "" && rc.PreviousAddress != rc.Address
+	if len(acts) == 0 || slices.Equal(acts, []string{"read"}) || (slices.Equal(acts, []string{"no-op"}) && !importing && !moved) {
+		return
+	}
+	c := ResourceChange{Address: rc.Address, Module: rc.ModuleAddress, Mode: rc.Mode, Type: rc.Type, Name: rc.Name,
+		Provider: rc.ProviderName, Actions: acts, Replace: slices.Contains(acts, "create") && slices.Contains(acts, "delete"),
+		Importing: importing}
+	if importing {
+		c.ImportID = rc.Change.Importing.ID
+		p.Imports++
+	}
+	if moved {
+		c.PreviousAddress = rc.PreviousAddress
+		p.Moves++
+	}
+	p.ResourceChanges = append(p.ResourceChanges, c)
+	if c.Replace {
+		p.Replace++
+	}
+	for _, a := range acts {
+		switch a {
+		case "create":
+			p.Add++
+		case "update":
+			p.Change++
+		case "delete":
+			p.Destroy++
+		case "forget":
+			p.Forgets++
 		}
 	}
-	names := make([]string, 0, len(tp.OutputChanges))
-	for n := range tp.OutputChanges {
+}
+
+// outputChanges keeps the outputs that change, by name.
+func (p *Plan) outputChanges(changes map[string]tfOutputChange) {
+	names := make([]string, 0, len(changes))
+	for n := range changes {
 		names = append(names, n)
 	}
 	slices.Sort(names)
 	for _, n := range names {
-		acts := tp.OutputChanges[n].Actions
+		acts := changes[n].Actions
 		if len(acts) == 0 || slices.Equal(acts, []string{"no-op"}) {
 			continue
 		}
 		p.OutputChanges = append(p.OutputChanges, OutputChange{Name: n, Actions: acts})
 	}
-	p.ActionInvocations = int64(len(tp.ActionInvocations))
+}
+
+// runsCode lists the code the plan runs: data sources that run programs,
+// and the provisioners of resources it creates or destroys.
+func (p *Plan) runsCode(root tfModule) {
 	var runners []CodeRunner
-	codeRunners(tp.Configuration.RootModule, "", 0, &runners)
+	codeRunners(root, "", 0, &runners)
 	for _, cr := range runners {
 		if cr.Kind != "provisioner" {
 			p.RunsCode = append(p.RunsCode, cr)
@@ -528,8 +553,6 @@ func FromJSON(b []byte) (Plan, error) {
 			}
 		}
 	}
-	p.HasChanges = len(p.ResourceChanges) > 0 || len(p.OutputChanges) > 0 || p.ActionInvocations > 0
-	return p, nil
 }
 
 // RunOf is what a condition sees of run: its current run's type, trigger
