@@ -179,29 +179,11 @@ func setTimeouts(p *Pipeline, run *infrav1.TerraformRun, cfg engine.Config) {
 
 // Build describes the pipeline of one run. The run must have defaults applied.
 func Build(req engine.Request) (*Pipeline, error) {
-	run := req.Run
-	if run.Spec.Source.Git == nil && run.Spec.Source.OCI == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
-		return nil, fmt.Errorf("spec.source: one of git, oci, inline or configMapRef is required")
-	}
-	if req.Config.StepImage == "" {
-		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
-	}
-	if err := Validate(run); err != nil {
-		return nil, err
-	}
-	b := builder{req: req, run: run, tfImage: run.Spec.Terraform.Image}
-	if b.tfImage == "" {
-		return nil, fmt.Errorf("spec.terraform.image is empty and the manager has no --terraform-image")
-	}
-	enc, embedded, err := EmbeddedInputs(run)
+	b, err := newBuilder(req)
 	if err != nil {
 		return nil, err
 	}
-	if embedded {
-		b.embedded = enc
-	}
-	b.collectVolumes()
-
+	run := req.Run
 	p := &Pipeline{
 		Type:               req.Type,
 		Name:               req.Name,
@@ -226,20 +208,14 @@ func Build(req engine.Request) (*Pipeline, error) {
 	p.Steps = append(p.Steps, b.clone(), b.init(), b.plan())
 	p.Steps = append(p.Steps, b.checks()...)
 	p.Volumes = b.volumes // with the checks' ConfigMaps
-	if PlanOnly(req.Type) {
-		p.Cleanup = b.cleanup()
-		splitIdentities(p, run)
-		previewIdentity(p, req)
-		stateRoles(p, run, req)
-		setTimeouts(p, run, req.Config)
-		return p, nil
-	}
-	if p.ManualApproval {
-		p.Steps = append(p.Steps, Step{Name: names.StepApprove, Gate: true})
-	}
-	p.Steps = append(p.Steps, b.apply())
-	if req.Type == infrav1.RunApply {
-		p.Steps = append(p.Steps, b.export())
+	if !PlanOnly(req.Type) {
+		if p.ManualApproval {
+			p.Steps = append(p.Steps, Step{Name: names.StepApprove, Gate: true})
+		}
+		p.Steps = append(p.Steps, b.apply())
+		if req.Type == infrav1.RunApply {
+			p.Steps = append(p.Steps, b.export())
+		}
 	}
 	p.Cleanup = b.cleanup()
 	splitIdentities(p, run)
@@ -247,6 +223,34 @@ func Build(req engine.Request) (*Pipeline, error) {
 	stateRoles(p, run, req)
 	setTimeouts(p, run, req.Config)
 	return p, nil
+}
+
+// newBuilder checks what a build needs (a source, a step image, a
+// terraform image, a valid run) and gathers the inputs and volumes.
+func newBuilder(req engine.Request) (*builder, error) {
+	run := req.Run
+	if run.Spec.Source.Git == nil && run.Spec.Source.OCI == nil && run.Spec.Source.Inline == nil && run.Spec.Source.ConfigMapRef == nil {
+		return nil, fmt.Errorf("spec.source: one of git, oci, inline or configMapRef is required")
+	}
+	if req.Config.StepImage == "" {
+		return nil, fmt.Errorf("the manager has no step image configured (--step-image)")
+	}
+	if err := Validate(run); err != nil {
+		return nil, err
+	}
+	b := &builder{req: req, run: run, tfImage: run.Spec.Terraform.Image}
+	if b.tfImage == "" {
+		return nil, fmt.Errorf("spec.terraform.image is empty and the manager has no --terraform-image")
+	}
+	enc, embedded, err := EmbeddedInputs(run)
+	if err != nil {
+		return nil, err
+	}
+	if embedded {
+		b.embedded = enc
+	}
+	b.collectVolumes()
+	return b, nil
 }
 
 // splitIdentities runs the steps before the approval gate as the plan's

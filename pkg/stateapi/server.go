@@ -276,34 +276,9 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer release()
 	var body []byte
 	if c.Verb == Create || c.Verb == Update {
-		if r.Header.Get("Content-Type") != "" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
-			writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, "the state API takes JSON only")
+		if body, ok = readObject(w, r, &c); !ok {
 			return
 		}
-		body, err = io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
-		if err != nil || len(body) > MaxBody {
-			writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprintf("a body of at most %d bytes", MaxBody))
-			return
-		}
-		// Decoded as the API server decodes it (case-sensitive, strict),
-		// and what was decided on is what is sent: no second reading of
-		// the same bytes can differ.
-		meta, typ, checked, err := decodeObject(c.Resource, body)
-		if err != nil {
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the object: "+err.Error())
-			return
-		}
-		if c.Verb == Create {
-			c.Name = meta.Name
-		} else if meta.Name != c.Name {
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's name is not the path's")
-			return
-		}
-		if ns := meta.Namespace; ns != "" && ns != c.Namespace {
-			writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's namespace is not the path's")
-			return
-		}
-		c.Object, c.Type, body = meta, typ, checked
 	}
 	if err := s.serve(ctx, w, r, g, c, body); err != nil {
 		var f *Forbidden
@@ -314,6 +289,40 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		writeStatus(w, http.StatusBadGateway, metav1.StatusReasonServiceUnavailable, "state API: "+err.Error())
 	}
+}
+
+// readObject reads the object of a create or an update: JSON only, at most
+// MaxBody bytes, decoded as the API server decodes it (case-sensitive,
+// strict), named and namespaced as the path; what was decided on is what
+// is sent, so no second reading of the same bytes can differ. It answers
+// the refusal itself, and says whether to go on.
+func readObject(w http.ResponseWriter, r *http.Request, c *call) ([]byte, bool) {
+	if r.Header.Get("Content-Type") != "" && !strings.HasPrefix(r.Header.Get("Content-Type"), "application/json") {
+		writeStatus(w, http.StatusUnsupportedMediaType, metav1.StatusReasonUnsupportedMediaType, "the state API takes JSON only")
+		return nil, false
+	}
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBody+1))
+	if err != nil || len(body) > MaxBody {
+		writeStatus(w, http.StatusRequestEntityTooLarge, metav1.StatusReasonRequestEntityTooLarge, fmt.Sprintf("a body of at most %d bytes", MaxBody))
+		return nil, false
+	}
+	meta, typ, checked, err := decodeObject(c.Resource, body)
+	if err != nil {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "reading the object: "+err.Error())
+		return nil, false
+	}
+	if c.Verb == Create {
+		c.Name = meta.Name
+	} else if meta.Name != c.Name {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's name is not the path's")
+		return nil, false
+	}
+	if ns := meta.Namespace; ns != "" && ns != c.Namespace {
+		writeStatus(w, http.StatusBadRequest, metav1.StatusReasonBadRequest, "the object's namespace is not the path's")
+		return nil, false
+	}
+	c.Object, c.Type = meta, typ
+	return checked, true
 }
 
 // serve decides the call, makes it as the manager, and returns the API

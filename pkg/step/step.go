@@ -24,6 +24,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -281,12 +282,16 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 	} else if err != nil {
 		return nil, 0, err
 	}
-	for _, ok := range append([]int{0}, okCodes...) {
-		if code == ok {
-			return stdout.Bytes(), code, nil
-		}
+	if code == 0 || slices.Contains(okCodes, code) {
+		return stdout.Bytes(), code, nil
 	}
-	diags := diagnostics(stderr.String() + "\n" + stdout.String())
+	return stdout.Bytes(), code, r.terraformError(args, code, stderr.String()+"\n"+stdout.String())
+}
+
+// terraformError is a failed command's error: its diagnostics (redacted),
+// the first as the summary.
+func (r *Runner) terraformError(args []string, code int, output string) *TerraformError {
+	diags := diagnostics(output)
 	for i := range diags {
 		diags[i] = r.Redact(diags[i])
 	}
@@ -294,7 +299,7 @@ func (r *Runner) tf(ctx context.Context, dir string, quiet bool, okCodes []int, 
 	if len(diags) > 0 {
 		te.Summary = diags[0]
 	}
-	return stdout.Bytes(), code, te
+	return te
 }
 
 var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
