@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
@@ -490,33 +489,10 @@ func recordedPolicies(run *infrav1.TerraformRun, gov gate.Governed, digest strin
 	}
 	pol.Policies = prev.Policy.Policies
 	pol.Changed = prev.Policy.Changed
-	if pol.Changed == "" && gate.Changed(prev.Policy.Policies, gov.Refs) {
-		pol.Changed = policyChange(prev.Policy.Policies, gov.Refs)
+	if pol.Changed == "" {
+		pol.Changed = gate.Change(prev.Policy.Policies, gov.Refs)
 	}
 	return pol, pol.Changed
-}
-
-// policyChange says how the policies that govern a run changed since its
-// plan reached the gate.
-func policyChange(recorded, now []infrav1.PolicyRef) string {
-	var parts []string
-	for _, p := range now {
-		i := slices.IndexFunc(recorded, func(r infrav1.PolicyRef) bool { return r.Kind == p.Kind && r.Name == p.Name })
-		switch {
-		case i < 0:
-			parts = append(parts, fmt.Sprintf("%s %s was added", p.Kind, p.Name))
-		case recorded[i].UID != p.UID:
-			parts = append(parts, fmt.Sprintf("%s %s was deleted and made again", p.Kind, p.Name))
-		case recorded[i].Generation != p.Generation:
-			parts = append(parts, fmt.Sprintf("%s %s changed (generation %d, was %d)", p.Kind, p.Name, p.Generation, recorded[i].Generation))
-		}
-	}
-	for _, p := range recorded {
-		if !slices.ContainsFunc(now, func(n infrav1.PolicyRef) bool { return n.Kind == p.Kind && n.Name == p.Name }) {
-			parts = append(parts, fmt.Sprintf("%s %s was deleted", p.Kind, p.Name))
-		}
-	}
-	return "the policies that govern the run changed while the plan waited (" + strings.Join(parts, "; ") + ")"
 }
 
 // ApprovalRunIndex indexes TerraformRunApprovals by spec.runName.

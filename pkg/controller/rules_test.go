@@ -606,14 +606,3 @@ func TestApproveAgreesWithTheGate(t *testing.T) {
 		})
 	}
 }
-
-func TestPolicyChangeSaysWhat(t *testing.T) {
-	rec := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 1}, {Kind: "ClusterTerraformRunPolicy", Name: "gone", Generation: 3}}
-	now := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 2}, {Kind: "TerraformRunPolicy", Name: "new", Generation: 1}}
-	msg := policyChange(rec, now)
-	for _, want := range []string{"TerraformRunPolicy a changed (generation 2, was 1)", "TerraformRunPolicy new was added", "ClusterTerraformRunPolicy gone was deleted"} {
-		if !strings.Contains(msg, want) {
-			t.Errorf("%q lacks %q", msg, want)
-		}
-	}
-}

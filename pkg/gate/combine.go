@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -255,19 +256,31 @@ func FromEffective(e *infrav1.EffectiveApproval) infrav1.ApprovalSpec {
 	}
 }
 
-// Changed says whether the policies that govern a run now differ from
-// those recorded when its plan reached the gate: one added, changed
-// (another generation) or gone.
-func Changed(recorded, now []infrav1.PolicyRef) bool {
-	if len(recorded) != len(now) {
-		return true
-	}
-	for _, r := range recorded {
-		if !slices.Contains(now, r) {
-			return true
+// Change says how the policies that govern a run changed since its plan
+// reached the gate ("" when they have not): one added, changed (another
+// generation), deleted, or deleted and made again (another uid).
+func Change(recorded, now []infrav1.PolicyRef) string {
+	var parts []string
+	for _, p := range now {
+		i := slices.IndexFunc(recorded, func(r infrav1.PolicyRef) bool { return r.Kind == p.Kind && r.Name == p.Name })
+		switch {
+		case i < 0:
+			parts = append(parts, fmt.Sprintf("%s %s was added", p.Kind, p.Name))
+		case recorded[i].UID != p.UID:
+			parts = append(parts, fmt.Sprintf("%s %s was deleted and made again", p.Kind, p.Name))
+		case recorded[i].Generation != p.Generation:
+			parts = append(parts, fmt.Sprintf("%s %s changed (generation %d, was %d)", p.Kind, p.Name, p.Generation, recorded[i].Generation))
 		}
 	}
-	return false
+	for _, p := range recorded {
+		if !slices.ContainsFunc(now, func(n infrav1.PolicyRef) bool { return n.Kind == p.Kind && n.Name == p.Name }) {
+			parts = append(parts, fmt.Sprintf("%s %s was deleted", p.Kind, p.Name))
+		}
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return "the policies that govern the run changed while the plan waited (" + strings.Join(parts, "; ") + ")"
 }
 
 // Select is the policies that govern the runs of a namespace with labels

@@ -1,6 +1,7 @@
 package gate
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -161,8 +162,8 @@ func TestChanged(t *testing.T) {
 		// Deleted and made again under its name, at generation 1 again.
 		{[]infrav1.PolicyRef{{Kind: KindNamespaced, Name: "a", Generation: 1, UID: "u1"}}, []infrav1.PolicyRef{{Kind: KindNamespaced, Name: "a", Generation: 1, UID: "u2"}}, true},
 	} {
-		if got := Changed(c.rec, c.now); got != c.want {
-			t.Errorf("Changed(%v, %v) = %v, want %v", c.rec, c.now, got, c.want)
+		if got := Change(c.rec, c.now); (got != "") != c.want {
+			t.Errorf("Change(%v, %v) = %q, want a change: %v", c.rec, c.now, got, c.want)
 		}
 	}
 }
@@ -218,5 +219,16 @@ func TestWaivedByLayer(t *testing.T) {
 				t.Fatalf("Waived = %d, want %d", got, c.want)
 			}
 		})
+	}
+}
+
+func TestPolicyChangeSaysWhat(t *testing.T) {
+	rec := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 1}, {Kind: "ClusterTerraformRunPolicy", Name: "gone", Generation: 3}}
+	now := []infrav1.PolicyRef{{Kind: "TerraformRunPolicy", Name: "a", Generation: 2}, {Kind: "TerraformRunPolicy", Name: "new", Generation: 1}}
+	msg := Change(rec, now)
+	for _, want := range []string{"TerraformRunPolicy a changed (generation 2, was 1)", "TerraformRunPolicy new was added", "ClusterTerraformRunPolicy gone was deleted"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("%q lacks %q", msg, want)
+		}
 	}
 }
