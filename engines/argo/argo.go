@@ -124,26 +124,33 @@ func (Engine) Build(req engine.Request) (client.Object, error) {
 			VolumeClaimGC: &wfv1.VolumeClaimGC{Strategy: wfv1.VolumeClaimGCOnCompletion},
 		},
 	}
-	img := req.Config.StepImage
-	wf.Spec.Templates = append(wf.Spec.Templates, dagTemplate(p),
+	wf.Spec.Templates = templates(p, req.Config.StepImage)
+	return wf, nil
+}
+
+// templates are the Workflow's templates: the DAG, the plan's pod (clone,
+// init and plan), the restore, the checks, the gate, the apply's pod
+// (apply and export), the export alone and the cleanup.
+func templates(p *pipeline.Pipeline, img string) []wfv1.Template {
+	var ts []wfv1.Template
+	ts = append(ts, dagTemplate(p),
 		containerSetTemplate(p, names.StepPlan, img, true, stepsNamed(p, names.StepClone, names.StepInit, names.StepPlan)...))
 	if s, ok := p.StepNamed(names.StepRestoreState); ok {
-		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, s, img))
+		ts = append(ts, containerTemplate(p, s, img))
 	}
 	for _, c := range p.Checks() {
-		wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, c, img))
+		ts = append(ts, containerTemplate(p, c, img))
 	}
 	if p.ManualApproval {
-		wf.Spec.Templates = append(wf.Spec.Templates, gateTemplate())
+		ts = append(ts, gateTemplate())
 	}
 	if !pipeline.PlanOnly(p.Type) {
-		wf.Spec.Templates = append(wf.Spec.Templates, containerSetTemplate(p, names.StepApply, img, false, stepsNamed(p, names.StepApply, names.StepExport)...))
+		ts = append(ts, containerSetTemplate(p, names.StepApply, img, false, stepsNamed(p, names.StepApply, names.StepExport)...))
 	}
 	if p.Type == infrav1.RunApply {
-		wf.Spec.Templates = append(wf.Spec.Templates, containerSetTemplate(p, names.StepExport, img, false, stepsNamed(p, names.StepExport)...))
+		ts = append(ts, containerSetTemplate(p, names.StepExport, img, false, stepsNamed(p, names.StepExport)...))
 	}
-	wf.Spec.Templates = append(wf.Spec.Templates, containerTemplate(p, p.Cleanup, img))
-	return wf, nil
+	return append(ts, containerTemplate(p, p.Cleanup, img))
 }
 
 // initContainer is the name of init's container: Argo names its own init

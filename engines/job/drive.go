@@ -91,17 +91,8 @@ func dueStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (strin
 	rejected := d != nil && !d.Approved
 	stopped := v.child.Annotations[annoCancelled] != "" || rejected
 	if v.restores() {
-		// The child ran restore-state; the plan Job comes after it.
-		switch plan := v.jobs[names.StepPlan]; {
-		case stopped || stepPhase(prog.Steps, names.StepRestoreState) != infrav1.StepSucceeded:
-			if plan == nil || jobDone(plan) {
-				return names.StepCleanup, ""
-			}
-			return "", ""
-		case plan == nil:
-			return names.StepPlan, ""
-		case !jobDone(plan):
-			return "", ""
+		if step, decided := restoreStep(v, prog, stopped); decided {
+			return step, ""
 		}
 	}
 	if stopped || prog.Plan == nil || stepPhase(prog.Steps, names.StepPlan) != infrav1.StepSucceeded {
@@ -146,6 +137,24 @@ func dueStep(v runView, prog engine.Progress, d *engine.RecordedDecision) (strin
 		return "", ""
 	}
 	return names.StepCleanup, ""
+}
+
+// restoreStep is the step due in a child that ran restore-state ("" to
+// wait), and whether it is decided here: the plan Job comes after the
+// restore, and once the plan Job has finished, dueStep goes on.
+func restoreStep(v runView, prog engine.Progress, stopped bool) (string, bool) {
+	switch plan := v.jobs[names.StepPlan]; {
+	case stopped || stepPhase(prog.Steps, names.StepRestoreState) != infrav1.StepSucceeded:
+		if plan == nil || jobDone(plan) {
+			return names.StepCleanup, true
+		}
+		return "", true
+	case plan == nil:
+		return names.StepPlan, true
+	case !jobDone(plan):
+		return "", true
+	}
+	return "", false
 }
 
 // anyActive says whether any of the run's Jobs still runs.

@@ -455,26 +455,8 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		// The previews it makes are sealed under the manager's own key.
 		o.Receiver.Seals = engine.Seals{Key: o.SealKey}
 	}
-	if err := receiver.Setup(mgr, o.Receiver); err != nil {
+	if err := addBeside(mgr, r, o); err != nil {
 		return nil, err
-	}
-	if err := governance.Setup(mgr); err != nil {
-		return nil, err
-	}
-	if o.Receiver != nil && o.Receiver.Addr != "" && o.Receiver.Addr != "0" {
-		if err := receiver.SetupPreviews(mgr, r.Records, o.Receiver.HTTP, o.Receiver.Seals); err != nil {
-			return nil, err
-		}
-	}
-	if d := o.Notify; d != nil {
-		d.Cache, d.API, d.Client = mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient()
-		if d.Recorder == nil {
-			d.Recorder = mgr.GetEventRecorder("opr8r-notifier")
-		}
-		r.Notifier = d
-		if err := mgr.Add(d); err != nil {
-			return nil, err
-		}
 	}
 	maxConc := o.MaxConcurrentReconciles
 	if maxConc == 0 {
@@ -500,6 +482,33 @@ func Setup(mgr ctrl.Manager, o Options) (*controller.TerraformRunReconciler, err
 		return nil, err
 	}
 	return r, nil
+}
+
+// addBeside adds what runs beside the reconciler: the webhook receiver and
+// its previews, the policies' status, and the notifier.
+func addBeside(mgr ctrl.Manager, r *controller.TerraformRunReconciler, o Options) error {
+	if err := receiver.Setup(mgr, o.Receiver); err != nil {
+		return err
+	}
+	if err := governance.Setup(mgr); err != nil {
+		return err
+	}
+	if o.Receiver != nil && o.Receiver.Addr != "" && o.Receiver.Addr != "0" {
+		if err := receiver.SetupPreviews(mgr, r.Records, o.Receiver.HTTP, o.Receiver.Seals); err != nil {
+			return err
+		}
+	}
+	if d := o.Notify; d != nil {
+		d.Cache, d.API, d.Client = mgr.GetCache(), mgr.GetAPIReader(), mgr.GetClient()
+		if d.Recorder == nil {
+			d.Recorder = mgr.GetEventRecorder("opr8r-notifier")
+		}
+		r.Notifier = d
+		if err := mgr.Add(d); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // newReconciler is the TerraformRun reconciler of o's engines, with the

@@ -340,26 +340,7 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, in *http.Requ
 	}
 	switch c.Verb {
 	case Update, Delete:
-		// Decided on the stored object: fetch it first.
-		code, got, err := s.do(ctx, http.MethodGet, s.path(c, true), nil, nil)
-		if err != nil {
-			return err
-		}
-		if code == http.StatusNotFound {
-			if err := g.Decide(Request{Verb: Create, Resource: c.Resource, Namespace: c.Namespace, Name: c.Name, Object: c.Object}); err != nil {
-				return err
-			}
-			return s.forward(ctx, w, in, c, body, nil)
-		}
-		m, err := metaOf(got)
-		if err != nil {
-			return err
-		}
-		c.Stored = m
-		if err := g.Decide(c.Request); err != nil {
-			return err
-		}
-		return s.forward(ctx, w, in, c, body, nil)
+		return s.serveChange(ctx, w, in, g, c, body)
 	case Get:
 		return s.forward(ctx, w, in, c, nil, func(code int, got []byte) ([]byte, error) {
 			if code == http.StatusNotFound && g.State != "" && c.Name == g.State {
@@ -389,6 +370,30 @@ func (s *Server) serve(ctx context.Context, w http.ResponseWriter, in *http.Requ
 		})
 	}
 	return forbid("not served")
+}
+
+// serveChange serves an update or a delete, decided on the stored object,
+// fetched first (one that does not exist is decided as a create).
+func (s *Server) serveChange(ctx context.Context, w http.ResponseWriter, in *http.Request, g Grant, c call, body []byte) error {
+	code, got, err := s.do(ctx, http.MethodGet, s.path(c, true), nil, nil)
+	if err != nil {
+		return err
+	}
+	if code == http.StatusNotFound {
+		if err := g.Decide(Request{Verb: Create, Resource: c.Resource, Namespace: c.Namespace, Name: c.Name, Object: c.Object}); err != nil {
+			return err
+		}
+		return s.forward(ctx, w, in, c, body, nil)
+	}
+	m, err := metaOf(got)
+	if err != nil {
+		return err
+	}
+	c.Stored = m
+	if err := g.Decide(c.Request); err != nil {
+		return err
+	}
+	return s.forward(ctx, w, in, c, body, nil)
 }
 
 // decodeObject reads a Secret or a Lease as the API server does
