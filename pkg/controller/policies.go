@@ -5,9 +5,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -16,6 +13,7 @@ import (
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/engine"
 	"github.com/opr8r/opr8r/pkg/gate"
+	"github.com/opr8r/opr8r/pkg/governance"
 )
 
 // +kubebuilder:rbac:groups=infra.opr8r.io,resources=terraformrunpolicies;clusterterraformrunpolicies,verbs=get;list;watch
@@ -38,42 +36,16 @@ func (r *TerraformRunReconciler) reconcilePolicies(ctx context.Context, run *inf
 }
 
 // governing lists the policies that govern the runs of namespace ns
-// (gate.Select).
+// (governance.Governing): the namespace's labels are read around the
+// cache (a manager that watches some namespaces holds no cluster-wide
+// watch of namespaces).
 func (r *TerraformRunReconciler) governing(ctx context.Context, ns string) ([]gate.Policy, error) {
-	var nsList infrav1.TerraformRunPolicyList
-	if err := r.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
-		return nil, generic("ListPolicies", err, "listing the TerraformRunPolicies of namespace %s", ns)
+	labels := r.APIReader
+	if labels == nil {
+		labels = r.Client
 	}
-	var clList infrav1.ClusterTerraformRunPolicyList
-	if err := r.List(ctx, &clList); err != nil {
-		return nil, generic("ListPolicies", err, "listing the ClusterTerraformRunPolicies")
-	}
-	nsLabels := labels.Set{}
-	if gate.NeedsLabels(clList.Items) {
-		l, err := r.namespaceLabels(ctx, ns)
-		if err != nil {
-			return nil, err
-		}
-		nsLabels = l
-	}
-	return gate.Select(nsList.Items, clList.Items, nsLabels), nil
-}
-
-// namespaceLabels reads namespace ns's labels around the cache (a manager
-// that watches some namespaces holds no cluster-wide watch of namespaces).
-func (r *TerraformRunReconciler) namespaceLabels(ctx context.Context, ns string) (labels.Set, error) {
-	reader := r.APIReader
-	if reader == nil {
-		reader = r.Client
-	}
-	var n corev1.Namespace
-	if err := reader.Get(ctx, types.NamespacedName{Name: ns}, &n); err != nil {
-		return nil, generic("GetNamespace", err, "reading namespace %s's labels for the ClusterTerraformRunPolicies' namespaceSelector", ns)
-	}
-	if n.Labels == nil {
-		return labels.Set{}, nil
-	}
-	return labels.Set(n.Labels), nil
+	ps, err := governance.Governing(ctx, governance.Readers{Policies: r.Client, Namespaces: labels}, ns)
+	return ps, generic("ListPolicies", err, "reading the policies that govern namespace %s", ns)
 }
 
 // policyRuns wakes the runs a policy governs when it is created, changed

@@ -10,13 +10,12 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/yaml"
 
 	infrav1 "github.com/opr8r/opr8r/api/v1alpha1"
 	"github.com/opr8r/opr8r/pkg/gate"
+	"github.com/opr8r/opr8r/pkg/governance"
 	"github.com/opr8r/opr8r/pkg/planpolicy"
 )
 
@@ -194,31 +193,13 @@ func (o *Options) policyRules(ctx context.Context, p policyTest) (gate.Governed,
 }
 
 // governing reads the policies that govern the runs of namespace ns, as
-// the manager combines them (gate.Select). The namespace's
+// the manager does (governance.Governing). The namespace's
 // TerraformRunPolicies must be readable; cluster policies and the
 // namespace's labels are read when the user may, and a warning says what
 // could not be (without the labels every cluster policy is tested, which
 // can only add rules).
 func (o *Options) governing(ctx context.Context, c client.Client, ns string) ([]gate.Policy, error) {
-	var nsList infrav1.TerraformRunPolicyList
-	if err := c.List(ctx, &nsList, client.InNamespace(ns)); err != nil {
-		return nil, fmt.Errorf("reading the TerraformRunPolicies of namespace %s, which govern its runs: %w", ns, err)
-	}
-	var clList infrav1.ClusterTerraformRunPolicyList
-	if err := c.List(ctx, &clList); err != nil {
-		fmt.Fprintf(o.ErrOut, "warning: cannot read the ClusterTerraformRunPolicies (%v): testing without them\n", err)
-	}
-	var nsLabels labels.Set
-	if gate.NeedsLabels(clList.Items) {
-		n := &corev1.Namespace{}
-		if err := c.Get(ctx, client.ObjectKey{Name: ns}, n); err != nil {
-			fmt.Fprintf(o.ErrOut, "warning: cannot read namespace %s's labels (%v): testing every ClusterTerraformRunPolicy, selected or not\n", ns, err)
-		} else {
-			nsLabels = labels.Set(n.Labels)
-			if nsLabels == nil {
-				nsLabels = labels.Set{}
-			}
-		}
-	}
-	return gate.Select(nsList.Items, clList.Items, nsLabels), nil
+	return governance.Governing(ctx, governance.Readers{Policies: c, Namespaces: c, Missing: func(what, without string, err error) {
+		fmt.Fprintf(o.ErrOut, "warning: cannot read %s (%v): testing %s\n", what, err, without)
+	}}, ns)
 }
